@@ -1,0 +1,92 @@
+"""ccl: a collective-communication synthesis compiler.
+
+The core: IR types (Topology, Collective, Algorithm), the verifier, serialization and errors.
+Solvers, topologies, the DSL and backends live in their own packages and are reached through
+the driver functions here (imported lazily, so ``import ccl`` stays cheap).
+
+    import ccl
+    problem = ccl.problem("dgx1", "allgather", solver="ring", chunks=2)
+    result = ccl.synthesize(problem)          # verified on the way out
+    ccl.save(result.algorithm, "ag.json")
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import collective as collectives
+from .algorithm import BUFFERS, OPS, Algorithm, Transfer
+from .collective import Collective
+from .errors import (
+    BackendError,
+    CclError,
+    CollectiveError,
+    DslError,
+    InfeasibleError,
+    InputError,
+    SolverTimeout,
+    Span,
+    TopologyError,
+    VerificationError,
+)
+from .problem import Problem, Request
+from .serialize import load_algorithm as load
+from .serialize import save_algorithm as save
+from .topology import Link, SharedLimit, Switch, Topology
+from .verify import VerificationResult, verify
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BUFFERS",
+    "OPS",
+    "Algorithm",
+    "BackendError",
+    "CclError",
+    "Collective",
+    "CollectiveError",
+    "DslError",
+    "InfeasibleError",
+    "InputError",
+    "Link",
+    "Problem",
+    "Request",
+    "SharedLimit",
+    "SolverTimeout",
+    "Span",
+    "Switch",
+    "Topology",
+    "TopologyError",
+    "Transfer",
+    "VerificationError",
+    "VerificationResult",
+    "collectives",
+    "load",
+    "problem",
+    "save",
+    "synthesize",
+    "topology",
+    "verify",
+]
+
+
+def topology(spec: str) -> Topology:
+    """A topology from the library (``"ring:8"``, ``"dgx1"``, ``"ndv2:2"``) or a JSON file."""
+    from .compiler import load_topology
+
+    return load_topology(spec)
+
+
+def problem(topology: str | Topology, collective: str, **options: Any) -> Problem:
+    """A Problem from a topology spec (or Topology) and a collective name; options are the
+    Request's fields (solver, chunks, steps, rounds, size, time_limit, ...) and ``root``."""
+    from .compiler import problem_from_options
+
+    return problem_from_options(topology, collective, **options)
+
+
+def synthesize(problem: Problem) -> Any:
+    """Run the problem's solver and verify the schedule; returns a ``SynthesisResult``."""
+    from .compiler import synthesize as run
+
+    return run(problem)

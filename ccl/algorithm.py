@@ -1,0 +1,188 @@
+"""Algorithm: a schedule of transfers between buffer slots, in steps.
+
+Every solver and every hand-written schedule produces this one IR.
+
+Buffers are ``input``, ``output`` and ``scratch`` per rank, as in MSCCL, so export is direct.
+Slots are the collective's slots (after chunking); a transfer moves ``count`` consecutive slots.
+
+Semantics: the transfers of step s read the state left by step s-1 and their writes land at the
+end of step s. ``copy`` overwrites the destination; ``reduce`` adds into it (the destination
+must already hold a value). Several reduce-writes to one slot in one step all add; a
+copy-write colliding with any other write to the same slot in one step is an error. A transfer
+whose source and destination rank are equal is a local copy or reduce and uses no link. The
+input buffer may be written (MSCCL algorithms work in place); backends protect a caller's input
+when a schedule does so.
+
+``rounds`` (optional, one per step, and then it fixes the number of steps) is SCCL's bandwidth accounting: in step s a link with L
+lanes carries at most L x rounds[s] slots, and the simulator charges the rounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import NamedTuple
+
+from .collective import Collective
+from .errors import CollectiveError
+from .topology import Topology
+
+BUFFERS = ("input", "output", "scratch")
+OPS = ("copy", "reduce")
+
+
+class Transfer(NamedTuple):
+    """One move of ``count`` consecutive slots. A NamedTuple rather than a dataclass because
+    schedules reach millions of transfers; ``Algorithm`` validates every field."""
+
+    step: int
+    src: int
+    src_buf: str
+    src_index: int
+    dst: int
+    dst_buf: str
+    dst_index: int
+    count: int = 1
+    op: str = "copy"
+
+    @property
+    def is_local(self) -> bool:
+        return self.src == self.dst
+
+    def describe(self) -> str:
+        span = "" if self.count == 1 else f"..+{self.count}"
+        return (
+            f"step {self.step}: {self.op} rank {self.src} {self.src_buf}[{self.src_index}{span}]"
+            f" -> rank {self.dst} {self.dst_buf}[{self.dst_index}{span}]"
+        )
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    name: str
+    collective: Collective
+    topology: Topology
+    transfers: tuple[Transfer, ...]
+    rounds: tuple[int, ...] | None = None
+    solver: str = ""
+
+    def __post_init__(self) -> None:
+        if self.collective.n_ranks != self.topology.n_ranks:
+            raise CollectiveError(
+                f"algorithm {self.name!r}: collective has {self.collective.n_ranks} ranks but "
+                f"topology {self.topology.name!r} has {self.topology.n_ranks}"
+            )
+        transfers = tuple(t if type(t) is Transfer else Transfer(*t) for t in self.transfers)
+        object.__setattr__(self, "transfers", transfers)
+        n = self.collective.n_ranks
+        unlimited = [1 << 62] * n
+        sizes = {
+            "input": [len(x) for x in self.collective.inputs],
+            "output": [len(x) for x in self.collective.outputs],
+            "scratch": unlimited,
+        }
+        ops = OPS
+        last = -1
+        for k, t in enumerate(transfers):
+            step, src, sbuf, sidx, dst, dbuf, didx, count, op = t
+            try:
+                ok = (
+                    type(step) is int and type(src) is int and type(dst) is int and type(sidx) is int
+                    and type(didx) is int and type(count) is int and step >= 0 and count >= 1
+                    and 0 <= src < n and 0 <= dst < n and sidx >= 0 and didx >= 0 and op in ops
+                    and sidx + count <= sizes[sbuf][src] and didx + count <= sizes[dbuf][dst]
+                    and not (src == dst and sbuf == dbuf and abs(sidx - didx) < count)
+                )
+            except (KeyError, TypeError):
+                ok = False
+            if not ok:
+                raise CollectiveError(f"algorithm {self.name!r}: transfer {k} ({t!r}): {_problem(t, n, sizes)}")
+            if step > last:
+                last = step
+        if self.rounds is not None:
+            rounds = tuple(self.rounds)
+            if len(rounds) < last + 1:
+                raise CollectiveError(
+                    f"algorithm {self.name!r}: rounds has {len(rounds)} entries but transfers use {last + 1} steps"
+                )
+            if any(type(r) is not int or r < 1 for r in rounds):
+                raise CollectiveError(f"algorithm {self.name!r}: rounds must be positive integers, got {rounds}")
+            object.__setattr__(self, "rounds", rounds)
+
+    @cached_property
+    def n_steps(self) -> int:
+        """Steps of the schedule: one past the last used step, or the length of ``rounds``."""
+        used = 1 + max((t.step for t in self.transfers), default=-1)
+        return max(used, len(self.rounds)) if self.rounds is not None else used
+
+    @property
+    def total_rounds(self) -> int:
+        return sum(self.rounds) if self.rounds is not None else self.n_steps
+
+    @cached_property
+    def by_step(self) -> tuple[tuple[int, ...], ...]:
+        """Indices of the transfers of each step."""
+        out: list[list[int]] = [[] for _ in range(self.n_steps)]
+        for k, t in enumerate(self.transfers):
+            out[t.step].append(k)
+        return tuple(tuple(x) for x in out)
+
+    @cached_property
+    def scratch_slots(self) -> tuple[int, ...]:
+        """Scratch slots each rank needs (one past the highest index used)."""
+        out = [0] * self.collective.n_ranks
+        for t in self.transfers:
+            if t.src_buf == "scratch":
+                out[t.src] = max(out[t.src], t.src_index + t.count)
+            if t.dst_buf == "scratch":
+                out[t.dst] = max(out[t.dst], t.dst_index + t.count)
+        return tuple(out)
+
+    @property
+    def n_chunk_transfers(self) -> int:
+        """Slots moved over links (local copies excluded)."""
+        return sum(t.count for t in self.transfers if t.src != t.dst)
+
+    def with_transfers(self, transfers: Iterable[Transfer], rounds: tuple[int, ...] | None = None) -> Algorithm:
+        return Algorithm(self.name, self.collective, self.topology, tuple(transfers), rounds, self.solver)
+
+    def summary(self) -> dict:
+        return {
+            "name": self.name,
+            "collective": self.collective.kind,
+            "ranks": self.collective.n_ranks,
+            "root": self.collective.root,
+            "topology": self.topology.name,
+            "solver": self.solver,
+            "steps": self.n_steps,
+            "rounds": self.total_rounds,
+            "chunks": self.collective.chunk_factor,
+            "transfers": len(self.transfers),
+        }
+
+
+def _problem(t: Transfer, n: int, sizes: dict[str, list[int]]) -> str:
+    """Why a transfer is malformed, in words."""
+    step, src, sbuf, sidx, dst, dbuf, didx, count, op = t
+    if not all(type(x) is int for x in (step, src, sidx, dst, didx, count)):
+        return "step, ranks, indices and count must be integers"
+    if step < 0:
+        return f"step {step} is negative"
+    for rank in (src, dst):
+        if not 0 <= rank < n:
+            return f"rank {rank} is not in 0..{n - 1}"
+    for buf in (sbuf, dbuf):
+        if buf not in sizes:
+            return f"buffer {buf!r} is not one of {BUFFERS}"
+    if op not in OPS:
+        return f"op {op!r} is not one of {OPS}"
+    if count < 1:
+        return f"count {count} is not positive"
+    if sidx < 0 or didx < 0:
+        return f"index {min(sidx, didx)} is negative"
+    for verb, rank, buf, idx in (("reads", src, sbuf, sidx), ("writes", dst, dbuf, didx)):
+        if idx + count > sizes[buf][rank]:
+            return (f"{verb} {buf}[{idx}..{idx + count - 1}] of rank {rank}, which has "
+                    f"{sizes[buf][rank]} {buf} slots")
+    return "is a local transfer onto the slots it reads"

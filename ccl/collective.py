@@ -1,0 +1,352 @@
+"""Collective: what data starts where and what every output slot must hold at the end.
+
+One general form covers every collective. Each rank has an input buffer and an output buffer,
+each a sequence of equally sized slots:
+
+* ``inputs[r][i]`` is the id of the input chunk that starts in input slot ``i`` of rank ``r``;
+* ``outputs[r][j]`` is the set of input-chunk ids whose sum output slot ``j`` of rank ``r``
+  must hold at the end (a set of one for non-reducing collectives);
+* ``aliases[r][j]`` is the input slot that output slot ``j`` starts out holding, or None. This
+  is the in-place view MSCCL and SCCL use: an allgather rank's own chunk already sits in its
+  output, an allreduce output starts as the rank's input. A runtime doing an out-of-place call
+  copies the aliased input slots into the output first (one local copy); an in-place call is
+  free. ``verify(..., in_place=True)`` checks that a schedule is also correct when the aliased
+  slots are one and the same memory.
+
+The built-in collectives below use chunk ids in order of (rank, input slot).
+``chunk_up(k)`` splits every slot into k consecutive slots, keeping buffer layouts contiguous.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from .errors import CollectiveError
+
+BUILTIN_KINDS = (
+    "allgather",
+    "reducescatter",
+    "allreduce",
+    "alltoall",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+)
+ROOTED_KINDS = ("broadcast", "reduce", "gather", "scatter")
+REDUCING_KINDS = ("reducescatter", "allreduce", "reduce")
+
+
+@dataclass(frozen=True)
+class Collective:
+    name: str
+    kind: str
+    n_ranks: int
+    inputs: tuple[tuple[int, ...], ...]
+    outputs: tuple[tuple[frozenset[int], ...], ...]
+    aliases: tuple[tuple[int | None, ...], ...]
+    root: int | None = None
+    chunk_factor: int = 1
+    _chunked: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        n = self.n_ranks
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise CollectiveError(f"collective {self.name!r}: needs at least 1 rank, got {n!r}")
+        for what, table in (("inputs", self.inputs), ("outputs", self.outputs), ("aliases", self.aliases)):
+            if len(table) != n:
+                raise CollectiveError(f"collective {self.name!r}: {what} has {len(table)} ranks, expected {n}")
+        if self.chunk_factor < 1:
+            raise CollectiveError(f"collective {self.name!r}: chunk factor must be >= 1, got {self.chunk_factor}")
+        if self.root is not None and not 0 <= self.root < n:
+            raise CollectiveError(f"collective {self.name!r}: root {self.root} is not a rank (0..{n - 1})")
+        present: set[int] = set()
+        for r, slots in enumerate(self.inputs):
+            for c in slots:
+                if isinstance(c, bool) or not isinstance(c, int) or c < 0:
+                    raise CollectiveError(f"collective {self.name!r}: chunk id {c!r} on rank {r} is not an integer >= 0")
+            if len(set(slots)) != len(slots):
+                raise CollectiveError(f"collective {self.name!r}: rank {r} holds the same input chunk in two slots")
+            present.update(slots)
+        checked: dict[int, frozenset[int]] = {}  # large collectives share their sets: check each once
+        for r, slots in enumerate(self.outputs):
+            if len(self.aliases[r]) != len(slots):
+                raise CollectiveError(
+                    f"collective {self.name!r}: rank {r} has {len(slots)} output slots but "
+                    f"{len(self.aliases[r])} alias entries"
+                )
+            used_inputs: set[int] = set()
+            for j, need in enumerate(slots):
+                if id(need) not in checked:
+                    if not need:
+                        raise CollectiveError(f"collective {self.name!r}: rank {r} output slot {j} requires nothing")
+                    missing = sorted(need - present)
+                    if missing:
+                        raise CollectiveError(
+                            f"collective {self.name!r}: rank {r} output slot {j} requires chunk {missing[0]}, "
+                            "which no rank holds at the start, so the postcondition can never be met"
+                        )
+                    checked[id(need)] = need
+                alias = self.aliases[r][j]
+                if alias is None:
+                    continue
+                if not 0 <= alias < len(self.inputs[r]):
+                    raise CollectiveError(
+                        f"collective {self.name!r}: rank {r} output slot {j} aliases input slot {alias}, "
+                        f"but the rank has {len(self.inputs[r])} input slots"
+                    )
+                if self.inputs[r][alias] not in need:
+                    raise CollectiveError(
+                        f"collective {self.name!r}: rank {r} output slot {j} aliases input slot {alias} "
+                        "whose chunk is not part of what the slot must hold"
+                    )
+                if alias in used_inputs:
+                    raise CollectiveError(
+                        f"collective {self.name!r}: rank {r} input slot {alias} is aliased by two output slots"
+                    )
+                used_inputs.add(alias)
+
+    # ------------------------------------------------------------------ derived facts
+    @property
+    def is_reducing(self) -> bool:
+        return any(len(need) > 1 for slots in self.outputs for need in slots)
+
+    @property
+    def n_chunks(self) -> int:
+        """Number of distinct input chunks."""
+        return len({c for slots in self.inputs for c in slots})
+
+    def origins(self) -> dict[int, tuple[tuple[int, int], ...]]:
+        """chunk id -> the (rank, input slot) places it starts at."""
+        out: dict[int, list[tuple[int, int]]] = {}
+        for r, slots in enumerate(self.inputs):
+            for i, c in enumerate(slots):
+                out.setdefault(c, []).append((r, i))
+        return {c: tuple(v) for c, v in out.items()}
+
+    def describe_chunk(self, chunk: int) -> str:
+        places = self.origins().get(chunk, ())
+        where = ", ".join(f"rank {r} input[{i}]" for r, i in places) or "nowhere"
+        return f"chunk {chunk} ({where})"
+
+    @property
+    def max_input_slots(self) -> int:
+        return max((len(x) for x in self.inputs), default=0)
+
+    @property
+    def max_output_slots(self) -> int:
+        return max((len(x) for x in self.outputs), default=0)
+
+    def chunk_up(self, k: int) -> Collective:
+        """Split every slot into ``k`` consecutive slots and every chunk into ``k`` chunks."""
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise CollectiveError(f"chunk factor must be a positive integer, got {k!r}")
+        if k == 1:
+            return self
+        if k in self._chunked:
+            return self._chunked[k]
+        inputs = tuple(tuple(c * k + j for c in slots for j in range(k)) for slots in self.inputs)
+        split: dict[int, tuple[frozenset[int], ...]] = {}  # shared sets stay shared
+
+        def pieces(need: frozenset[int]) -> tuple[frozenset[int], ...]:
+            key = id(need)
+            if key not in split:
+                split[key] = tuple(frozenset(c * k + j for c in need) for j in range(k))
+            return split[key]
+
+        outputs = tuple(tuple(p for need in slots for p in pieces(need)) for slots in self.outputs)
+        aliases = tuple(
+            tuple(None if a is None else a * k + j for a in slots for j in range(k))
+            for slots in self.aliases
+        )
+        result = Collective(
+            self.name, self.kind, self.n_ranks, inputs, outputs, aliases, self.root, self.chunk_factor * k
+        )
+        self._chunked[k] = result
+        return result
+
+    def spec(self) -> dict:
+        """The compact description a built-in collective is rebuilt from."""
+        return {"kind": self.kind, "n_ranks": self.n_ranks, "root": self.root, "chunk_factor": self.chunk_factor}
+
+    def __str__(self) -> str:
+        root = f" root {self.root}" if self.root is not None else ""
+        return f"{self.name} on {self.n_ranks} ranks{root}, chunk factor {self.chunk_factor}"
+
+
+# ---------------------------------------------------------------------- built-ins
+def _check_n(kind: str, n: int) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise CollectiveError(f"{kind} needs a positive number of ranks, got {n!r}")
+
+
+def _check_root(kind: str, n: int, root: int) -> None:
+    if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < n:
+        raise CollectiveError(f"{kind} root must be a rank in 0..{n - 1}, got {root!r}")
+
+
+@lru_cache(maxsize=64)
+def allgather(n: int) -> Collective:
+    _check_n("allgather", n)
+    inputs = tuple((r,) for r in range(n))
+    outputs = tuple(tuple(frozenset((q,)) for q in range(n)) for _ in range(n))
+    aliases = tuple(tuple(0 if q == r else None for q in range(n)) for r in range(n))
+    return Collective("allgather", "allgather", n, inputs, outputs, aliases)
+
+
+@lru_cache(maxsize=64)
+def reducescatter(n: int) -> Collective:
+    _check_n("reducescatter", n)
+    inputs = tuple(tuple(r * n + j for j in range(n)) for r in range(n))
+    outputs = tuple((frozenset(q * n + r for q in range(n)),) for r in range(n))
+    aliases = tuple((r,) for r in range(n))
+    return Collective("reducescatter", "reducescatter", n, inputs, outputs, aliases)
+
+
+@lru_cache(maxsize=64)
+def allreduce(n: int) -> Collective:
+    _check_n("allreduce", n)
+    everything = frozenset(range(n))
+    inputs = tuple((r,) for r in range(n))
+    outputs = tuple((everything,) for _ in range(n))
+    aliases = tuple((0,) for _ in range(n))
+    return Collective("allreduce", "allreduce", n, inputs, outputs, aliases)
+
+
+@lru_cache(maxsize=64)
+def alltoall(n: int) -> Collective:
+    _check_n("alltoall", n)
+    inputs = tuple(tuple(r * n + j for j in range(n)) for r in range(n))
+    outputs = tuple(tuple(frozenset((q * n + r,)) for q in range(n)) for r in range(n))
+    aliases = tuple(tuple(q if q == r else None for q in range(n)) for r in range(n))
+    return Collective("alltoall", "alltoall", n, inputs, outputs, aliases)
+
+
+@lru_cache(maxsize=64)
+def broadcast(n: int, root: int = 0) -> Collective:
+    _check_n("broadcast", n)
+    _check_root("broadcast", n, root)
+    inputs = tuple((0,) if r == root else () for r in range(n))
+    outputs = tuple((frozenset((0,)),) for _ in range(n))
+    aliases = tuple((0 if r == root else None,) for r in range(n))
+    return Collective("broadcast", "broadcast", n, inputs, outputs, aliases, root)
+
+
+@lru_cache(maxsize=64)
+def reduce(n: int, root: int = 0) -> Collective:
+    _check_n("reduce", n)
+    _check_root("reduce", n, root)
+    inputs = tuple((r,) for r in range(n))
+    outputs = tuple((frozenset(range(n)),) if r == root else () for r in range(n))
+    aliases = tuple((0,) if r == root else () for r in range(n))
+    return Collective("reduce", "reduce", n, inputs, outputs, aliases, root)
+
+
+@lru_cache(maxsize=64)
+def gather(n: int, root: int = 0) -> Collective:
+    _check_n("gather", n)
+    _check_root("gather", n, root)
+    inputs = tuple((r,) for r in range(n))
+    outputs = tuple(
+        tuple(frozenset((q,)) for q in range(n)) if r == root else () for r in range(n)
+    )
+    aliases = tuple(
+        tuple(0 if q == r else None for q in range(n)) if r == root else () for r in range(n)
+    )
+    return Collective("gather", "gather", n, inputs, outputs, aliases, root)
+
+
+@lru_cache(maxsize=64)
+def scatter(n: int, root: int = 0) -> Collective:
+    _check_n("scatter", n)
+    _check_root("scatter", n, root)
+    inputs = tuple(tuple(range(n)) if r == root else () for r in range(n))
+    outputs = tuple((frozenset((r,)),) for r in range(n))
+    aliases = tuple((root,) if r == root else (None,) for r in range(n))
+    return Collective("scatter", "scatter", n, inputs, outputs, aliases, root)
+
+
+_BUILDERS = {
+    "allgather": allgather,
+    "reducescatter": reducescatter,
+    "allreduce": allreduce,
+    "alltoall": alltoall,
+    "broadcast": broadcast,
+    "reduce": reduce,
+    "gather": gather,
+    "scatter": scatter,
+}
+
+_SPELLINGS = {"reduce_scatter": "reducescatter", "reduce-scatter": "reducescatter", "all_gather": "allgather",
+              "all-gather": "allgather", "all_reduce": "allreduce", "all-reduce": "allreduce",
+              "all_to_all": "alltoall", "all-to-all": "alltoall"}
+
+
+def builtin(kind: str, n: int, root: int | None = None, chunks: int = 1) -> Collective:
+    """A built-in collective by name; rooted kinds take ``root`` (default 0)."""
+    kind = _SPELLINGS.get(kind, kind)
+    if kind not in _BUILDERS:
+        raise CollectiveError(f"unknown collective {kind!r}; known: {', '.join(BUILTIN_KINDS)}")
+    if kind in ROOTED_KINDS:
+        base = _BUILDERS[kind](n, 0 if root is None else root)
+    else:
+        if root is not None:
+            raise CollectiveError(f"{kind} has no root (only {', '.join(ROOTED_KINDS)} do)")
+        base = _BUILDERS[kind](n)
+    return base.chunk_up(chunks)
+
+
+def custom(
+    name: str,
+    n_ranks: int,
+    pre: Iterable[tuple[int, int]],
+    post: Iterable[tuple[int | Iterable[int], int]],
+) -> Collective:
+    """A collective from SCCL-style conditions.
+
+    ``pre``: (chunk, rank) pairs, the chunk starts on the rank (input slots in the order given).
+    ``post``: (chunks, rank) pairs, the rank must end with the sum of ``chunks`` (one id or a
+    set) in an output slot (output slots in the order given). An output slot aliases an input
+    slot of the same rank holding one of its chunks, so a chunk that stays put costs nothing.
+    """
+    _check_n(name, n_ranks)
+    inputs: list[list[int]] = [[] for _ in range(n_ranks)]
+    for c, r in pre:
+        if not 0 <= r < n_ranks:
+            raise CollectiveError(f"collective {name!r}: precondition puts chunk {c} on rank {r}, not in 0..{n_ranks - 1}")
+        if c in inputs[r]:
+            raise CollectiveError(f"collective {name!r}: precondition puts chunk {c} on rank {r} twice")
+        inputs[r].append(c)
+    outputs: list[list[frozenset[int]]] = [[] for _ in range(n_ranks)]
+    for chunks, r in post:
+        if not 0 <= r < n_ranks:
+            raise CollectiveError(f"collective {name!r}: postcondition names rank {r}, not in 0..{n_ranks - 1}")
+        need = frozenset((chunks,)) if isinstance(chunks, int) else frozenset(chunks)
+        if need in outputs[r]:
+            raise CollectiveError(f"collective {name!r}: postcondition asks rank {r} for {sorted(need)} twice")
+        outputs[r].append(need)
+    aliases: list[tuple[int | None, ...]] = []
+    for r in range(n_ranks):
+        used: set[int] = set()
+        row: list[int | None] = []
+        for need in outputs[r]:
+            pick = None
+            for i, c in enumerate(inputs[r]):
+                if c in need and i not in used:
+                    pick = i
+                    break
+            if pick is not None:
+                used.add(pick)
+            row.append(pick)
+        aliases.append(tuple(row))
+    return Collective(
+        name,
+        "custom",
+        n_ranks,
+        tuple(tuple(x) for x in inputs),
+        tuple(tuple(x) for x in outputs),
+        tuple(aliases),
+    )
+

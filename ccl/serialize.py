@@ -1,0 +1,234 @@
+"""Versioned JSON for topologies, collectives and algorithms, with lossless round-trip.
+
+Files are deterministic: the same value always gives the same bytes. Algorithm files are
+self-contained (they carry their topology and collective) so ``ccl verify FILE`` needs nothing
+else. Built-in collectives are stored by their spec and rebuilt; custom ones explicitly. Links
+and transfers are written one per line as arrays, so files stay small and diff well.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from .algorithm import Algorithm, Transfer
+from .collective import BUILTIN_KINDS, Collective, builtin
+from .errors import CclError, InputError
+from .topology import Link, SharedLimit, Switch, Topology
+
+FORMAT_VERSION = 1
+LINK_FIELDS = ["src", "dst", "bandwidth_GBps", "latency_us", "lanes"]
+TRANSFER_FIELDS = list(Transfer._fields)
+
+
+# ---------------------------------------------------------------------- topology
+def topology_to_json(topo: Topology) -> dict[str, Any]:
+    return {
+        "name": topo.name,
+        "n_ranks": topo.n_ranks,
+        "node_of": list(topo.node_of),
+        "switches": [{"name": s.name, "kind": s.kind, "node": s.node} for s in topo.switches],
+        "link_fields": LINK_FIELDS,
+        "links": [[x.src, x.dst, x.bandwidth, x.latency, x.lanes] for x in topo.links],
+        "limits": [
+            {"name": x.name, "bandwidth_GBps": x.bandwidth, "links": [list(p) for p in x.links]}
+            for x in topo.limits
+        ],
+    }
+
+
+def topology_from_json(data: dict[str, Any]) -> Topology:
+    return Topology(
+        name=str(data["name"]),
+        n_ranks=int(data["n_ranks"]),
+        links=tuple(Link(int(a), int(b), float(bw), float(lat), int(lanes)) for a, b, bw, lat, lanes in data["links"]),
+        switches=tuple(Switch(s["name"], s.get("kind", "switch"), s.get("node")) for s in data.get("switches", [])),
+        limits=tuple(
+            SharedLimit(x["name"], tuple((int(a), int(b)) for a, b in x["links"]), float(x["bandwidth_GBps"]))
+            for x in data.get("limits", [])
+        ),
+        node_of=tuple(int(a) for a in data.get("node_of", [])),
+    )
+
+
+# ---------------------------------------------------------------------- collective
+def _is_builtin(coll: Collective) -> bool:
+    if coll.kind not in BUILTIN_KINDS:
+        return False
+    try:
+        rebuilt = builtin(coll.kind, coll.n_ranks, coll.root, coll.chunk_factor)
+    except CclError:
+        return False
+    return replace(rebuilt, name=coll.name) == coll if rebuilt.name != coll.name else rebuilt == coll
+
+
+def collective_to_json(coll: Collective) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": coll.name,
+        "kind": coll.kind,
+        "n_ranks": coll.n_ranks,
+        "root": coll.root,
+        "chunk_factor": coll.chunk_factor,
+    }
+    if not _is_builtin(coll):
+        out["kind"] = coll.kind
+        out["explicit"] = True
+        out["inputs"] = [list(x) for x in coll.inputs]
+        out["outputs"] = [[sorted(need) for need in slots] for slots in coll.outputs]
+        out["aliases"] = [list(x) for x in coll.aliases]
+    return out
+
+
+def collective_from_json(data: dict[str, Any]) -> Collective:
+    if data.get("explicit"):
+        return Collective(
+            name=str(data["name"]),
+            kind=str(data["kind"]),
+            n_ranks=int(data["n_ranks"]),
+            inputs=tuple(tuple(int(c) for c in slots) for slots in data["inputs"]),
+            outputs=tuple(tuple(frozenset(int(c) for c in need) for need in slots) for slots in data["outputs"]),
+            aliases=tuple(tuple(None if a is None else int(a) for a in slots) for slots in data["aliases"]),
+            root=data.get("root"),
+            chunk_factor=int(data.get("chunk_factor", 1)),
+        )
+    coll = builtin(str(data["kind"]), int(data["n_ranks"]), data.get("root"), int(data.get("chunk_factor", 1)))
+    name = str(data.get("name", coll.name))
+    return coll if name == coll.name else replace(coll, name=name)
+
+
+# ---------------------------------------------------------------------- algorithm
+def algorithm_to_json(alg: Algorithm) -> dict[str, Any]:
+    return {
+        "format": "ccl-algorithm",
+        "version": FORMAT_VERSION,
+        "name": alg.name,
+        "solver": alg.solver,
+        "rounds": None if alg.rounds is None else list(alg.rounds),
+        "collective": collective_to_json(alg.collective),
+        "topology": topology_to_json(alg.topology),
+        "transfer_fields": TRANSFER_FIELDS,
+        "transfers": _TransferRows(alg.transfers),
+    }
+
+
+class _TransferRows(list):
+    """Transfers for ``dumps``: written one array per line without a json.dumps call per row
+    (schedules reach millions of transfers; every field is an int or a validated name)."""
+
+    def __init__(self, transfers: tuple[Transfer, ...]) -> None:
+        super().__init__(list(t) for t in transfers)
+        self.transfers = transfers
+
+    def lines(self) -> list[str]:
+        return [f'[{a},{b},"{c}",{d},{e},"{f}",{g},{h},"{i}"]' for a, b, c, d, e, f, g, h, i in self.transfers]
+
+
+def algorithm_from_json(data: dict[str, Any]) -> Algorithm:
+    if not isinstance(data, dict) or data.get("format") != "ccl-algorithm":
+        raise InputError("not an algorithm file (expected \"format\": \"ccl-algorithm\")")
+    version = data.get("version")
+    if version != FORMAT_VERSION:
+        raise InputError(f"algorithm file version {version!r} is not supported (this tool reads version {FORMAT_VERSION})")
+    fields = data.get("transfer_fields", TRANSFER_FIELDS)
+    if list(fields) != TRANSFER_FIELDS:
+        raise InputError(f"transfer_fields must be {TRANSFER_FIELDS}, got {fields}")
+    transfers = []
+    for k, row in enumerate(data["transfers"]):
+        if not isinstance(row, list) or len(row) != len(TRANSFER_FIELDS):
+            raise InputError(f"transfer {k}: expected an array of {len(TRANSFER_FIELDS)} fields {TRANSFER_FIELDS}, got {row!r}")
+        transfers.append(Transfer(*row))
+    rounds = data.get("rounds")
+    return Algorithm(
+        name=str(data["name"]),
+        collective=collective_from_json(data["collective"]),
+        topology=topology_from_json(data["topology"]),
+        transfers=tuple(transfers),
+        rounds=None if rounds is None else tuple(rounds),
+        solver=str(data.get("solver", "")),
+    )
+
+
+# ---------------------------------------------------------------------- text and files
+def _dump_rows(rows: list[list[Any]], indent: str) -> str:
+    if not rows:
+        return "[]"
+    body = f",\n{indent}  ".join(json.dumps(r, separators=(",", ":")) for r in rows)
+    return f"[\n{indent}  {body}\n{indent}]"
+
+
+def dumps(value: dict[str, Any], _indent: str = "") -> str:
+    """JSON text with two-space indentation where arrays of rows (links, transfers) are written one
+    row per line."""
+    rows_keys = {"links", "transfers", "node_of", "link_fields", "transfer_fields"}
+    lines = []
+    inner = _indent + "  "
+    for key, item in value.items():
+        head = f"{inner}{json.dumps(key)}: "
+        if isinstance(item, dict):
+            text = dumps(item, inner)
+        elif isinstance(item, _TransferRows):
+            rows = item.lines()
+            text = "[]" if not rows else "[\n" + inner + "  " + f",\n{inner}  ".join(rows) + f"\n{inner}]"
+        elif key in rows_keys and isinstance(item, list) and item and isinstance(item[0], list):
+            text = _dump_rows(item, inner)
+        elif key in rows_keys or (isinstance(item, list) and all(not isinstance(x, (dict, list)) for x in item)):
+            text = json.dumps(item, separators=(",", ":"))
+        else:
+            text = json.dumps(item, indent=None, separators=(",", ":"))
+        lines.append(head + text)
+    return "{\n" + ",\n".join(lines) + f"\n{_indent}}}"
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write a whole file or nothing: a temporary file in the same folder, then a rename."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if not folder.is_dir():
+        raise InputError(f"cannot write {str(target)!r}: folder {str(folder)!r} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=folder)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, target)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+    except OSError as exc:
+        raise InputError(f"cannot write {str(target)!r}: {exc.strerror or exc}") from None
+
+
+def save_algorithm(alg: Algorithm, path: str | os.PathLike[str]) -> None:
+    write_text_atomic(path, dumps(algorithm_to_json(alg)) + "\n")
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a folder, not a file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read: {exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+
+
+def load_algorithm(path: str | os.PathLike[str]) -> Algorithm:
+    data = read_json(path)
+    try:
+        return algorithm_from_json(data)
+    except CclError as exc:
+        raise InputError(f"{path}: {exc.message}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        what = f"missing field {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
+        raise InputError(f"{path}: malformed algorithm file: {what}") from None

@@ -1,0 +1,343 @@
+"""Topology: compute ranks, switch vertices, directed links, shared bandwidth limits, nodes.
+
+Vertices are numbered ranks first (0 .. n_ranks-1), then switches (n_ranks .. n_vertices-1).
+A ``Link`` is directed; its ``bandwidth`` is per lane in GB/s, so a link carries
+``bandwidth * lanes`` GB/s in total and up to ``lanes`` chunks at once in the step model.
+
+Two views of the same hardware:
+
+* the vertex view (this class as built): switches and NICs are vertices, which is what cut
+  bounds and multi-hop fabrics need;
+* the flattened rank view (``Topology.flat()``): only ranks, with one link per rank pair that
+  can talk directly or through switch vertices, and ``SharedLimit``s for every vertex link that
+  several flattened links share. SCCL/TACCL-style solvers and the verifier use this view.
+  ``flat()`` is the one place it is derived; nothing else re-derives it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from .errors import TopologyError
+
+SWITCH_KINDS = ("switch", "nic")
+
+
+@dataclass(frozen=True, order=True)
+class Link:
+    """A directed link. ``bandwidth`` is GB/s per lane, ``latency`` is microseconds."""
+
+    src: int
+    dst: int
+    bandwidth: float
+    latency: float
+    lanes: int = 1
+
+    def __post_init__(self) -> None:
+        where = f"link {self.src} -> {self.dst}"
+        if isinstance(self.lanes, bool) or not isinstance(self.lanes, int) or self.lanes < 1:
+            raise TopologyError(f"{where}: lanes must be a positive integer, got {self.lanes!r}")
+        if not self.bandwidth > 0 or self.bandwidth == float("inf"):
+            raise TopologyError(f"{where}: bandwidth must be positive, got {self.bandwidth!r} GB/s")
+        if not self.latency >= 0 or self.latency == float("inf"):
+            raise TopologyError(f"{where}: latency must be >= 0, got {self.latency!r} us")
+
+    @property
+    def capacity(self) -> float:
+        """Total GB/s over all lanes."""
+        return self.bandwidth * self.lanes
+
+    @property
+    def pair(self) -> tuple[int, int]:
+        return (self.src, self.dst)
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A non-rank vertex. A ``nic`` forwards only between its hosts and the network: a path
+    never goes rank -> nic -> rank. A ``switch`` forwards between any of its ports."""
+
+    name: str
+    kind: str = "switch"
+    node: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in SWITCH_KINDS:
+            raise TopologyError(f"switch {self.name!r}: kind must be one of {SWITCH_KINDS}, got {self.kind!r}")
+        if not self.name:
+            raise TopologyError("a switch needs a name")
+
+
+@dataclass(frozen=True)
+class SharedLimit:
+    """A cap in GB/s on the summed traffic of a set of links (a NIC port, a PCIe switch)."""
+
+    name: str
+    links: tuple[tuple[int, int], ...]
+    bandwidth: float
+
+    def __post_init__(self) -> None:
+        if not self.bandwidth > 0:
+            raise TopologyError(f"shared limit {self.name!r}: bandwidth must be positive, got {self.bandwidth!r}")
+        if not self.links:
+            raise TopologyError(f"shared limit {self.name!r} covers no links")
+        links = tuple(sorted({(int(a), int(b)) for a, b in self.links}))
+        object.__setattr__(self, "links", links)
+
+    def lanes(self, topology: Topology) -> int:
+        """Chunks the limit lets through at once: its bandwidth over the widest lane it caps."""
+        widest = max(topology.link(a, b).bandwidth for a, b in self.links)  # type: ignore[union-attr]
+        return max(1, int(self.bandwidth / widest + 1e-9))
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str
+    n_ranks: int
+    links: tuple[Link, ...]
+    switches: tuple[Switch, ...] = ()
+    limits: tuple[SharedLimit, ...] = ()
+    node_of: tuple[int, ...] = ()
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.n_ranks, bool) or not isinstance(self.n_ranks, int) or self.n_ranks < 1:
+            raise TopologyError(f"topology {self.name!r}: needs at least 1 rank, got {self.n_ranks!r}")
+        n_vertices = self.n_ranks + len(self.switches)
+        names = [s.name for s in self.switches]
+        if len(set(names)) != len(names):
+            dup = sorted({x for x in names if names.count(x) > 1})[0]
+            raise TopologyError(f"topology {self.name!r}: switch {dup!r} is defined twice")
+        seen: set[tuple[int, int]] = set()
+        for link in self.links:
+            for v in (link.src, link.dst):
+                if not 0 <= v < n_vertices:
+                    raise TopologyError(
+                        f"topology {self.name!r}: link {link.src} -> {link.dst} names vertex {v}, "
+                        f"but there are {self.n_ranks} ranks and {len(self.switches)} switches"
+                    )
+            if link.src == link.dst:
+                raise TopologyError(f"topology {self.name!r}: link {link.src} -> {link.dst} connects a vertex to itself")
+            if link.pair in seen:
+                raise TopologyError(
+                    f"topology {self.name!r}: link {link.src} -> {link.dst} is defined twice "
+                    "(use lanes for parallel links)"
+                )
+            seen.add(link.pair)
+        for limit in self.limits:
+            for pair in limit.links:
+                if pair not in seen:
+                    raise TopologyError(
+                        f"topology {self.name!r}: shared limit {limit.name!r} names link "
+                        f"{pair[0]} -> {pair[1]}, which does not exist"
+                    )
+        node_of = tuple(self.node_of) if self.node_of else (0,) * self.n_ranks
+        if len(node_of) != self.n_ranks:
+            raise TopologyError(
+                f"topology {self.name!r}: node_of has {len(node_of)} entries for {self.n_ranks} ranks"
+            )
+        if any((not isinstance(a, int)) or a < 0 for a in node_of):
+            raise TopologyError(f"topology {self.name!r}: node indices must be integers >= 0")
+        if node_of and sorted(set(node_of)) != list(range(max(node_of) + 1)):
+            raise TopologyError(f"topology {self.name!r}: nodes must be numbered 0..N-1 without gaps")
+        for s in self.switches:
+            if s.node is not None and not 0 <= s.node <= max(node_of):
+                raise TopologyError(f"switch {s.name!r} is on node {s.node}, which has no ranks")
+        object.__setattr__(self, "node_of", node_of)
+        object.__setattr__(self, "links", tuple(sorted(self.links)))
+        object.__setattr__(self, "limits", tuple(sorted(self.limits, key=lambda x: (x.name, x.links))))
+
+    # ---------------------------------------------------------------- vertices and links
+    @property
+    def n_vertices(self) -> int:
+        return self.n_ranks + len(self.switches)
+
+    def is_rank(self, v: int) -> bool:
+        return 0 <= v < self.n_ranks
+
+    def vertex_name(self, v: int) -> str:
+        return str(v) if v < self.n_ranks else self.switches[v - self.n_ranks].name
+
+    def vertex(self, name: str) -> int:
+        """Vertex id of a rank number or a switch name."""
+        if name.isdigit() and int(name) < self.n_ranks:
+            return int(name)
+        for i, s in enumerate(self.switches):
+            if s.name == name:
+                return self.n_ranks + i
+        raise TopologyError(f"topology {self.name!r} has no vertex {name!r}")
+
+    @cached_property
+    def _link_map(self) -> dict[tuple[int, int], Link]:
+        return {link.pair: link for link in self.links}
+
+    def link(self, src: int, dst: int) -> Link | None:
+        return self._link_map.get((src, dst))
+
+    @cached_property
+    def out_links(self) -> tuple[tuple[Link, ...], ...]:
+        out: list[list[Link]] = [[] for _ in range(self.n_vertices)]
+        for link in self.links:
+            out[link.src].append(link)
+        return tuple(tuple(x) for x in out)
+
+    @cached_property
+    def in_links(self) -> tuple[tuple[Link, ...], ...]:
+        inc: list[list[Link]] = [[] for _ in range(self.n_vertices)]
+        for link in self.links:
+            inc[link.dst].append(link)
+        return tuple(tuple(x) for x in inc)
+
+    # ---------------------------------------------------------------- nodes
+    @property
+    def n_nodes(self) -> int:
+        return max(self.node_of) + 1
+
+    @cached_property
+    def node_ranks(self) -> tuple[tuple[int, ...], ...]:
+        """Ranks of each node in increasing order."""
+        out: list[list[int]] = [[] for _ in range(self.n_nodes)]
+        for r, a in enumerate(self.node_of):
+            out[a].append(r)
+        return tuple(tuple(x) for x in out)
+
+    def local_index(self, rank: int) -> int:
+        return self.node_ranks[self.node_of[rank]].index(rank)
+
+    @property
+    def uniform_nodes(self) -> bool:
+        """Every node has the same number of ranks."""
+        return len({len(x) for x in self.node_ranks}) == 1
+
+    # ---------------------------------------------------------------- the flattened view
+    def routes_from(self, src: int) -> Mapping[int, tuple[int, ...]]:
+        """Rank-to-rank routes from ``src`` in the flattened view: for each reachable rank, the
+        vertex path (src, switches..., dst). A direct link is always the route when it exists;
+        otherwise the path through switch vertices with least latency (then fewest hops, then
+        smallest vertex ids), never passing through another rank or turning around at a NIC."""
+        cache = self._cache.setdefault("routes", {})
+        if src not in cache:
+            cache[src] = self._compute_routes(src)
+        return cache[src]
+
+    def _compute_routes(self, src: int) -> dict[int, tuple[int, ...]]:
+        n = self.n_ranks
+        routes: dict[int, tuple[int, ...]] = {}
+        for link in self.out_links[src]:
+            if link.dst < n:
+                routes[link.dst] = (src, link.dst)
+        if not self.switches:
+            return routes
+        # Dijkstra over (vertex, came_from_rank) states through switch vertices only.
+        best: dict[tuple[int, bool], tuple[float, int, tuple[int, ...]]] = {}
+        heap: list[tuple[float, int, tuple[int, ...], int, bool]] = []
+        for link in self.out_links[src]:
+            if link.dst >= n:
+                key = (link.latency, 1, (src, link.dst))
+                heapq.heappush(heap, (*key, link.dst, True))
+        found: dict[int, tuple[float, int, tuple[int, ...]]] = {}
+        while heap:
+            lat, hops, path, v, from_rank = heapq.heappop(heap)
+            state = (v, from_rank)
+            if state in best:
+                continue
+            best[state] = (lat, hops, path)
+            is_nic = self.switches[v - n].kind == "nic"
+            for link in self.out_links[v]:
+                w = link.dst
+                key = (lat + link.latency, hops + 1, path + (w,))
+                if w < n:
+                    if w == src or (is_nic and from_rank):
+                        continue
+                    if w not in found or key < found[w]:
+                        found[w] = key
+                    continue
+                nstate = (w, False)
+                if nstate not in best and w not in path:
+                    heapq.heappush(heap, (*key, w, False))
+        for w, (_, _, path) in found.items():
+            routes.setdefault(w, path)
+        return routes
+
+    def flat_link(self, src: int, dst: int) -> Link | None:
+        """The flattened rank-to-rank link, or None if the ranks cannot talk without relaying
+        through another rank."""
+        if not self.switches:
+            return self.link(src, dst)
+        path = self.routes_from(src).get(dst)
+        if path is None:
+            return None
+        return self._path_link(path)
+
+    def _path_link(self, path: tuple[int, ...]) -> Link:
+        hops = [self._link_map[(a, b)] for a, b in zip(path, path[1:])]
+        if len(hops) == 1:
+            return hops[0]
+        lanes = min(h.lanes for h in hops)
+        capacity = min(h.capacity for h in hops)
+        return Link(path[0], path[-1], capacity / lanes, sum(h.latency for h in hops), lanes)
+
+    def flat(self) -> Topology:
+        """The rank-only view (see module docstring). Cached; returns self when there are no
+        switches."""
+        if not self.switches:
+            return self
+        if "flat" in self._cache:
+            return self._cache["flat"]
+        links: list[Link] = []
+        users: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for s in range(self.n_ranks):
+            for t, path in sorted(self.routes_from(s).items()):
+                links.append(self._path_link(path))
+                for hop in zip(path, path[1:]):
+                    users.setdefault(hop, []).append((s, t))
+        limits: dict[tuple[tuple[int, int], ...], SharedLimit] = {}
+
+        def add(limit: SharedLimit) -> None:
+            old = limits.get(limit.links)
+            if old is None or limit.bandwidth < old.bandwidth:
+                limits[limit.links] = limit
+
+        flat_capacity = {link.pair: link.capacity for link in links}
+        for hop, pairs in sorted(users.items()):
+            vlink = self._link_map[hop]
+            if len(pairs) < 2 or vlink.capacity >= sum(flat_capacity[p] for p in pairs) - 1e-9:
+                continue
+            name = f"{self.vertex_name(hop[0])}->{self.vertex_name(hop[1])}"
+            add(SharedLimit(name, tuple(pairs), vlink.capacity))
+        for limit in self.limits:
+            pairs_set: set[tuple[int, int]] = set()
+            for hop in limit.links:
+                pairs_set.update(users.get(hop, ()))
+            if pairs_set:
+                add(SharedLimit(limit.name, tuple(pairs_set), limit.bandwidth))
+        flat = Topology(
+            name=self.name,
+            n_ranks=self.n_ranks,
+            links=tuple(links),
+            limits=tuple(limits.values()),
+            node_of=self.node_of,
+        )
+        self._cache["flat"] = flat
+        return flat
+
+    # ---------------------------------------------------------------- summaries
+    def total_out_bandwidth(self, v: int) -> float:
+        return sum(link.capacity for link in self.out_links[v])
+
+    def to_json(self) -> dict:
+        from .serialize import topology_to_json
+
+        return topology_to_json(self)
+
+
+def bidirectional(pairs: Iterable[tuple[int, int]], bandwidth: float, latency: float, lanes: int = 1) -> list[Link]:
+    """Links both ways for every pair."""
+    out = []
+    for a, b in pairs:
+        out.append(Link(a, b, bandwidth, latency, lanes))
+        out.append(Link(b, a, bandwidth, latency, lanes))
+    return out

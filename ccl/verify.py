@@ -1,0 +1,353 @@
+"""The symbolic verifier: executes a schedule on symbols and checks the collective's postcondition.
+
+Independent of every solver: nothing a solver returns is trusted without passing here.
+
+Each slot holds a multiset of input-chunk ids (the chunks whose sum it holds). A copy moves a
+multiset, a reduce adds two. At the end every output slot must equal its required set exactly;
+a chunk counted twice is an error. Also checked: every transfer uses an existing link of the
+flattened topology, no read or reduce sees a slot before it holds a value, no copy collides with
+another write in one step, and (where the schedule gives rounds) every link and shared limit
+carries at most lanes x rounds slots per step.
+
+Multisets are kept as bitmasks: chunks that appear together in some required sum form a group
+and get bit positions in it, so a value is (group, mask of chunks, mask of chunks counted more
+than once). Values mixing groups can never be a correct output and are kept as explicit counts
+only for the error message.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from .algorithm import Algorithm
+from .collective import Collective
+from .errors import VerificationError
+
+_Value = tuple  # (group, mask, dup) or (-1, Counter) for a mix of groups
+
+
+@dataclass(frozen=True)
+class VerificationResult:
+    """What a successful verification established."""
+
+    steps: int
+    transfers: int
+    chunk_transfers: int
+    in_place: bool
+
+
+class _Chunks:
+    """Group and bit of every chunk id, and the required value of every distinct output set."""
+
+    def __init__(self, collective: Collective) -> None:
+        seen: dict[int, frozenset[int]] = {}  # large collectives share set objects: visit each once
+        for slots in collective.outputs:
+            for need in slots:
+                if id(need) not in seen:
+                    seen[id(need)] = need
+        distinct = list(dict.fromkeys(seen.values()))
+        covered: set[int] = set()
+        overlap = False
+        for need in distinct:
+            if not overlap and not covered.isdisjoint(need):
+                overlap = True
+            covered.update(need)
+        groups: list[list[int]]
+        if not overlap:  # the usual case: required sums are disjoint, each is a group
+            groups = [sorted(need) for need in distinct]
+        else:
+            groups = _merge_overlapping(distinct)
+        loose = sorted({c for slots in collective.inputs for c in slots} - covered)
+        groups.extend([c] for c in loose)
+        groups.sort(key=lambda g: g[0])
+        self.where: dict[int, tuple[int, int]] = {}
+        self.members: list[list[int]] = groups
+        for g, cs in enumerate(groups):
+            for bit, c in enumerate(cs):
+                self.where[c] = (g, 1 << bit)
+        self.required: dict[int, _Value] = {}
+        for key, need in seen.items():
+            g = self.where[next(iter(need))][0]
+            mask = 0
+            for c in need:
+                mask |= self.where[c][1]
+            self.required[key] = (g, mask, 0)
+        self.collective = collective
+
+    def value(self, chunk: int) -> _Value:
+        g, bit = self.where[chunk]
+        return (g, bit, 0)
+
+    def counts(self, value: _Value) -> Counter:
+        if value[0] < 0:
+            return value[1]
+        g, mask, dup = value
+        out: Counter = Counter()
+        for bit, c in enumerate(self.members[g]):
+            if mask >> bit & 1:
+                out[c] = 2 if dup >> bit & 1 else 1
+        return out
+
+    def add(self, a: _Value, b: _Value) -> _Value:
+        if a[0] >= 0 and a[0] == b[0]:
+            ga, ma, da = a
+            _, mb, db = b
+            return (ga, ma | mb, da | db | (ma & mb))
+        return (-1, self.counts(a) + self.counts(b))
+
+    def describe(self, value: _Value | None) -> str:
+        if value is None:
+            return "nothing"
+        counts = self.counts(value)
+        return _describe_counts(counts)
+
+
+def _merge_overlapping(sets: list[frozenset[int]]) -> list[list[int]]:
+    """Union-find: chunks that appear together in some set end in one group."""
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        root = x
+        while parent.setdefault(root, root) != root:
+            root = parent[root]
+        while parent[x] != root:
+            parent[x], x = root, parent[x]
+        return root
+
+    for need in sets:
+        it = iter(need)
+        first = find(next(it))
+        for c in it:
+            other = find(c)
+            if other != first:
+                parent[other] = first
+    members: dict[int, list[int]] = {}
+    for c in sorted(parent):
+        members.setdefault(find(c), []).append(c)
+    return list(members.values())
+
+
+def _describe_counts(counts: Counter) -> str:
+    ids = sorted(counts)
+    parts = [f"{c}" + (" (twice or more)" if counts[c] > 1 else "") for c in ids[:8]]
+    more = f", ... ({len(ids)} chunks)" if len(ids) > 8 else ""
+    if len(ids) == 1 and counts[ids[0]] == 1:
+        return f"chunk {ids[0]}"
+    return "sum of chunks " + ", ".join(parts) + more
+
+
+def verify(algorithm: Algorithm, *, in_place: bool = False) -> VerificationResult:
+    """Raise VerificationError naming rank, step, slot and what was expected vs found, or
+    return what was checked. With ``in_place=True`` each aliased output slot is the same memory
+    as its input slot (the in-place call of a runtime)."""
+    coll = algorithm.collective
+    topo = algorithm.topology
+    chunks = _Chunks(coll)
+    n = coll.n_ranks
+
+    # state[(rank, buffer, index)] = value. In place, aliased output slots are their input slots.
+    state: dict[tuple[int, str, int], _Value] = {}
+    alias: dict[tuple[int, str, int], tuple[int, str, int]] = {}
+    for r in range(n):
+        for i, c in enumerate(coll.inputs[r]):
+            state[(r, "input", i)] = chunks.value(c)
+        for j, a in enumerate(coll.aliases[r]):
+            if a is None:
+                continue
+            if in_place:
+                alias[(r, "output", j)] = (r, "input", a)
+            else:
+                state[(r, "output", j)] = state[(r, "input", a)]
+
+    def key(rank: int, buf: str, idx: int) -> tuple[int, str, int]:
+        slot = (rank, buf, idx)
+        return alias.get(slot, slot)
+
+    link_ok: dict[tuple[int, int], bool] = {}
+    transfers = algorithm.transfers
+    for k, t in enumerate(transfers):
+        if t.src != t.dst:
+            pair = (t.src, t.dst)
+            ok = link_ok.get(pair)
+            if ok is None:
+                ok = link_ok[pair] = topo.flat_link(t.src, t.dst) is not None
+            if not ok:
+                raise VerificationError(
+                    f"transfer {k} ({t.describe()}): topology {topo.name!r} has no link from rank "
+                    f"{t.src} to rank {t.dst}",
+                    rank=t.src,
+                    step=t.step,
+                    transfer=k,
+                )
+
+    if algorithm.rounds is not None:
+        _check_capacity(algorithm)
+
+    get = state.get
+    for step, indices in enumerate(algorithm.by_step):
+        first: dict[tuple[int, str, int], tuple[str, _Value, int]] = {}
+        more: dict[tuple[int, str, int], list[tuple[str, _Value, int]]] = {}
+        for k in indices:
+            src, sbuf, sidx, dst, dbuf, didx, count, op = transfers[k][1:]
+            for j in range(count):
+                skey = (src, sbuf, sidx + j)
+                if alias:
+                    skey = alias.get(skey, skey)
+                value = get(skey)
+                if value is None:
+                    t = transfers[k]
+                    raise VerificationError(
+                        f"step {step}: rank {src} reads {sbuf}[{sidx + j}] before anything "
+                        f"was written there (transfer {k}: {t.describe()})",
+                        rank=src,
+                        step=step,
+                        buffer=sbuf,
+                        index=sidx + j,
+                        transfer=k,
+                        expected="a value",
+                        found="nothing",
+                    )
+                dkey = (dst, dbuf, didx + j)
+                if alias:
+                    dkey = alias.get(dkey, dkey)
+                if dkey in first:
+                    more.setdefault(dkey, [first[dkey]]).append((op, value, k))
+                else:
+                    first[dkey] = (op, value, k)
+        for dkey, (op, value, k) in first.items():
+            if dkey in more:
+                continue
+            if op == "copy":
+                state[dkey] = value
+                continue
+            current = get(dkey)
+            if current is None:
+                _reduce_into_nothing(transfers, step, dkey, k)
+            state[dkey] = chunks.add(current, value)
+        for dkey, ws in more.items():
+            rank = dkey[0]
+            if any(op == "copy" for op, _, _ in ws):
+                ks = sorted(k for _, _, k in ws)
+                raise VerificationError(
+                    f"step {step}: rank {rank} {dkey[1]}[{dkey[2]}] receives a copy and another write "
+                    f"in the same step (transfers {ks[0]} and {ks[1]}: {transfers[ks[0]].describe()}; "
+                    f"{transfers[ks[1]].describe()})",
+                    rank=rank,
+                    step=step,
+                    buffer=dkey[1],
+                    index=dkey[2],
+                    transfer=ks[1],
+                )
+            current = get(dkey)
+            if current is None:
+                _reduce_into_nothing(transfers, step, dkey, ws[0][2])
+            for _, value, _ in ws:
+                current = chunks.add(current, value)
+            state[dkey] = current
+
+    last = algorithm.n_steps - 1
+    for r in range(n):
+        for j, need in enumerate(coll.outputs[r]):
+            want = chunks.required[id(need)]
+            got = state.get(key(r, "output", j))
+            if got == want:
+                continue
+            expected = chunks.describe(want)
+            found = chunks.describe(got)
+            detail = ""
+            if got is not None:
+                have = chunks.counts(got)
+                wanted = set(need)
+                missing = sorted(wanted - set(have))
+                extra = sorted(set(have) - wanted)
+                twice = sorted(c for c, m in have.items() if m > 1)
+                bits = []
+                if missing:
+                    bits.append(f"missing {_short(missing)}")
+                if extra:
+                    bits.append(f"extra {_short(extra)}")
+                if twice:
+                    bits.append(f"counted more than once: {_short(twice)}")
+                detail = " (" + "; ".join(bits) + ")" if bits else ""
+            raise VerificationError(
+                f"after the last step ({last}): rank {r} output[{j}] should hold {expected} but holds "
+                f"{found}{detail}",
+                rank=r,
+                step=last,
+                buffer="output",
+                index=j,
+                expected=expected,
+                found=found,
+            )
+    return VerificationResult(
+        steps=algorithm.n_steps,
+        transfers=len(transfers),
+        chunk_transfers=algorithm.n_chunk_transfers,
+        in_place=in_place,
+    )
+
+
+def _reduce_into_nothing(transfers, step: int, dkey: tuple[int, str, int], k: int) -> None:
+    rank, buf, idx = dkey
+    raise VerificationError(
+        f"step {step}: rank {rank} reduces into {buf}[{idx}], which holds no value yet "
+        f"(transfer {k}: {transfers[k].describe()})",
+        rank=rank,
+        step=step,
+        buffer=buf,
+        index=idx,
+        transfer=k,
+        expected="a value to reduce into",
+        found="nothing",
+    )
+
+
+def _short(ids: list[int]) -> str:
+    text = ", ".join(str(c) for c in ids[:6])
+    return f"chunks {text}" + (f", ... ({len(ids)} in all)" if len(ids) > 6 else "")
+
+
+def _check_capacity(algorithm: Algorithm) -> None:
+    """Per-step load of each link and shared limit against lanes x rounds."""
+    assert algorithm.rounds is not None
+    flat = algorithm.topology.flat()
+    limit_of: dict[tuple[int, int], list[int]] = {}
+    for i, limit in enumerate(flat.limits):
+        for pair in limit.links:
+            limit_of.setdefault(pair, []).append(i)
+    limit_lanes = [limit.lanes(flat) for limit in flat.limits]
+    for step, indices in enumerate(algorithm.by_step):
+        rounds = algorithm.rounds[step]
+        load: Counter = Counter()
+        limit_load: Counter = Counter()
+        for k in indices:
+            t = algorithm.transfers[k]
+            if t.src == t.dst:
+                continue
+            load[(t.src, t.dst)] += t.count
+            for i in limit_of.get((t.src, t.dst), ()):
+                limit_load[i] += t.count
+        for (a, b), used in sorted(load.items()):
+            link = flat.link(a, b)
+            assert link is not None
+            if used > link.lanes * rounds:
+                raise VerificationError(
+                    f"step {step}: link {a} -> {b} carries {used} slots but has {link.lanes} lane(s) x "
+                    f"{rounds} round(s)",
+                    rank=a,
+                    step=step,
+                    expected=f"at most {link.lanes * rounds} slots",
+                    found=f"{used} slots",
+                )
+        for i, used in sorted(limit_load.items()):
+            cap = limit_lanes[i] * rounds
+            if used > cap:
+                limit = flat.limits[i]
+                raise VerificationError(
+                    f"step {step}: shared limit {limit.name!r} carries {used} slots but allows "
+                    f"{limit_lanes[i]} x {rounds} round(s)",
+                    step=step,
+                    expected=f"at most {cap} slots",
+                    found=f"{used} slots",
+                )

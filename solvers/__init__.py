@@ -1,0 +1,71 @@
+"""Synthesis: every solver behind one entry point, ``synthesize(problem) -> Algorithm``.
+
+Solvers register by name with the collective kinds they implement; modules are imported only
+when their solver runs, so heavy dependencies (z3, pulp) load on demand.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from ccl.algorithm import Algorithm
+from ccl.errors import CollectiveError, InputError
+from ccl.problem import Problem
+
+__all__ = ["SOLVERS", "SolverInfo", "solvers_for", "synthesize"]
+
+ALL_BUILTIN = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce", "gather", "scatter")
+
+
+@dataclass(frozen=True)
+class SolverInfo:
+    name: str
+    kinds: tuple[str, ...]
+    summary: str
+    module: str
+    template: bool = True  # instant constructive algorithm (also a baseline)
+
+    def load(self):
+        """The module's ``synthesize(problem)``; modules with several variants read
+        ``problem.request.solver``."""
+        return importlib.import_module(self.module).synthesize
+
+
+SOLVERS: dict[str, SolverInfo] = {
+    s.name: s
+    for s in (
+        SolverInfo("ring", ("allgather", "reducescatter", "allreduce", "broadcast", "reduce"),
+                   "ring over the topology's links (pipelined chain for rooted collectives)", "solvers.ring"),
+        SolverInfo("direct", ALL_BUILTIN, "all-pairs: every piece sent straight to where it is needed",
+                   "solvers.direct"),
+        SolverInfo("recursive-doubling", ("allgather", "allreduce"),
+                   "recursive doubling (Bruck's algorithm for non-powers of two)", "solvers.recursive"),
+        SolverInfo("recursive-halving", ("reducescatter", "allreduce"),
+                   "recursive halving; allreduce as halving reducescatter + doubling allgather", "solvers.recursive"),
+        SolverInfo("binomial-tree", ("broadcast", "reduce", "allreduce"),
+                   "binomial tree; allreduce as reduce then broadcast", "solvers.trees"),
+        SolverInfo("double-binary-tree", ("broadcast", "reduce", "allreduce"),
+                   "two complementary pipelined binary trees, half the data on each", "solvers.trees"),
+        SolverInfo("hierarchical", ("allreduce", "allgather", "reducescatter", "alltoall"),
+                   "multi-node: intra-node phase, inter-node phase across same-index ranks, intra-node phase",
+                   "solvers.hierarchical"),
+    )
+}
+
+
+def solvers_for(kind: str) -> list[str]:
+    return [name for name, info in SOLVERS.items() if kind in info.kinds]
+
+
+def synthesize(problem: Problem) -> Algorithm:
+    """Run the solver the problem's request names. Raises the project's errors only."""
+    name = problem.request.solver
+    info = SOLVERS.get(name)
+    if info is None:
+        raise InputError(f"unknown solver {name!r}; known: {', '.join(SOLVERS)}")
+    kind = problem.collective.kind
+    if kind not in info.kinds:
+        others = ", ".join(solvers_for(kind)) or "none"
+        raise CollectiveError(f"solver {name!r} does not implement {kind}; solvers that do: {others}")
+    return info.load()(problem)

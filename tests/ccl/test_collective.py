@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+import pytest
+
+from ccl import CollectiveError
+from ccl.collective import (
+    BUILTIN_KINDS,
+    ROOTED_KINDS,
+    Collective,
+    allgather,
+    allreduce,
+    alltoall,
+    broadcast,
+    builtin,
+    custom,
+    gather,
+    reduce,
+    reducescatter,
+    scatter,
+)
+
+
+def test_allgather_layout():
+    c = allgather(3)
+    assert c.inputs == ((0,), (1,), (2,))
+    assert c.outputs[1] == (frozenset({0}), frozenset({1}), frozenset({2}))
+    assert c.aliases[1] == (None, 0, None)
+    assert not c.is_reducing
+
+
+def test_reducescatter_sums_one_slot_per_rank():
+    c = reducescatter(3)
+    # rank 1 ends with the sum of every rank's input slot 1
+    assert c.outputs[1] == (frozenset({1, 4, 7}),)
+    assert c.aliases[1] == (1,)
+    assert c.is_reducing
+
+
+def test_allreduce_and_reduce():
+    assert allreduce(4).outputs[2] == (frozenset(range(4)),)
+    r = reduce(4, root=2)
+    assert r.outputs[2] == (frozenset(range(4)),)
+    assert r.outputs[0] == ()
+    assert r.aliases[2] == (0,)
+
+
+def test_alltoall_layout():
+    c = alltoall(3)
+    # rank 2's slot 0 comes from rank 0's slot 2 (chunk 0*3+2)
+    assert c.outputs[2][0] == frozenset({2})
+    assert c.inputs[0] == (0, 1, 2)
+    assert c.aliases[2] == (None, None, 2)
+
+
+def test_rooted_layouts():
+    b = broadcast(4, root=1)
+    assert b.inputs == ((), (0,), (), ())
+    assert all(slots == (frozenset({0}),) for slots in b.outputs)
+    g = gather(3, root=0)
+    assert g.outputs[0] == (frozenset({0}), frozenset({1}), frozenset({2}))
+    assert g.outputs[1] == ()
+    s = scatter(3, root=2)
+    assert s.inputs[2] == (0, 1, 2)
+    assert s.outputs[0] == (frozenset({0}),)
+    assert s.aliases[2] == (2,)
+
+
+def test_chunk_up_splits_every_slot_contiguously():
+    c = allgather(2).chunk_up(3)
+    assert c.inputs == ((0, 1, 2), (3, 4, 5))
+    assert c.outputs[0] == tuple(frozenset({i}) for i in range(6))
+    assert c.aliases[1] == (None, None, None, 0, 1, 2)
+    assert c.chunk_factor == 3
+    red = allreduce(2).chunk_up(2)
+    assert red.outputs[0] == (frozenset({0, 2}), frozenset({1, 3}))
+
+
+def test_chunk_up_composes():
+    for make in (allgather, allreduce, alltoall, reducescatter):
+        assert make(3).chunk_up(2).chunk_up(3) == make(3).chunk_up(6)
+
+
+def test_chunk_up_identity_and_bad_factor():
+    c = allgather(4)
+    assert c.chunk_up(1) is c
+    with pytest.raises(CollectiveError):
+        c.chunk_up(0)
+
+
+def test_builtin_by_name_and_errors():
+    for kind in BUILTIN_KINDS:
+        root = 1 if kind in ROOTED_KINDS else None
+        c = builtin(kind, 4, root, chunks=2)
+        assert c.kind == kind and c.chunk_factor == 2 and c.n_ranks == 4
+    assert builtin("reduce_scatter", 2).kind == "reducescatter"
+    with pytest.raises(CollectiveError, match="unknown collective"):
+        builtin("allshuffle", 4)
+    with pytest.raises(CollectiveError, match="has no root"):
+        builtin("allgather", 4, root=1)
+    with pytest.raises(CollectiveError, match="root must be a rank"):
+        builtin("broadcast", 4, root=4)
+    with pytest.raises(CollectiveError, match="positive number of ranks"):
+        builtin("allgather", 0)
+
+
+def test_custom_from_conditions():
+    # a shift: chunk r moves from rank r to rank r+1
+    c = custom("shift", 3, pre=[(r, r) for r in range(3)], post=[(r, (r + 1) % 3) for r in range(3)])
+    assert c.kind == "custom"
+    assert c.inputs == ((0,), (1,), (2,))
+    assert c.outputs[1] == (frozenset({0}),)
+    assert c.aliases == ((None,), (None,), (None,))
+
+
+def test_custom_aliases_a_chunk_that_stays():
+    c = custom("keep", 2, pre=[(0, 0), (1, 1)], post=[(0, 0), (1, 0)])
+    assert c.aliases[0] == (0, None)
+
+
+def test_custom_reducing_postcondition():
+    c = custom("sum2", 2, pre=[(0, 0), (1, 1)], post=[({0, 1}, 1)])
+    assert c.is_reducing
+    assert c.aliases[1] == (0,)
+
+
+def test_custom_postcondition_that_can_never_be_met():
+    with pytest.raises(CollectiveError, match="can never be met"):
+        custom("bad", 2, pre=[(0, 0)], post=[(5, 1)])
+
+
+def test_custom_rank_out_of_range():
+    with pytest.raises(CollectiveError, match="not in 0..1"):
+        custom("bad", 2, pre=[(0, 2)], post=[])
+    with pytest.raises(CollectiveError, match="postcondition names rank 7"):
+        custom("bad", 2, pre=[(0, 0)], post=[(0, 7)])
+
+
+def test_validation_of_explicit_form():
+    with pytest.raises(CollectiveError, match="aliases input slot 3"):
+        Collective("x", "custom", 1, ((0,),), ((frozenset({0}),),), ((3,),))
+    with pytest.raises(CollectiveError, match="same input chunk in two slots"):
+        Collective("x", "custom", 1, ((0, 0),), ((frozenset({0}),),), ((None,),))
+    with pytest.raises(CollectiveError, match="requires nothing"):
+        Collective("x", "custom", 1, ((0,),), ((frozenset(),),), ((None,),))
+    with pytest.raises(CollectiveError, match="not part of what the slot must hold"):
+        Collective("x", "custom", 1, ((0, 1),), ((frozenset({0}),),), ((1,),))
+
+
+def test_origins_and_description():
+    c = alltoall(2)
+    assert c.origins()[3] == ((1, 1),)
+    assert "rank 1 input[1]" in c.describe_chunk(3)

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import ccl
+
+
+def test_public_names_are_pinned():
+    assert sorted(ccl.__all__) == sorted([
+        "BUFFERS", "OPS", "Algorithm", "BackendError", "CclError", "Collective", "CollectiveError",
+        "DslError", "InfeasibleError", "InputError", "Link", "Problem", "Request", "SharedLimit",
+        "SolverTimeout", "Span", "Switch", "Topology", "TopologyError", "Transfer", "VerificationError",
+        "VerificationResult", "collectives", "load", "problem", "save", "synthesize", "topology", "verify",
+    ])
+    for name in ccl.__all__:
+        assert hasattr(ccl, name), name
+
+
+def test_import_ccl_is_cheap():
+    code = "import sys, ccl; heavy = [m for m in ('z3', 'pulp', 'torch', 'lark', 'numpy', 'solvers', 'topologies') if m in sys.modules]; print(heavy)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_error_hierarchy_and_exit_codes():
+    assert issubclass(ccl.DslError, ccl.InputError)
+    assert issubclass(ccl.TopologyError, ccl.CclError)
+    codes = {cls: cls.exit_code for cls in (ccl.InputError, ccl.DslError, ccl.TopologyError, ccl.CollectiveError,
+                                            ccl.InfeasibleError, ccl.VerificationError, ccl.SolverTimeout,
+                                            ccl.BackendError)}
+    assert codes[ccl.InputError] == 2 and codes[ccl.DslError] == 2
+    assert codes[ccl.InfeasibleError] == 3 and codes[ccl.VerificationError] == 4
+    assert codes[ccl.SolverTimeout] == 5 and codes[ccl.BackendError] == 6
+
+
+def test_dsl_error_renders_file_line_column_and_caret():
+    src = "topology t {\n  ranks 0\n}\n"
+    err = ccl.DslError("needs at least one rank", ccl.Span("t.ccl", 2, 9, 2, 10), src)
+    assert err.render() == "t.ccl:2:9: needs at least one rank\n      ranks 0\n            ^"
+
+
+def test_python_api_quick_start(tmp_path):
+    problem = ccl.problem("dgx1", "allgather", solver="ring", chunks=2)
+    result = ccl.synthesize(problem)
+    assert result.status == "ok" and result.verification is not None
+    ccl.save(result.algorithm, tmp_path / "ag.json")
+    assert ccl.verify(ccl.load(tmp_path / "ag.json")).steps == result.algorithm.n_steps

@@ -1,0 +1,146 @@
+"""Single-transfer mutations of verified schedules are rejected.
+
+Mutations: drop a transfer, redirect its destination rank, move its destination slot, flip
+copy <-> reduce, duplicate a reduce. A mutation is rejected when the schedule no longer builds
+(a malformed transfer) or no longer verifies.
+
+Every mutant is also run concretely, on random integers, by an executor written here
+independently of the verifier, and the two must agree on every mutant, both ways. Some mutants
+are correct schedules, and the verifier rightly accepts them:
+
+* a redirect in a reduction tree: a partial sum sent to a sibling that has not yet reduced
+  upward still reaches the root;
+* dropping or moving a forwarding copy into scratch when routing sends the same chunk through
+  the same relay twice (a rooted chain on a sparse topology): the relay's slot already holds it.
+
+Anything else a template emits is necessary: dropping, moving, flipping or duplicating it must
+break the schedule.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import solvers
+import topologies as T
+from ccl import Algorithm, CollectiveError, Problem, Request, Transfer, VerificationError, verify
+from ccl.collective import ROOTED_KINDS, builtin
+
+SAMPLE = 30  # transfers mutated per schedule (all of them when there are fewer)
+
+
+def schedules():
+    out = []
+    for spec in ("ring:5", "line:4", "dgx1", "switch:4", "star:4", "fully-connected:6"):
+        topo = T.build(spec)
+        for name, info in solvers.SOLVERS.items():
+            if name == "hierarchical":
+                continue
+            for kind in info.kinds:
+                for k in (1, 2):
+                    root = 1 if kind in ROOTED_KINDS else None
+                    out.append((topo, kind, name, k, root))
+    topo = T.ndv2(2)
+    for kind in solvers.SOLVERS["hierarchical"].kinds:
+        out.append((topo, kind, "hierarchical", 1, None))
+    return out
+
+
+CASES = schedules()
+
+
+def rejected(algorithm: Algorithm, transfers: list[Transfer]) -> bool:
+    try:
+        mutated = algorithm.with_transfers(transfers)
+    except CollectiveError:
+        return True
+    try:
+        verify(mutated)
+    except VerificationError:
+        return True
+    return False
+
+
+def concretely_correct(algorithm: Algorithm, transfers: list[Transfer]) -> bool:
+    """Run the schedule on random 62-bit integers with exact sums; an undefined read, a reduce into
+    nothing, a colliding copy or a missing link makes it incorrect."""
+    coll, topo = algorithm.collective, algorithm.topology
+    rng = random.Random(7)
+    value = {c: rng.getrandbits(62) for slots in coll.inputs for c in slots}
+    mem: dict[tuple[int, str, int], int] = {}
+    for r, slots in enumerate(coll.inputs):
+        for i, c in enumerate(slots):
+            mem[(r, "input", i)] = value[c]
+        for j, a in enumerate(coll.aliases[r]):
+            if a is not None:
+                mem[(r, "output", j)] = value[slots[a]]
+    steps: dict[int, list[Transfer]] = {}
+    for t in transfers:
+        steps.setdefault(t.step, []).append(t)
+    for step in sorted(steps):
+        writes: dict[tuple[int, str, int], list[tuple[str, int]]] = {}
+        for t in steps[step]:
+            if t.src != t.dst and topo.flat_link(t.src, t.dst) is None:
+                return False
+            for j in range(t.count):
+                got = mem.get((t.src, t.src_buf, t.src_index + j))
+                if got is None:
+                    return False
+                writes.setdefault((t.dst, t.dst_buf, t.dst_index + j), []).append((t.op, got))
+        for slot, ws in writes.items():
+            if any(op == "copy" for op, _ in ws):
+                if len(ws) > 1:
+                    return False
+                mem[slot] = ws[0][1]
+            else:
+                if slot not in mem:
+                    return False
+                mem[slot] += sum(v for _, v in ws)
+    return all(
+        mem.get((r, "output", j)) == sum(value[c] for c in need)
+        for r, slots in enumerate(coll.outputs)
+        for j, need in enumerate(slots)
+    )
+
+
+def other_slot(algorithm: Algorithm, t: Transfer) -> tuple[str, int]:
+    coll = algorithm.collective
+    size = {"input": len(coll.inputs[t.dst]), "output": len(coll.outputs[t.dst]),
+            "scratch": algorithm.scratch_slots[t.dst] + 1}[t.dst_buf]
+    if size > 1:
+        return t.dst_buf, (t.dst_index + 1) % size
+    return "scratch", algorithm.scratch_slots[t.dst]
+
+
+@pytest.mark.parametrize(("topo", "kind", "solver", "k", "root"), CASES,
+                         ids=[f"{c[0].name}-{c[2]}-{c[1]}-k{c[3]}" for c in CASES])
+def test_every_single_transfer_mutation_is_rejected(topo, kind, solver, k, root):
+    algorithm = solvers.synthesize(Problem(topo, builtin(kind, topo.n_ranks, root), Request(solver, chunks=k)))
+    verify(algorithm)
+    transfers = list(algorithm.transfers)
+    n = topo.n_ranks
+    rng = random.Random(f"{topo.name}-{solver}-{kind}-{k}")
+    picks = sorted(rng.sample(range(len(transfers)), min(SAMPLE, len(transfers))))
+    survivors = []
+    for i in picks:
+        t = transfers[i]
+        mutations = {
+            "drop": transfers[:i] + transfers[i + 1:],
+            "flip": transfers[:i] + [t._replace(op="reduce" if t.op == "copy" else "copy")] + transfers[i + 1:],
+        }
+        dst = next(q for q in ((t.dst + d) % n for d in range(1, n)) if q != t.src)
+        mutations["redirect"] = transfers[:i] + [t._replace(dst=dst)] + transfers[i + 1:]
+        buf, idx = other_slot(algorithm, t)
+        mutations["slot"] = transfers[:i] + [t._replace(dst_buf=buf, dst_index=idx)] + transfers[i + 1:]
+        if t.op == "reduce":
+            mutations["duplicate"] = transfers[:i + 1] + [t] + transfers[i + 1:]
+        for what, mutated in mutations.items():
+            verdict = rejected(algorithm, mutated)
+            truth = concretely_correct(algorithm, mutated)
+            assert verdict != truth, f"verifier and concrete run disagree on {what} of {t.describe()}"
+            legitimate = what == "redirect" or (what in ("drop", "slot") and t.dst_buf == "scratch")
+            if not verdict and not legitimate:
+                survivors.append(f"{what} of transfer {i}: {t.describe()}")
+    assert not survivors, survivors

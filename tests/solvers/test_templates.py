@@ -1,0 +1,142 @@
+"""Every template on every topology where it applies, n = 2..16, chunk factors 1..4: verified,
+out of place and in place."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import solvers
+import topologies as T
+from ccl import CollectiveError, Problem, Request, verify
+from ccl.collective import ROOTED_KINDS, builtin
+from ccl.topology import Topology
+from topologies.multinode import Nic, multinode
+
+FLAT_SOLVERS = [name for name in solvers.SOLVERS if name != "hierarchical"]
+
+
+def families(n: int) -> list[Topology]:
+    out = [T.ring(n), T.line(n), T.fully_connected(n), T.star(n), T.switch(n), T.ring(n, directed=True)]
+    if n & (n - 1) == 0:
+        out.append(T.hypercube(n))
+    for a in range(2, math.isqrt(n) + 1):
+        if n % a == 0:
+            out.append(T.torus((a, n // a)))
+    return out
+
+
+CASES = [(n, topo) for n in range(2, 17) for topo in families(n)]
+
+
+def roots(kind: str, n: int) -> list[int | None]:
+    return sorted({0, n // 2, n - 1}) if kind in ROOTED_KINDS else [None]
+
+
+def check_all(topo: Topology, solver_names, chunk_factors) -> int:
+    n = topo.n_ranks
+    count = 0
+    for name in solver_names:
+        for kind in solvers.SOLVERS[name].kinds:
+            for root in roots(kind, n):
+                for k in chunk_factors:
+                    problem = Problem(topo, builtin(kind, n, root), Request(name, chunks=k))
+                    algorithm = solvers.synthesize(problem)
+                    assert algorithm.collective.kind == kind and algorithm.solver == name
+                    try:
+                        verify(algorithm)
+                        verify(algorithm, in_place=True)
+                    except Exception as exc:  # pragma: no cover - message for the failure report
+                        raise AssertionError(f"{name} {kind} root={root} k={k} on {topo.name}: {exc}") from exc
+                    count += 1
+    return count
+
+
+@pytest.mark.parametrize(("n", "topo"), CASES, ids=[f"{t.name}" for _, t in CASES])
+def test_every_flat_template_verifies(n, topo):
+    assert check_all(topo, FLAT_SOLVERS, (1, 2, 3, 4)) > 0
+
+
+MACHINES = ["dgx1", "amd8", "ndv2:2", "dgx2", "dgx-a100:2", "dgx-h100:2", "torus:2x2x2"]
+
+
+@pytest.mark.parametrize("spec", MACHINES)
+def test_every_flat_template_verifies_on_machines(spec):
+    assert check_all(T.build(spec), FLAT_SOLVERS, (1, 3)) > 0
+
+
+def multinode_cases() -> list[Topology]:
+    out = []
+    for L in range(2, 9):
+        for N in range(2, 17 // L + 1):
+            if N * L > 16:
+                continue
+            out.append(multinode(T.ring(L), N, [Nic((0,), 10.0, 20.0)], name=f"ring{L}x{N}"))
+            out.append(multinode(T.switch(L), N, [Nic((i,), 10.0, 20.0) for i in range(L)], fabric="rail",
+                                 name=f"switch{L}x{N}-rail"))
+    out.append(multinode(T.line(3), 3, [Nic((1,), 10.0, 20.0)], fabric="leafspine", nodes_per_leaf=2, name="line3x3"))
+    for spec in ("ndv2:2", "ndv2:3", "dgx2:2", "dgx-a100:2", "dgx-a100:3,fabric=leafspine", "dgx-h100:2",
+                 "dgx-h100:2,fabric=switch"):
+        out.append(T.build(spec))
+    return out
+
+
+@pytest.mark.parametrize("topo", multinode_cases(), ids=lambda t: t.name)
+def test_hierarchical_verifies_on_multinode(topo):
+    assert check_all(topo, ["hierarchical"], (1, 2, 3, 4) if topo.n_ranks <= 16 else (1, 2)) > 0
+
+
+def test_hierarchical_refuses_single_node():
+    with pytest.raises(CollectiveError, match="multi-node"):
+        solvers.synthesize(Problem(T.dgx1(), builtin("allreduce", 8), Request("hierarchical")))
+
+
+def steps(spec: str, kind: str, solver: str, k: int = 1) -> int:
+    topo = T.build(spec)
+    root = 0 if kind in ROOTED_KINDS else None
+    return solvers.synthesize(Problem(topo, builtin(kind, topo.n_ranks, root), Request(solver, chunks=k))).n_steps
+
+
+def test_step_counts_match_the_textbook():
+    assert steps("ring:8", "allgather", "ring") == 7
+    assert steps("ring:8", "allreduce", "ring") == 14
+    assert steps("dgx1", "allgather", "ring") == 7  # dgx1 has a Hamiltonian ring
+    assert steps("fully-connected:8", "alltoall", "direct") == 1
+    assert steps("ring:8", "alltoall", "direct") == 4  # routed up to 4 hops
+    assert steps("hypercube:16", "allgather", "recursive-doubling") == 4
+    assert steps("fully-connected:7", "allgather", "recursive-doubling") == 3  # Bruck
+    assert steps("fully-connected:7", "allreduce", "recursive-doubling") == 4  # 2 folded + 2
+    assert steps("hypercube:8", "reducescatter", "recursive-halving") == 3
+    assert steps("hypercube:8", "allreduce", "recursive-halving") == 6
+    assert steps("fully-connected:8", "broadcast", "binomial-tree") == 3
+    assert steps("ring:8", "broadcast", "ring", k=4) == 7 + 3  # pipelined chain
+    assert steps("ndv2:2", "allreduce", "hierarchical") == 7 + 2 + 7
+
+
+def test_line_ring_has_dilation_two():
+    from solvers.rings import find_ring
+
+    order = find_ring(T.line(7))
+    assert sorted(order) == list(range(7))
+    dist = [abs(order[i] - order[(i + 1) % 7]) for i in range(7)]
+    assert max(dist) == 2
+    # each logical ring step costs at most two physical steps
+    assert steps("line:7", "allgather", "ring") == 2 * 6
+
+
+def test_rings_follow_links_where_a_hamiltonian_cycle_exists():
+    from solvers.rings import find_ring, is_linked_ring
+
+    for spec in ("dgx1", "torus:4x4", "torus:3x5", "hypercube:16", "ndv2:2", "amd8", "dgx2:2", "torus:2x2x2"):
+        topo = T.build(spec)
+        order = find_ring(topo)
+        assert sorted(order) == list(range(topo.n_ranks))
+        assert is_linked_ring(topo, order), spec
+
+
+def test_large_ring_allreduce_is_fast_enough():
+    topo = T.ring(256)
+    algorithm = solvers.synthesize(Problem(topo, builtin("allreduce", 256), Request("ring")))
+    assert len(algorithm.transfers) == 2 * 255 * 256
+    verify(algorithm)

@@ -1,0 +1,167 @@
+from __future__ import annotations
+
+import pytest
+
+import topologies as T
+from ccl import InputError, TopologyError
+from topologies import hardware as hw
+from topologies.multinode import Nic, multinode
+
+REQUIRED = ["dgx1", "ring:8", "fully-connected:8", "torus:4x4", "hypercube:8", "ndv2:2", "dgx2:2",
+            "dgx-a100:2", "dgx-h100:16", "amd8"]
+
+
+@pytest.mark.parametrize("spec", REQUIRED)
+def test_required_specs_build(spec):
+    topo = T.build(spec)
+    assert topo.n_ranks >= 8
+    # every rank can reach every other (possibly relaying through ranks)
+    from solvers.schedule import Router
+
+    router = Router(topo)
+    for q in range(topo.n_ranks):
+        router.path(0, q)
+
+
+def test_rank_counts():
+    assert T.build("dgx-h100:16").n_ranks == 128
+    assert T.build("dgx2:2").n_ranks == 32
+    assert T.build("ndv2:2").n_nodes == 2
+    assert T.build("torus:2x3x4").n_ranks == 24
+
+
+def test_dgx1_matches_the_published_lane_matrix():
+    topo = T.dgx1()
+    for a in range(8):
+        assert sum(link.lanes for link in topo.out_links[a]) == 6  # 6 NVLinks per GPU
+        for b in range(8):
+            link = topo.link(a, b)
+            assert (link.lanes if link else 0) == hw.DGX1_LANES[a][b]
+            if link:
+                assert link.bandwidth == 25.0
+
+
+def test_ndv2_neighbours_and_profile():
+    topo = T.ndv2(2)
+    expected = {0: {1, 2, 3, 4}, 1: {0, 2, 3, 5}, 2: {0, 1, 3, 6}, 3: {0, 1, 2, 7},
+                4: {0, 5, 6, 7}, 5: {1, 4, 6, 7}, 6: {2, 4, 5, 7}, 7: {3, 4, 5, 6}}
+    for a, nbrs in expected.items():
+        assert {link.dst for link in topo.out_links[a] if link.dst < 8} == nbrs
+        assert {link.dst - 8 for link in topo.out_links[a + 8] if link.dst < 16} == nbrs
+    fast = topo.link(0, 1)
+    slow = topo.link(0, 2)
+    assert fast.capacity == pytest.approx(1e6 / 23 / 1e3, rel=1e-3)  # 23 us/MB
+    assert slow.capacity == pytest.approx(1e6 / 46 / 1e3, rel=1e-3)  # 46 us/MB
+    assert fast.latency == 0.3
+    nics = [s for s in topo.switches if s.kind == "nic"]
+    assert len(nics) == 2  # one NIC per node
+
+
+def test_dgx2_has_16_gpus_on_nvswitch_and_8_nics_per_node():
+    topo = T.dgx2(2)
+    assert sum(1 for s in topo.switches if s.kind == "nic") == 16
+    flat = topo.flat()
+    assert flat.link(0, 15).bandwidth == pytest.approx(125.0)
+    assert flat.link(0, 16).bandwidth == pytest.approx(1e6 / 105 / 1e3)
+
+
+@pytest.mark.parametrize(("builder", "port", "nic"), [(T.dgx_a100, 300.0, 25.0), (T.dgx_h100, 450.0, 50.0)])
+def test_nvswitch_generations(builder, port, nic):
+    topo = builder(2)
+    flat = topo.flat()
+    assert flat.link(0, 7).bandwidth == port
+    assert flat.link(0, 8).bandwidth == nic  # same rail
+    assert flat.link(0, 9).bandwidth == nic  # cross rail through the spine
+    assert flat.link(0, 8).latency < flat.link(0, 9).latency
+
+
+def test_amd8_is_fully_connected_with_5_or_6_lanes():
+    topo = T.amd8()
+    assert len(topo.links) == 56
+    assert {link.lanes for link in topo.links} == {5, 6}
+    assert all(topo.link(a, b).lanes == topo.link(b, a).lanes for a in range(8) for b in range(8) if a != b)
+
+
+def test_torus_and_hypercube_degrees():
+    t = T.torus((4, 4))
+    assert all(len(t.out_links[r]) == 4 for r in range(16))
+    t3 = T.torus((2, 2, 2))
+    assert all(len(t3.out_links[r]) == 3 for r in range(8))  # size-2 dimensions have one link
+    h = T.hypercube(16)
+    assert all(len(h.out_links[r]) == 4 for r in range(16))
+    with pytest.raises(TopologyError, match="power-of-two"):
+        T.hypercube(12)
+
+
+def test_star_and_switch_differ():
+    star = T.star(5)
+    assert star.switches == () and len(star.out_links[0]) == 4 and len(star.out_links[1]) == 1
+    sw = T.switch(5)
+    assert len(sw.switches) == 1 and sw.flat().link(1, 2) is not None
+
+
+@pytest.mark.parametrize("fabric", ["switch", "leafspine", "rail"])
+def test_fabrics(fabric):
+    topo = T.dgx_a100(4, fabric=fabric)
+    flat = topo.flat()
+    assert len(flat.links) == 32 * 31
+    names = {s.name for s in topo.switches}
+    if fabric == "switch":
+        assert "fabric" in names
+    elif fabric == "leafspine":
+        assert "leaf0" in names
+    else:
+        assert {"rail0", "rail7", "spine"} <= names
+
+
+def test_leafspine_oversubscription_binds():
+    topo = multinode(T.switch(2), 4, [Nic((0, 1), 10.0, 20.0)], fabric="leafspine", nodes_per_leaf=2,
+                     oversubscription=2.0)
+    # the 16 pairs from leaf 0's nodes to leaf 1's share the uplink: two 10 GB/s NICs at 2:1
+    uplink = [x for x in topo.flat().limits if len(x.links) == 16]
+    assert uplink and all(x.bandwidth == 10.0 for x in uplink)
+
+
+def test_multinode_renumbers_and_validates():
+    topo = multinode(T.ring(3), 2, [Nic((0,), 10.0, 20.0)])
+    assert topo.node_of == (0, 0, 0, 1, 1, 1)
+    assert topo.link(3, 4) is not None and topo.link(2, 3) is None
+    with pytest.raises(TopologyError, match="serves ranks"):
+        multinode(T.ring(3), 2, [Nic((5,), 10.0, 20.0)])
+    with pytest.raises(TopologyError, match="unknown fabric"):
+        multinode(T.ring(3), 2, [Nic((0,), 10.0, 20.0)], fabric="mesh")
+    with pytest.raises(TopologyError, match="without NICs"):
+        multinode(T.ring(3), 2, [])
+
+
+@pytest.mark.parametrize(
+    ("spec", "needle"),
+    [
+        ("nosuch", "unknown topology"),
+        ("ring", "needs a size"),
+        ("ring:3,4", "at most 1 value"),
+        ("ring:3,color=red", "no option 'color'"),
+        ("ring:three", "must be an integer"),
+        ("ring:1", ">= 2"),
+        ("dgx1:2", "at most 0 value"),
+        ("ndv2:0", "positive integer"),
+        ("ndv2:2,fabric=mesh", "unknown fabric"),
+        ("ring:4,bw=fast", "cannot read bandwidth"),
+        ("ring:4,,bw=1", "empty argument"),
+    ],
+)
+def test_spec_errors(spec, needle):
+    with pytest.raises(InputError, match=needle):
+        T.build(spec)
+
+
+def test_spec_options_with_units():
+    topo = T.build("ring:4,bw=100Gbps,lat=500ns")
+    link = topo.link(0, 1)
+    assert link.bandwidth == 12.5 and link.latency == pytest.approx(0.5)
+    assert T.build("ndv2:2,nic=200Gbps").flat().link(0, 8).bandwidth == 12.0  # PCIe binds now
+
+
+def test_every_builder_has_an_example_that_builds():
+    for builder in T.BUILDERS.values():
+        assert T.build(builder.example).n_ranks >= 2

@@ -1,0 +1,168 @@
+"""The topology library: parametric builders, named on the command line as ``NAME`` or
+``NAME:ARGS``.
+
+ARGS are comma-separated: positional values first (``ring:8``, ``torus:4x4``, ``ndv2:2``), then
+``key=value`` options with units (``ring:8,bw=50GB/s,lat=1us``, ``dgx-a100:4,fabric=leafspine``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ccl.errors import InputError, TopologyError
+from ccl.topology import Topology
+from ccl.units import parse_bandwidth, parse_time
+
+from .basic import fully_connected, hypercube, line, ring, star, switch, torus
+from .machines import amd8, dgx1, dgx2, dgx_a100, dgx_h100, ndv2
+from .multinode import FABRICS, Nic, multinode
+
+__all__ = [
+    "BUILDERS",
+    "Builder",
+    "Nic",
+    "amd8",
+    "build",
+    "dgx1",
+    "dgx2",
+    "dgx_a100",
+    "dgx_h100",
+    "fully_connected",
+    "hypercube",
+    "line",
+    "multinode",
+    "ndv2",
+    "ring",
+    "star",
+    "switch",
+    "torus",
+]
+
+
+def _int(text: str, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise InputError(f"{what} must be an integer, got {text!r}") from None
+    return value
+
+
+def _dims(text: str) -> tuple[int, ...]:
+    return tuple(_int(x, "torus dimension") for x in text.lower().split("x"))
+
+
+@dataclass(frozen=True)
+class Builder:
+    """A library entry: how to call it from the CLI and what it builds."""
+
+    name: str
+    usage: str
+    summary: str
+    positional: tuple[tuple[str, Callable[[str], object], bool], ...]  # (name, parser, required)
+    options: tuple[tuple[str, str, Callable[[str], object]], ...]  # (spelling, keyword, parser)
+    function: Callable[..., Topology]
+    example: str
+
+    def call(self, args: list[str], kwargs: dict[str, str]) -> Topology:
+        if len(args) > len(self.positional):
+            raise InputError(f"topology {self.name!r} takes at most {len(self.positional)} value(s): {self.usage}")
+        required = sum(1 for _, _, needed in self.positional if needed)
+        if len(args) < required:
+            raise InputError(f"topology {self.name!r} needs a size: {self.usage}, e.g. {self.example}")
+        values = [parse(text) for (_, parse, _), text in zip(self.positional, args)]
+        known = {spelling: (keyword, parse) for spelling, keyword, parse in self.options}
+        options = {}
+        for key, text in kwargs.items():
+            if key not in known:
+                names = ", ".join(sorted(known)) or "none"
+                raise InputError(f"topology {self.name!r} has no option {key!r} (options: {names})")
+            keyword, parse = known[key]
+            options[keyword] = parse(text)
+        return self.function(*values, **options)
+
+
+_LINK_OPTIONS = (("bw", "bandwidth", parse_bandwidth), ("lat", "latency", parse_time))
+
+
+def _fabric(text: str) -> str:
+    if text not in FABRICS:
+        raise InputError(f"unknown fabric {text!r}; known: {', '.join(FABRICS)}")
+    return text
+
+
+_N = (("n", lambda s: _int(s, "number of ranks"), True),)
+_NODES = (("nodes", lambda s: _int(s, "number of nodes"), False),)
+_CLUSTER_OPTIONS = (("fabric", "fabric", _fabric), ("nic", "nic_bandwidth", parse_bandwidth))
+
+BUILDERS: dict[str, Builder] = {
+    b.name: b
+    for b in (
+        Builder("ring", "ring:N[,bw=..,lat=..]", "N ranks in a bidirectional ring", _N, _LINK_OPTIONS, ring, "ring:8"),
+        Builder("line", "line:N[,bw=..,lat=..]", "N ranks in a chain", _N, _LINK_OPTIONS, line, "line:8"),
+        Builder(
+            "fully-connected", "fully-connected:N[,bw=..,lat=..]", "a direct link between every pair",
+            _N, _LINK_OPTIONS, fully_connected, "fully-connected:8",
+        ),
+        Builder("star", "star:N[,bw=..,lat=..]", "rank 0 as hub, linked to every other rank", _N, _LINK_OPTIONS, star, "star:8"),
+        Builder(
+            "switch", "switch:N[,bw=..,lat=..]", "one NVSwitch-like crossbar vertex, one port per rank",
+            _N, _LINK_OPTIONS, switch, "switch:8",
+        ),
+        Builder(
+            "torus", "torus:AxB[xC][,bw=..,lat=..]", "2D/3D torus with wrap-around links",
+            (("dims", _dims, True),), _LINK_OPTIONS, torus, "torus:4x4",
+        ),
+        Builder(
+            "hypercube", "hypercube:N[,bw=..,lat=..]", "N = 2^d ranks, r <-> r xor 2^k",
+            _N, _LINK_OPTIONS, hypercube, "hypercube:8",
+        ),
+        Builder("dgx1", "dgx1[:bw=..,lat=..]", "8 x V100, NVLink hybrid cube-mesh", (), _LINK_OPTIONS, dgx1, "dgx1"),
+        Builder("amd8", "amd8[:bw=..,lat=..]", "8 AMD GPUs, Infinity Fabric mesh (5/6 lanes)", (), _LINK_OPTIONS, amd8, "amd8"),
+        Builder(
+            "ndv2", "ndv2[:NODES][,fabric=switch|leafspine|rail,nic=..]",
+            "Azure NDv2: DGX-1 mesh per node, 1 NIC per node", _NODES, _CLUSTER_OPTIONS, ndv2, "ndv2:2",
+        ),
+        Builder(
+            "dgx2", "dgx2[:NODES][,fabric=..,nic=..]", "16 x V100 on NVSwitch, 8 NICs per node",
+            _NODES, _CLUSTER_OPTIONS, dgx2, "dgx2:2",
+        ),
+        Builder(
+            "dgx-a100", "dgx-a100[:NODES][,fabric=..,nic=..]", "8 x A100 on NVSwitch, 8 NICs, rail-optimized",
+            _NODES, _CLUSTER_OPTIONS, dgx_a100, "dgx-a100:2",
+        ),
+        Builder(
+            "dgx-h100", "dgx-h100[:NODES][,fabric=..,nic=..]", "8 x H100 on NVSwitch, 8 NICs, rail-optimized",
+            _NODES, _CLUSTER_OPTIONS, dgx_h100, "dgx-h100:16",
+        ),
+    )
+}
+
+_ALIASES = {"fully_connected": "fully-connected", "full": "fully-connected", "dgx_a100": "dgx-a100",
+            "dgx_h100": "dgx-h100", "dgxa100": "dgx-a100", "dgxh100": "dgx-h100"}
+
+
+def build(spec: str) -> Topology:
+    """A topology from ``NAME`` or ``NAME:ARGS`` (see module docstring)."""
+    text = spec.strip()
+    name, _, rest = text.partition(":")
+    name = _ALIASES.get(name.lower(), name.lower())
+    if name not in BUILDERS:
+        raise InputError(f"unknown topology {spec!r}; known: {', '.join(BUILDERS)} (or a .ccl file)")
+    builder = BUILDERS[name]
+    args: list[str] = []
+    kwargs: dict[str, str] = {}
+    for part in [p.strip() for p in rest.split(",")] if rest else []:
+        if not part:
+            raise InputError(f"topology {spec!r}: empty argument")
+        if "=" in part:
+            key, _, value = part.partition("=")
+            kwargs[key.strip()] = value.strip()
+        elif kwargs:
+            raise InputError(f"topology {spec!r}: positional value {part!r} after an option")
+        else:
+            args.append(part)
+    try:
+        return builder.call(args, kwargs)
+    except TopologyError as exc:
+        raise InputError(f"topology {spec!r}: {exc.message}") from None
