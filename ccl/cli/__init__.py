@@ -1,0 +1,54 @@
+"""The ``ccl`` command: a thin layer over ``ccl.compiler``.
+
+One module per command group; each has ``register(subparsers)``. Every command prints a
+readable report by default and one JSON object with ``--json``. Errors print one line on stderr
+(and a JSON object on stdout with ``--json``) and exit with the code of their class: 0 ok,
+1 internal error, 2 bad input, 3 infeasible, 4 verification failed, 5 time limit with no
+schedule, 6 backend failure. Set CCL_DEBUG=1 to see tracebacks of internal errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from ..errors import EXIT_INTERNAL, CclError, InfeasibleError, SolverTimeout
+from . import solvers, synthesize, topology, verify
+from .common import Parser
+
+# Command groups in the order `ccl --help` lists them.
+COMMANDS = (topology, solvers, synthesize, verify)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="ccl", description="Collective-communication synthesis compiler.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    for module in COMMANDS:
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except CclError as exc:
+        print(f"ccl: {exc.render()}", file=sys.stderr)
+        if getattr(args, "json", False):
+            status = "infeasible" if isinstance(exc, InfeasibleError) else (
+                "timeout" if isinstance(exc, SolverTimeout) else "error")
+            print(json.dumps({"status": status, "ok": False, **exc.to_json()}, indent=2))
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("ccl: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: no traceback for users
+        if os.environ.get("CCL_DEBUG"):
+            raise
+        print(f"ccl: internal error: {type(exc).__name__}: {exc} (set CCL_DEBUG=1 for a traceback)", file=sys.stderr)
+        return EXIT_INTERNAL

@@ -1,0 +1,43 @@
+"""Shared pieces of the ``ccl`` command: the argument parser class, output and registration."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports option errors as bad input (exit 2) in the project's words."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: bad input: {message}\n")
+
+
+def emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
+    """Print ``data`` as one JSON object with --json, else the readable ``text``."""
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        print(text)
+
+
+def command(parent: Any, name: str, help: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+    """Add a subcommand with the --json flag every command has."""
+    p = parent.add_parser(name, help=help, description=help)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.set_defaults(func=func)
+    return p
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value

@@ -1,0 +1,41 @@
+"""``ccl synthesize``: synthesize, verify and save a schedule."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .common import command, emit, positive_int
+
+
+def cmd_synthesize(args: argparse.Namespace) -> int:
+    from .. import compiler
+    from ..serialize import save_algorithm
+
+    problem = compiler.problem_from_options(
+        args.topology, args.collective, root=args.root, solver=args.solver, chunks=args.chunks,
+    )
+    result = compiler.synthesize(problem)
+    alg = result.algorithm
+    assert alg is not None
+    if args.output:
+        save_algorithm(alg, args.output)
+    data = result.to_json()
+    data["output"] = args.output
+    where = f" -> {args.output}" if args.output else " (not written: no -o given)"
+    text = (f"{result.status}: {alg.name}: {alg.collective} on {alg.topology.name}\n"
+            f"  solver {alg.solver}, {alg.n_steps} steps, {len(alg.transfers)} transfers, "
+            f"verified, {result.seconds:.3f} s{where}")
+    emit(args, data, text)
+    return 0
+
+
+def register(sub: Any) -> None:
+    syn = command(sub, "synthesize", "synthesize, verify and save a schedule", cmd_synthesize)
+    syn.add_argument("--topology", "-t", required=True, help="NAME, NAME:ARGS or a topology JSON file")
+    syn.add_argument("--collective", "-c", required=True, help="allgather, reducescatter, allreduce, alltoall, "
+                     "broadcast, reduce, gather, scatter")
+    syn.add_argument("--root", type=int, default=None, help="root rank of broadcast, reduce, gather, scatter")
+    syn.add_argument("--chunks", "-k", type=positive_int, default=1, help="chunk factor (pieces per rank's part)")
+    syn.add_argument("--solver", "-s", default="ring", help="solver name (see `ccl solvers`)")
+    syn.add_argument("-o", "--output", help="write the schedule (JSON) here")
