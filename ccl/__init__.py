@@ -29,7 +29,7 @@ from .errors import (
     TopologyError,
     VerificationError,
 )
-from .problem import Problem, Request
+from .problem import Problem, Request, Sketch
 from .serialize import load_algorithm as load
 from .serialize import save_algorithm as save
 from .topology import Link, SharedLimit, Switch, Topology
@@ -52,6 +52,7 @@ __all__ = [
     "Problem",
     "Request",
     "SharedLimit",
+    "Sketch",
     "SolverTimeout",
     "Span",
     "Switch",

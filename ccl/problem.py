@@ -9,6 +9,49 @@ from .collective import Collective
 from .errors import CollectiveError, InputError
 from .topology import Topology
 
+SWITCH_POLICIES = ("fewest", "most")
+
+
+@dataclass(frozen=True)
+class Sketch:
+    """A human hint that narrows the search of sketch-guided solvers (TACCL-style MILP).
+
+    * ``relays``: node-local ranks allowed to send or receive across nodes (None: all);
+    * ``internode``: (local source, local destination) pairs allowed between nodes, e.g.
+      ``((i, i) for i in range(8))`` keeps traffic on rails (None: all pairs);
+    * ``switch_policy``: through a switch, prefer the ``fewest`` or the ``most`` distinct
+      connections per rank;
+    * ``symmetry``: rank rotations (r -> (r + k) mod n for each k) the schedule must be
+      invariant under, e.g. the node size for rotational symmetry across nodes;
+    * ``chunk_partition``: pieces each rank's part is split into (None: the request's chunks).
+    """
+
+    relays: tuple[int, ...] | None = None
+    internode: tuple[tuple[int, int], ...] | None = None
+    switch_policy: str = "fewest"
+    symmetry: tuple[int, ...] = ()
+    chunk_partition: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.switch_policy not in SWITCH_POLICIES:
+            raise InputError(f"switch policy must be one of {SWITCH_POLICIES}, got {self.switch_policy!r}")
+        if self.relays is not None:
+            if any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in self.relays):
+                raise InputError(f"relay ranks must be node-local rank numbers >= 0, got {self.relays!r}")
+            object.__setattr__(self, "relays", tuple(sorted(set(self.relays))))
+        if self.internode is not None:
+            pairs = tuple(sorted({(int(a), int(b)) for a, b in self.internode}))
+            if any(a < 0 or b < 0 for a, b in pairs):
+                raise InputError(f"inter-node pairs must be node-local rank numbers >= 0, got {self.internode!r}")
+            object.__setattr__(self, "internode", pairs)
+        if any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.symmetry):
+            raise InputError(f"symmetry rotations must be positive integers, got {self.symmetry!r}")
+        object.__setattr__(self, "symmetry", tuple(sorted(set(self.symmetry))))
+        if self.chunk_partition is not None and (
+            isinstance(self.chunk_partition, bool) or not isinstance(self.chunk_partition, int) or self.chunk_partition < 1
+        ):
+            raise InputError(f"chunk partition must be a positive integer, got {self.chunk_partition!r}")
+
 
 @dataclass(frozen=True)
 class Request:
@@ -24,7 +67,7 @@ class Request:
     size: int | None = None
     time_limit: float | None = None
     objective: str | None = None
-    sketch: Any = None
+    sketch: Sketch | None = None
     options: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -38,6 +81,8 @@ class Request:
                 raise InputError(f"{name} must be a positive integer, got {value!r}")
         if self.size is not None and (not isinstance(self.size, int) or self.size < 1):
             raise InputError(f"size must be a positive number of bytes, got {self.size!r}")
+        if self.sketch is not None and not isinstance(self.sketch, Sketch):
+            raise InputError(f"sketch must be a Sketch, got {type(self.sketch).__name__}")
         if self.time_limit is not None and not self.time_limit > 0:
             raise InputError(f"time limit must be positive, got {self.time_limit!r}")
         object.__setattr__(self, "options", tuple(sorted(dict(self.options).items())))

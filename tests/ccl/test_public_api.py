@@ -9,7 +9,7 @@ import ccl
 def test_public_names_are_pinned():
     assert sorted(ccl.__all__) == sorted([
         "BUFFERS", "OPS", "Algorithm", "BackendError", "CclError", "Collective", "CollectiveError",
-        "DslError", "InfeasibleError", "InputError", "Link", "Problem", "Request", "SharedLimit",
+        "DslError", "InfeasibleError", "InputError", "Link", "Problem", "Request", "SharedLimit", "Sketch",
         "SolverTimeout", "Span", "Switch", "Topology", "TopologyError", "Transfer", "VerificationError",
         "VerificationResult", "collectives", "load", "problem", "save", "synthesize", "topology", "verify",
     ])
