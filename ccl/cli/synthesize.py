@@ -6,16 +6,23 @@ import argparse
 from typing import Any
 
 from .common import command, emit, positive_int
+from .pareto import add_exact_arguments
 
 
 def cmd_synthesize(args: argparse.Namespace) -> int:
     from .. import compiler
+    from ..problem import Problem, Request
     from ..serialize import save_algorithm
+    from ..units import parse_seconds
+    from .pareto import collective_from_args, parse_options, progress_on_stderr
 
-    problem = compiler.problem_from_options(
-        args.topology, args.collective, root=args.root, solver=args.solver, chunks=args.chunks,
-    )
-    result = compiler.synthesize(problem)
+    topo = compiler.load_topology(args.topology)
+    request = Request(solver=args.solver, chunks=args.chunks, steps=args.steps, rounds=args.rounds,
+                      time_limit=parse_seconds(args.time_limit) if args.time_limit else None,
+                      options=parse_options(args.option))
+    problem = Problem(topo, collective_from_args(args, topo.n_ranks), request)
+    with progress_on_stderr():
+        result = compiler.synthesize(problem)
     alg = result.algorithm
     assert alg is not None
     if args.output:
@@ -23,8 +30,9 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     data = result.to_json()
     data["output"] = args.output
     where = f" -> {args.output}" if args.output else " (not written: no -o given)"
+    rounds = f"{alg.total_rounds} rounds, " if alg.rounds is not None else ""
     text = (f"{result.status}: {alg.name}: {alg.collective} on {alg.topology.name}\n"
-            f"  solver {alg.solver}, {alg.n_steps} steps, {len(alg.transfers)} transfers, "
+            f"  solver {alg.solver}, {alg.n_steps} steps, {rounds}{len(alg.transfers)} transfers, "
             f"verified, {result.seconds:.3f} s{where}")
     emit(args, data, text)
     return 0
@@ -39,3 +47,6 @@ def register(sub: Any) -> None:
     syn.add_argument("--chunks", "-k", type=positive_int, default=1, help="chunk factor (pieces per rank's part)")
     syn.add_argument("--solver", "-s", default="ring", help="solver name (see `ccl solvers`)")
     syn.add_argument("-o", "--output", help="write the schedule (JSON) here")
+    syn.add_argument("--steps", type=positive_int, help="exact solvers: number of steps S")
+    syn.add_argument("--rounds", type=positive_int, help="exact solvers: at most R rounds in all (R >= S)")
+    add_exact_arguments(syn)
