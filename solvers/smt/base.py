@@ -71,7 +71,11 @@ class Encoding:
         self.steps = steps
         self.max_extra = None if max_extra is None else max(0, max_extra)
         self.label = label
-        self.solver = z3.SolverFor("QF_FD")
+        # A context of its own: z3's state from earlier solvers in the process (interned terms,
+        # counters) would otherwise change the search, and the same problem must give the same
+        # schedule every time.
+        self.ctx = z3.Context()
+        self.solver = z3.SolverFor("QF_FD", ctx=self.ctx)
         for key, value in SOLVER_PARAMS:
             self.solver.set(key, value)
         self._lines: list[str] = []
@@ -257,7 +261,7 @@ class Encoding:
             if left <= 0:
                 return Outcome(UNKNOWN, 0.0)
             self.solver.set("timeout", max(1, int(left * 1000)))
-        handles = [_handle(a) for a in assumptions]
+        handles = [_handle(a, self.ctx) for a in assumptions]
         start = time.perf_counter()
         try:
             result = self.solver.check(*handles)
@@ -287,7 +291,7 @@ class Encoding:
             return not self.true(lit[5:-1])
         value = self._values.get(lit)
         if value is None:
-            value = z3.is_true(self._model.eval(z3.Bool(lit), model_completion=True))
+            value = z3.is_true(self._model.eval(z3.Bool(lit, self.ctx), model_completion=True))
             self._values[lit] = value
         return value
 
@@ -295,8 +299,8 @@ class Encoding:
         return [key for key, lit in items if self.true(lit)]
 
 
-def _handle(lit: str) -> z3.BoolRef:
-    return z3.Not(z3.Bool(lit[5:-1])) if lit.startswith("(not ") else z3.Bool(lit)
+def _handle(lit: str, ctx: z3.Context) -> z3.BoolRef:
+    return z3.Not(z3.Bool(lit[5:-1], ctx)) if lit.startswith("(not ") else z3.Bool(lit, ctx)
 
 
 def _lit_of(text: str) -> str:
