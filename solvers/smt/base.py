@@ -28,16 +28,18 @@ from ccl.errors import CclError
 
 SAT, UNSAT, UNKNOWN = "sat", "unsat", "unknown"
 
-# Settings every solver gets (see the module docstring). The seed is fixed: same input, same
-# schedule. Note: z3's ``sat.pb.solver=sorting`` returns models that violate pseudo-boolean
-# constraints with weights (seen with z3 5.4 on these encodings), so it is not used, and every
-# schedule's rounds are recomputed from its transfers and checked against the bound.
-SOLVER_PARAMS: tuple[tuple[str, object], ...] = (
-    ("sat.pb.resolve", "rounding"),
-    ("sat.pb.lemma_format", "pb"),
-    ("sat.random_seed", 0),
-    ("random_seed", 0),
-)
+# Settings every solver gets besides its seed (see the module docstring). z3's defaults for
+# pseudo-boolean constraints are kept on purpose: with z3 5.4 on these encodings,
+# ``sat.pb.solver=sorting`` returned models violating weighted constraints, and
+# ``sat.pb.resolve=rounding`` with ``sat.pb.lemma_format=pb`` answered unsat on a satisfiable
+# instance (DGX-1 allgather S=3 R=7 C=6, seed 2). Every schedule's rounds are recomputed from its
+# transfers and checked against the bound, and every schedule is verified.
+SOLVER_PARAMS: tuple[tuple[str, object], ...] = ()
+
+# The portfolio (see ``Portfolio``): how many independently seeded solvers an instance may get
+# and the conflict budget of the first round of checks (doubled every round).
+WORKERS = 3
+FIRST_BUDGET = 1000
 
 Lit = str | bool
 
@@ -67,8 +69,9 @@ class Encoding:
     """Base of the routing and combining encodings: owns the solver, the text being built and
     the rounds bits."""
 
-    def __init__(self, steps: int, max_extra: int | None, *, label: str) -> None:
+    def __init__(self, steps: int, max_extra: int | None, *, label: str, seed: int = 0) -> None:
         self.steps = steps
+        self.seed = seed
         self.max_extra = None if max_extra is None else max(0, max_extra)
         self.label = label
         # A context of its own: z3's state from earlier solvers in the process (interned terms,
@@ -76,7 +79,7 @@ class Encoding:
         # schedule every time.
         self.ctx = z3.Context()
         self.solver = z3.SolverFor("QF_FD", ctx=self.ctx)
-        for key, value in SOLVER_PARAMS:
+        for key, value in SOLVER_PARAMS + (("sat.random_seed", seed), ("random_seed", seed)):
             self.solver.set(key, value)
         self._lines: list[str] = []
         self._names: set[str] = set()
@@ -86,6 +89,7 @@ class Encoding:
         self._bounds: dict[int, str] = {}
         self._values: dict[str, bool] | None = None
         self._model: z3.ModelRef | None = None
+        self._seen: dict[str, float] = {}
         self.build_seconds = 0.0
 
     # ------------------------------------------------------------------ building blocks
@@ -253,14 +257,17 @@ class Encoding:
             raise Z3Error(f"z3 rejected the {self.label} encoding: {exc}") from None
 
     # ------------------------------------------------------------------ solving
-    def check(self, assumptions: Sequence[str] = (), deadline: float | None = None) -> Outcome:
-        """Check under assumption literals. ``deadline`` is a ``time.monotonic()`` value."""
+    def check(self, assumptions: Sequence[str] = (), deadline: float | None = None,
+              conflicts: int | None = None) -> Outcome:
+        """Check under assumption literals. ``deadline`` is a ``time.monotonic()`` value;
+        ``conflicts`` caps the SAT conflicts of this check (unknown when reached)."""
         self.flush()
         if deadline is not None:
             left = deadline - time.monotonic()
             if left <= 0:
                 return Outcome(UNKNOWN, 0.0)
             self.solver.set("timeout", max(1, int(left * 1000)))
+        self.solver.set("sat.max_conflicts", conflicts if conflicts is not None else 2**32 - 1)
         handles = [_handle(a, self.ctx) for a in assumptions]
         start = time.perf_counter()
         try:
@@ -268,7 +275,9 @@ class Encoding:
         except z3.Z3Exception as exc:  # pragma: no cover - z3 internal failure
             raise Z3Error(f"z3 failed on {self.label}: {exc}") from None
         seconds = time.perf_counter() - start
-        stats = _stats(self.solver)
+        total = _stats(self.solver)  # z3 counts over the solver's life: keep this check's share
+        stats = {k: v - self._seen.get(k, 0) for k, v in total.items()}
+        self._seen = total
         self._values = None
         if result == z3.sat:
             self._model = self.solver.model()
@@ -338,3 +347,54 @@ def lex_leq(enc: Encoding, xs: Sequence[Lit], ys: Sequence[Lit], tag: str) -> No
         enc.clause(guard, neg(x), neg(y), nxt)
         enc.clause(guard, x, y, nxt)
         eq = nxt
+
+
+class Portfolio:
+    """Up to ``WORKERS`` copies of one encoding with different seeds, checked in rounds with a
+    doubling conflict budget until one answers. Satisfiable schedules of these problems are
+    heavy-tailed in the seed (DGX-1 allgather S=3 R=7 C=6: 0.4 s to over 200 s); a few short
+    independent runs find them in seconds. Unsat from any copy is a proof (same formula).
+    Conflict budgets, not time, so the answer and the schedule are the same on every run."""
+
+    def __init__(self, make, workers: int | None = None, budget: int | None = None) -> None:
+        self.make = make
+        self.workers = WORKERS if workers is None else workers
+        self.budget = FIRST_BUDGET if budget is None else budget
+        self.encodings: list[Encoding] = [make(0)]
+        self.winner: Encoding = self.encodings[0]
+
+    @property
+    def build_seconds(self) -> float:
+        return sum(e.build_seconds for e in self.encodings)
+
+    def take_build_seconds(self) -> float:
+        out = self.build_seconds
+        for e in self.encodings:
+            e.build_seconds = 0.0
+        return out
+
+    def check(self, rounds: int | None, deadline: float | None) -> Outcome:
+        """Is there a schedule with at most ``rounds`` rounds (None: any)? ``core`` of an unsat
+        outcome is ("rounds",) when the proof used the rounds bound."""
+        budget = self.budget
+        spent = 0.0
+        stats: dict[str, float] = {}
+        while True:
+            for i in range(self.workers):
+                if i == len(self.encodings):
+                    self.encodings.append(self.make(i))
+                enc = self.encodings[i]
+                lits = [] if rounds is None else [enc.rounds_literal(rounds)]
+                last = self.workers == 1
+                out = enc.check(lits, deadline, None if last else budget)
+                spent += out.seconds
+                for k, v in out.stats.items():
+                    if k in ("sat conflicts", "conflicts", "sat decisions"):
+                        stats[k] = stats.get(k, 0) + v
+                if out.status != UNKNOWN:
+                    self.winner = enc
+                    core = ("rounds",) if lits and lits[0] in out.core else ()
+                    return Outcome(out.status, spent, core, stats)
+                if deadline is not None and time.monotonic() >= deadline:
+                    return Outcome(UNKNOWN, spent, (), stats)
+            budget *= 2

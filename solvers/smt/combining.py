@@ -59,9 +59,10 @@ class CombiningEncoding(Encoding):
         *,
         scratch: int | None = None,
         symmetry_breaking: bool = True,
+        seed: int = 0,
     ) -> None:
         start = time.perf_counter()
-        super().__init__(steps, max_extra, label=f"combining S={steps}")
+        super().__init__(steps, max_extra, label=f"combining S={steps}", seed=seed)
         self.spec = spec
         net, coll, S = spec.network, spec.collective, steps
         n = net.n_ranks

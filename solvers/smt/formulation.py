@@ -60,7 +60,7 @@ class Formulation:
     def chunked(self, chunks: int) -> Collective:
         return self.collective.chunk_up(chunks)
 
-    def encode(self, steps: int, chunks: int, max_extra: int | None) -> Encoding:
+    def encode(self, steps: int, chunks: int, max_extra: int | None, seed: int = 0) -> Encoding:
         raise NotImplementedError
 
 
@@ -77,9 +77,9 @@ class RoutingFormulation(Formulation):
     def _spec(self, chunks: int) -> RoutingSpec:
         return routing_spec(self.network, self.chunked(chunks))
 
-    def encode(self, steps: int, chunks: int, max_extra: int | None) -> RoutingEncoding:
+    def encode(self, steps: int, chunks: int, max_extra: int | None, seed: int = 0) -> RoutingEncoding:
         return RoutingEncoding(self._spec(chunks), steps, max_extra, scratch=self.scratch,
-                               symmetry_breaking=self.symmetry)
+                               symmetry_breaking=self.symmetry, seed=seed)
 
 
     def algorithm(self, encoding: Encoding, steps: int, chunks: int) -> Algorithm:
@@ -92,9 +92,10 @@ class RoutingFormulation(Formulation):
 class CombiningFormulation(Formulation):
     method = "combining"
 
-    def encode(self, steps: int, chunks: int, max_extra: int | None) -> CombiningEncoding:
+    def encode(self, steps: int, chunks: int, max_extra: int | None, seed: int = 0) -> CombiningEncoding:
         spec = combining_spec(self.network, self.chunked(chunks))
-        return CombiningEncoding(spec, steps, max_extra, scratch=self.scratch, symmetry_breaking=self.symmetry)
+        return CombiningEncoding(spec, steps, max_extra, scratch=self.scratch, symmetry_breaking=self.symmetry,
+                                 seed=seed)
 
 
     def algorithm(self, encoding: Encoding, steps: int, chunks: int) -> Algorithm:
@@ -138,9 +139,10 @@ class DualFormulation(Formulation):
         spec = RoutingSpec(self.reversed, tuple(range(len(info))), spec_origins, dests, allowed)
         return spec, info
 
-    def encode(self, steps: int, chunks: int, max_extra: int | None) -> RoutingEncoding:
+    def encode(self, steps: int, chunks: int, max_extra: int | None, seed: int = 0) -> RoutingEncoding:
         spec, _ = self._dual(chunks)
-        return RoutingEncoding(spec, steps, max_extra, scratch=self.scratch, symmetry_breaking=self.symmetry)
+        return RoutingEncoding(spec, steps, max_extra, scratch=self.scratch, symmetry_breaking=self.symmetry,
+                               seed=seed)
 
 
     def algorithm(self, encoding: Encoding, steps: int, chunks: int) -> Algorithm:

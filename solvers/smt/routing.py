@@ -45,9 +45,10 @@ class RoutingEncoding(Encoding):
         scratch: int | None = None,
         symmetry_breaking: bool = True,
         implied: bool = True,
+        seed: int = 0,
     ) -> None:
         start = time.perf_counter()
-        super().__init__(steps, max_extra, label=f"routing S={steps}")
+        super().__init__(steps, max_extra, label=f"routing S={steps}", seed=seed)
         self.spec = spec
         net = spec.network
         S = steps

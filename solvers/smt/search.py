@@ -30,7 +30,7 @@ from fractions import Fraction
 from ccl.algorithm import Algorithm
 from ccl.errors import InfeasibleError
 
-from .base import SAT, UNKNOWN, UNSAT, Encoding
+from .base import SAT, UNKNOWN, UNSAT, Portfolio
 from .formulation import Formulation
 
 log = logging.getLogger("solvers.smt")
@@ -97,7 +97,7 @@ class Search:
         self.deadline = None if time_limit is None else self.start + time_limit
         self.progress = progress or log.info
         self.checks: list[Check] = []
-        self._encodings: dict[tuple[int, int, bool], Encoding] = {}
+        self._encodings: dict[tuple[int, int, bool], Portfolio] = {}
         self.max_steps = max_steps if max_steps is not None else self.f.step_bound() + 2 * self.f.network.n_ranks + 2
 
     # ------------------------------------------------------------------ bounds
@@ -123,14 +123,15 @@ class Search:
         return None
 
     # ------------------------------------------------------------------ one instance
-    def _encoding(self, steps: int, chunks: int, bounded: int | None) -> Encoding:
-        """The (S, C) solver. ``bounded``: the largest total rounds it will be asked about (its
-        extra-round bits stop there); None: capacity never binds (any rounds)."""
+    def _encoding(self, steps: int, chunks: int, bounded: int | None) -> Portfolio:
+        """The (S, C) solvers. ``bounded``: the largest total rounds they will be asked about
+        (their extra-round bits stop there); None: capacity never binds (any rounds)."""
         key = (steps, chunks, bounded is None)
         enc = self._encodings.get(key)
         need = None if bounded is None else max(0, bounded - steps)
-        if enc is None or (need is not None and enc.max_extra is not None and enc.max_extra < need):
-            enc = self.f.encode(steps, chunks, need)
+        if enc is None or (need is not None and enc.encodings[0].max_extra is not None
+                           and enc.encodings[0].max_extra < need):
+            enc = Portfolio(lambda seed: self.f.encode(steps, chunks, need, seed))
             self._encodings[key] = enc
         return enc
 
@@ -146,10 +147,8 @@ class Search:
         bound (so no number of rounds helps). ``budget``: the largest R this (S, C) solver will
         be asked about (None: unbounded). Raises OutOfTime at the deadline."""
         enc = self._encoding(steps, chunks, budget)
-        build = enc.build_seconds
-        enc.build_seconds = 0.0  # charged once
-        assumptions = [] if rounds is None else [enc.rounds_literal(rounds)]
-        outcome = enc.check(assumptions, self.deadline)
+        outcome = enc.check(rounds, self.deadline)
+        build = enc.take_build_seconds()  # charged once
         conflicts = int(outcome.stats.get("sat conflicts", outcome.stats.get("conflicts", 0)))
         self.checks.append(Check(steps, rounds, chunks, outcome.status, outcome.seconds, build, conflicts))
         what = f"S={steps} R={'any' if rounds is None else rounds} C={chunks}"
@@ -157,9 +156,9 @@ class Search:
         if outcome.status == UNKNOWN:
             raise OutOfTime(what)
         if outcome.status == UNSAT:
-            return None, bool(assumptions) and assumptions[0] in outcome.core
+            return None, outcome.core == ("rounds",)
         assert outcome.status == SAT
-        algorithm = self.f.algorithm(enc, steps, chunks)
+        algorithm = self.f.algorithm(enc.winner, steps, chunks)
         total = sum(algorithm.rounds or ())
         if rounds is not None and total > rounds:  # never trust a solver: z3 returned a bad model
             raise RuntimeError(f"z3 returned a schedule with {total} rounds for a bound of {rounds} ({what})")
