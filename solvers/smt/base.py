@@ -40,6 +40,7 @@ SOLVER_PARAMS: tuple[tuple[str, object], ...] = ()
 # and the conflict budget of the first round of checks (doubled every round).
 WORKERS = 3
 FIRST_BUDGET = 1000
+BASE_SEED = 0  # the seeds are BASE_SEED, BASE_SEED + 1, ... (benchmarks vary it to sample runtimes)
 
 Lit = str | bool
 
@@ -360,7 +361,8 @@ class Portfolio:
         self.make = make
         self.workers = WORKERS if workers is None else workers
         self.budget = FIRST_BUDGET if budget is None else budget
-        self.encodings: list[Encoding] = [make(0)]
+        self.base_seed = BASE_SEED
+        self.encodings: list[Encoding] = [make(self.base_seed)]
         self.winner: Encoding = self.encodings[0]
 
     @property
@@ -382,7 +384,7 @@ class Portfolio:
         while True:
             for i in range(self.workers):
                 if i == len(self.encodings):
-                    self.encodings.append(self.make(i))
+                    self.encodings.append(self.make(self.base_seed + i))
                 enc = self.encodings[i]
                 lits = [] if rounds is None else [enc.rounds_literal(rounds)]
                 last = self.workers == 1

@@ -110,6 +110,9 @@ class ComposedSearch:
 
     def pareto(self, max_chunks: int) -> Frontier:
         """The frontier of compositions: for each S, the least (R1 + R2) / C over splits and C."""
+        import time
+
+        start = time.monotonic()
         bound, name = self.rounds_bound()
         frontier = Frontier([], self.step_bound(), bound, name, max_chunks, checks=self.checks)
         best: Fraction | None = None
@@ -135,6 +138,7 @@ class ComposedSearch:
                 steps += 1
         except OutOfTime:
             frontier.complete = False
+        frontier.seconds = time.monotonic() - start
         return frontier
 
 

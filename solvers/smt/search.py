@@ -14,7 +14,7 @@ The Pareto search, for S = step bound, S+1, ...: among candidates (R, C) with C 
 R >= max(S, ceil(C x bound)) and R/C below the best ratio found with fewer steps, in increasing
 R/C (then C), the first satisfiable one is the frontier point for S (its C is the smallest that
 reaches that ratio with S steps). It stops when the ratio reaches the rounds-per-chunk lower
-bound, or when no candidate can beat the best (R >= S forces R/C >= S/max_chunks).
+bound, or when no candidate is left (the least R for each C only grows with S).
 """
 
 from __future__ import annotations
@@ -232,8 +232,9 @@ class Search:
         steps = sb
         try:
             while steps <= self.max_steps:
-                if best is not None and Fraction(steps, max_chunks) >= best:
-                    break
+                if best is not None and not any(Fraction(self.min_rounds(steps, c), c) < best
+                                                for c in range(1, max_chunks + 1)):
+                    break  # no (R, C) with S or more steps can beat the best: R >= S, R >= C x bound
                 feasible, _ = self.decide(steps, None, 1)
                 if feasible is None:
                     self.progress(f"S={steps}: no schedule with any rounds")
