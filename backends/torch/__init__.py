@@ -26,8 +26,8 @@ INSTALL_HINT = ("torch is not installed; install the CPU build with `pip install
 _LAZY = {
     "Executor": "executor",
     "load": "executor",
-    "to_spec": "executor",
-    "as_program": "executor",
+    "to_spec": "spec",
+    "as_program": "spec",
     "emit_script": "codegen",
     "run_local": "launch",
     "RunReport": "launch",
@@ -49,6 +49,6 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'backends.torch' has no attribute {name!r}")
-    if module != "codegen":
+    if module not in ("codegen", "spec"):
         require_torch()
     return getattr(importlib.import_module(f"{__name__}.{module}"), name)

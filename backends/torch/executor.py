@@ -20,60 +20,11 @@ from typing import Any
 import torch
 
 from ccl.algorithm import Algorithm
-from ccl.errors import BackendError, CclError, InputError, VerificationError
-from ccl.lower import lower
+from ccl.errors import BackendError, CclError, InputError
 from ccl.program import Program
-from ccl.verify import verify
-from ccl.verify_program import verify_program
 
-from .runtime import FORMAT, KINDS_WITH_NATIVE, ScheduleError, ScheduleRunner
-
-
-def to_spec(program: Program, *, checked: bool = False) -> dict[str, Any]:
-    """The plain-data form runtimes read. Verifies the Program (unless ``checked``) and
-    records whether it is also correct in place."""
-    if not checked:
-        verify_program(program)
-    try:
-        verify_program(program, in_place=True)
-        in_place_safe = True
-    except VerificationError:
-        in_place_safe = False
-    coll = program.collective
-    spec = {
-        "format": FORMAT,
-        "version": 1,
-        "name": program.name,
-        "collective": coll.kind,
-        "root": coll.root,
-        "n_ranks": coll.n_ranks,
-        "chunk_factor": coll.chunk_factor,
-        "topology": program.topology.name,
-        "solver": program.solver,
-        "steps": program.steps,
-        "input_slots": [len(x) for x in coll.inputs],
-        "output_slots": [len(x) for x in coll.outputs],
-        "aliases": [[list(run) for run in runs] for runs in program.alias_runs],
-        "reduced": [[list(run) for run in runs] for runs in program.reduced_runs],
-        "scratch": [list(x) for x in program.scratch],
-        "writes_input": [any(op.kind != "send" and op.buf == "input" for op in ops) for ops in program.ranks],
-        "in_place_safe": in_place_safe,
-        "ops": [[[*op[:10], list(op.deps)] for op in ops] for ops in program.ranks],
-    }
-    if coll.kind not in KINDS_WITH_NATIVE:  # what a reference check computes the outputs from
-        spec["chunks"] = {"inputs": [list(x) for x in coll.inputs],
-                          "outputs": [[sorted(need) for need in slots] for slots in coll.outputs]}
-    return spec
-
-
-def as_program(schedule: Algorithm | Program, *, channels: int = 1) -> Program:
-    """A verified Program from an Algorithm (verified, then lowered) or a Program."""
-    if isinstance(schedule, Program):
-        return schedule
-    if isinstance(schedule, Algorithm):
-        verify(schedule)
-        return lower(schedule, channels=channels)
-    raise InputError(f"expected an Algorithm or a Program, got {type(schedule).__name__}")
+from .runtime import ScheduleError, ScheduleRunner
+from .spec import as_program, to_spec
 
 
 def _translate(exc: ScheduleError) -> CclError:

@@ -275,8 +275,8 @@ def run_local(schedule: Any, *, size: int, ranks: int | None = None, repeat: int
 
     from ccl.serialize import load_algorithm
 
-    from .executor import as_program, to_spec
     from .runtime import ScheduleError, base_slots, reduce_op_name, unit_for_size
+    from .spec import as_program, to_spec
 
     if isinstance(schedule, (str, os.PathLike)):
         schedule = load_algorithm(schedule)
