@@ -13,8 +13,10 @@ group that does not finish within its deadline, is stopped and reported as ``Bac
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -38,6 +40,20 @@ class Job:
     check: bool = True
     native: bool = True
     seed: int = 0
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Call:
+    """Run a function on every rank of the group: ``target`` is "module:function" or
+    "path/file.py:function", called as ``function(rank, world_size, *args)``; its return
+    values (one per rank) are the result. ``final``: the rank stops right after it (use it for
+    calls that break the group on purpose, a timeout or a rank that exits)."""
+
+    target: str
+    args: tuple = ()
+    final: bool = False
+    label: str = ""
 
 
 @dataclass(frozen=True)
@@ -47,6 +63,7 @@ class JobResult:
     ours: tuple[float, ...]  # seconds per timed iteration (slowest rank)
     native: tuple[float, ...]
     wrong_ranks: tuple[int, ...] = ()
+    reference: str = "torch"  # or "definition" where torch has no collective for the dtype/op
 
 
 @dataclass(frozen=True)
@@ -123,10 +140,22 @@ def _worker(rank: int, n: int, folder: str, timeout: float) -> int:
         torch.set_num_threads(1)
         dist.init_process_group("gloo", init_method=f"file://{os.path.join(folder, 'store')}", rank=rank,
                                 world_size=n, timeout=datetime.timedelta(seconds=timeout))
-        out = [_run_job(rank, n, job, timeout, rt, torch, dist) for job in jobs]
-        gathered: list[Any] = [None] * n
-        dist.all_gather_object(gathered, out)
-        report(("ok", _combine(gathered, n) if rank == 0 else None))
+        out: list[Any] = []
+        for i, job in enumerate(jobs):
+            try:
+                if isinstance(job, Call):
+                    out.append(_load(job.target)(rank, n, *job.args))
+                    if job.final:
+                        report(("ok", out))
+                        os._exit(0)  # the group is broken on purpose: do not tear it down
+                    continue
+                out.append(_run_job(rank, n, job, timeout, rt, torch, dist))
+            except rt.ScheduleError as exc:
+                exc.message = f"{job.label or f'job {i}'}: {exc.message}"
+                raise
+            except Exception as exc:  # noqa: BLE001 - named by its job, reported below
+                raise RuntimeError(f"{job.label or f'job {i}'}: {type(exc).__name__}: {exc}") from exc
+        report(("ok", out))
         dist.destroy_process_group()
         return 0
     except Exception as exc:  # noqa: BLE001 - everything goes back to the parent as text
@@ -134,6 +163,20 @@ def _worker(rank: int, n: int, folder: str, timeout: float) -> int:
         message = getattr(exc, "message", None) or f"rank {rank}: {type(exc).__name__}: {exc}"
         report((kind, message))
         return 1
+
+
+def _load(target: str) -> Any:
+    import importlib
+    import importlib.util
+
+    where, _, name = target.rpartition(":")
+    if where.endswith(".py"):
+        spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(where))[0], where)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    return getattr(module, name)
 
 
 def _run_job(rank: int, n: int, job: Job, timeout: float, rt: Any, torch: Any, dist: Any) -> dict:
@@ -147,13 +190,13 @@ def _run_job(rank: int, n: int, job: Job, timeout: float, rt: Any, torch: Any, d
             return rt.in_place_tensors(spec, rank, job.unit, data)
         return data.clone(), blank.clone()
 
-    result: dict[str, Any] = {"correct": None, "max_error": 0.0, "ours": [], "native": []}
+    result: dict[str, Any] = {"correct": None, "max_error": 0.0, "ours": [], "native": [], "reference": "torch"}
     if job.check:
         inp, out = fresh()
         original = data.clone()
         runner.run(inp, out, job.op)
         want = torch.full_like(blank, 7) if blank.numel() else blank.clone()
-        rt.reference(spec, original.clone(), want, job.op)
+        result["reference"] = rt.reference(spec, original.clone(), want, job.op)
         ok, err = rt.compare(out, want, n)
         if not job.in_place and not torch.equal(inp, original):
             ok, err = False, float("inf")  # the caller's input was written
@@ -161,7 +204,7 @@ def _run_job(rank: int, n: int, job: Job, timeout: float, rt: Any, torch: Any, d
     if job.repeat:
         nin, nout = data.clone(), blank.clone()
         native = (lambda: rt.native(spec, nin, nout, job.op)) if spec["collective"] in rt.KINDS_WITH_NATIVE \
-            and job.native else None
+            and job.native and result["reference"] == "torch" else None
         for it in range(job.warmup + job.repeat):
             inp, out = fresh()
             t_ours = rt.timed(lambda inp=inp, out=out: runner.run(inp, out, job.op))
@@ -172,70 +215,110 @@ def _run_job(rank: int, n: int, job: Job, timeout: float, rt: Any, torch: Any, d
     return result
 
 
-def _combine(per_rank: list[list[dict]], n: int) -> list[JobResult]:
-    out = []
-    for j in range(len(per_rank[0])):
-        rows = [per_rank[r][j] for r in range(n)]
+def _combine(jobs: list, per_rank: list[list[Any]], n: int) -> list[Any]:
+    """Per job: a JobResult over all ranks, or for a Call the tuple of its per-rank values."""
+    out: list[Any] = []
+    for j, job in enumerate(jobs):
+        rows = [per_rank[r][j] if j < len(per_rank[r]) else None for r in range(n)]
+        if isinstance(job, Call):
+            out.append(tuple(rows))
+            continue
         checked = [row["correct"] for row in rows]
         correct = None if any(c is None for c in checked) else all(checked)
         ours = tuple(max(row["ours"][i] for row in rows) for i in range(len(rows[0]["ours"])))
         native = tuple(max(row["native"][i] for row in rows) for i in range(len(rows[0]["native"])))
         wrong = tuple(r for r, c in enumerate(checked) if c is False)
-        out.append(JobResult(correct, max(row["max_error"] for row in rows), ours, native, wrong))
+        out.append(JobResult(correct, max(row["max_error"] for row in rows), ours, native, wrong,
+                             rows[0]["reference"]))
     return out
 
 
 # ---------------------------------------------------------------------- the parent
-def run_jobs(n: int, jobs: list[Job], *, timeout: float = 60.0, deadline: float | None = None) -> list[JobResult]:
-    """Run ``jobs`` on ``n`` local gloo processes (fresh interpreters); ``timeout`` bounds every
-    wait inside a rank, ``deadline`` (seconds, default generous) the whole group."""
+def run_jobs(n: int, jobs: list, *, timeout: float = 60.0, deadline: float | None = None) -> list[Any]:
+    """Run ``jobs`` (``Job`` or ``Call``) on ``n`` local gloo processes, in order; returns a
+    ``JobResult`` per Job and a tuple of per-rank values per Call. ``timeout`` bounds every wait
+    inside a rank, ``deadline`` (seconds, default generous) the whole group.
+
+    Ranks are forked from a fork server that imported torch once (importing torch is most of a
+    process's start-up), or spawned where fork servers do not exist."""
+    import multiprocessing
     import pickle
-    import subprocess
-    import sys
 
     if n < 1:
         raise InputError(f"need at least 1 rank, got {n}")
     limit = deadline if deadline is not None else 120.0 + 10.0 * n + sum(
-        timeout + 5.0 * (1 + j.repeat + j.warmup) for j in jobs)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env.setdefault("OMP_NUM_THREADS", "1")
+        timeout + 5.0 * (1 + getattr(j, "repeat", 0) + getattr(j, "warmup", 0)) for j in jobs)
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["torch", "torch.distributed", "backends.torch.runtime", __name__])
+    else:
+        ctx = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="ccl-run-") as folder:
         with open(os.path.join(folder, "jobs.pkl"), "wb") as fh:
             pickle.dump(jobs, fh)
         procs = []
         try:
-            for r in range(n):
-                log = open(os.path.join(folder, f"rank{r}.log"), "wb")  # noqa: SIM115 - closed below
-                procs.append((subprocess.Popen(
-                    [sys.executable, "-m", "backends.torch.launch", str(r), str(n), folder, repr(timeout)],
-                    stdout=log, stderr=subprocess.STDOUT, env=env, cwd=folder), log))
-            return _collect(procs, folder, time.monotonic() + limit)
+            with _main_module_hidden():
+                for r in range(n):
+                    p = ctx.Process(target=_rank_main, args=(r, n, folder, timeout), name=f"ccl-rank-{r}",
+                                    daemon=True)
+                    p.start()
+                    procs.append(p)
+            return _combine(jobs, _collect(procs, folder, time.monotonic() + limit), n)
         finally:
-            for p, log in procs:
-                if p.poll() is None:
+            for p in procs:
+                if p.exitcode is None:
                     p.kill()
-                p.wait()
-                log.close()
+            for p in procs:
+                p.join(10)
 
 
-def _collect(procs: list, folder: str, end: float) -> list[JobResult]:
+@contextlib.contextmanager
+def _main_module_hidden():
+    """Ranks run only this module's worker: keep multiprocessing from re-running the caller's
+    main script in them (a script without an ``if __name__ == "__main__"`` guard would start
+    its own ranks recursively)."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    try:
+        if main is not None:
+            main.__dict__.pop("__file__", None)
+            main.__dict__["__spec__"] = None
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.update(saved)
+            if "__file__" not in saved:
+                main.__dict__.pop("__file__", None)
+
+
+def _rank_main(rank: int, n: int, folder: str, timeout: float) -> None:
+    """A rank's process: its output goes to ``rank<r>.log``, not the caller's terminal."""
+    fd = os.open(os.path.join(folder, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    code = _worker(rank, n, folder, timeout)
+    os._exit(code)  # skip interpreter teardown (gloo threads)
+
+
+def _collect(procs: list, folder: str, end: float) -> list[list[Any]]:
+    """Every rank's list of per-job results."""
     import pickle
 
     n = len(procs)
     reports: dict[int, tuple] = {}
     first_error: float | None = None
     while len(reports) < n:
-        for r, (p, _log) in enumerate(procs):
-            if r in reports or p.poll() is None:
+        for r, p in enumerate(procs):
+            if r in reports or p.exitcode is None:
                 continue
             path = os.path.join(folder, f"rank{r}.pkl")
             if os.path.exists(path):
                 with open(path, "rb") as fh:
                     reports[r] = pickle.load(fh)
             else:
-                reports[r] = ("backend", f"rank {r} exited with code {p.returncode} without a report"
+                reports[r] = ("backend", f"rank {r} exited with code {p.exitcode} without a report"
                               + _log_tail(folder, r))
             if reports[r][0] != "ok" and first_error is None:
                 first_error = time.monotonic()
@@ -253,7 +336,7 @@ def _collect(procs: list, folder: str, end: float) -> list[JobResult]:
         inputs = [e for e in errors if e[1] == "input"]
         _r, kind, message = (inputs or errors)[0]
         raise InputError(message) if kind == "input" else BackendError(message)
-    return reports[0][1]
+    return [reports[r][1] for r in range(n)]
 
 
 def _log_tail(folder: str, rank: int) -> str:
@@ -305,11 +388,3 @@ def run_local(schedule: Any, *, size: int, ranks: int | None = None, repeat: int
         ours_iterations=result.ours, native_iterations=result.native,
     )
 
-
-if __name__ == "__main__":
-    import sys
-
-    from backends.torch.launch import _worker as worker  # the importable module, so pickles name it
-
-    _rank, _n, _folder, _timeout = sys.argv[1:5]
-    sys.exit(worker(int(_rank), int(_n), _folder, float(_timeout)))

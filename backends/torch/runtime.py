@@ -427,7 +427,7 @@ class ScheduleRunner:
             limit = f" after {self.timeout_seconds:g} s" if self.timeout_seconds is not None else ""
             return ScheduleError(f"rank {self.rank}: timed out{limit} waiting for the {what}: rank {peer} never "
                                  "sent or received it (it may have died, hung, or not called this collective)")
-        if "closed" in text or "reset" in text or "refused" in text:
+        if any(word in text for word in ("closed", "closure", "reset", "refused", "broken pipe", "Broken pipe")):
             return ScheduleError(f"rank {self.rank}: lost rank {peer} during the {what}: {text}")
         verb = "posting" if posting else "waiting for"
         return ScheduleError(f"rank {self.rank}: {verb} the {what} failed: {text}")
@@ -438,7 +438,7 @@ def _first_line(exc: BaseException) -> str:
     line = text[0] if text else type(exc).__name__
     if line.startswith("[") and "] " in line:  # drop the transport's source-file prefix
         line = line.split("] ", 1)[1]
-    return line
+    return line.split(". This is typically", 1)[0]
 
 
 # ---------------------------------------------------------------------- reference and timing
@@ -542,13 +542,18 @@ def in_place_tensors(spec: dict, rank: int, unit: int, data: torch.Tensor) -> tu
     return both, both if n_in == n_out else torch.empty(n_out, dtype=data.dtype, device=data.device)
 
 
-def reference(spec: dict, input: torch.Tensor, output: torch.Tensor, op: str = "sum", group: Any = None) -> None:
-    """The collective computed from its definition (``spec["chunks"]``: the chunk each input
-    slot starts with, the chunks each output slot must sum), for kinds torch has no collective
-    for: every rank's input is gathered, then each output slot is reduced locally."""
+def reference(spec: dict, input: torch.Tensor, output: torch.Tensor, op: str = "sum", group: Any = None) -> str:
+    """What ``output`` must hold: torch's own collective ("torch"), or, where torch has none for
+    the kind, dtype or reduction (gloo has no int16 collectives, for one), the collective's
+    definition ("definition": ``spec["chunks"]`` says which chunk each input slot starts with
+    and which chunks each output slot sums; every rank's input is gathered and each output
+    slot reduced locally)."""
     if spec["collective"] in KINDS_WITH_NATIVE:
-        native(spec, input, output, op, group)
-        return
+        try:
+            native(spec, input, output, op, group)
+            return "torch"
+        except (RuntimeError, ValueError, TypeError):  # refused before any data moved, on every rank
+            pass
     chunks = spec.get("chunks")
     if chunks is None:
         raise ScheduleError(f"the {spec['collective']!r} schedule does not say what its outputs hold", "input")
@@ -560,8 +565,10 @@ def reference(spec: dict, input: torch.Tensor, output: torch.Tensor, op: str = "
     width = max(spec["input_slots"]) // k * unit
     mine = torch.zeros(width, dtype=input.dtype, device=input.device)
     mine[:input.numel()] = input
-    every = [torch.empty_like(mine) for _ in range(n)]
-    dist.all_gather(every, mine, group=group)
+    raw = mine.view(torch.uint8)  # as bytes: transports move every dtype that way
+    every_raw = [torch.empty_like(raw) for _ in range(n)]
+    dist.all_gather(every_raw, raw, group=group)
+    every = [x.view(input.dtype) for x in every_raw]
     sizes = piece_sizes(unit, k)
     pre = [0]
     for x in sizes:
@@ -582,6 +589,7 @@ def reference(spec: dict, input: torch.Tensor, output: torch.Tensor, op: str = "
             combine(dst, where[c])
         if op == "avg" and len(need) > 1:
             dst.div_(len(need))
+    return "definition"
 
 
 def tolerance(dtype: torch.dtype, n: int) -> tuple[float, float]:
