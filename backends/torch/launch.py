@@ -354,11 +354,8 @@ def run_local(schedule: Any, *, size: int, ranks: int | None = None, repeat: int
     """Run a schedule (Algorithm, Program or file) on local gloo processes: check it against
     torch's collective on random data and time both. ``size`` is in bytes, counted as
     nccl-tests does (the largest buffer of any rank)."""
-    import torch
-
     from ccl.serialize import load_algorithm
 
-    from .runtime import ScheduleError, base_slots, reduce_op_name, unit_for_size
     from .spec import as_program, to_spec
 
     if isinstance(schedule, (str, os.PathLike)):
@@ -367,6 +364,9 @@ def run_local(schedule: Any, *, size: int, ranks: int | None = None, repeat: int
     n = spec["n_ranks"]
     if ranks is not None and ranks != n:
         raise InputError(f"the schedule {spec['name']!r} is for {n} ranks, not {ranks}")
+    import torch
+
+    from .runtime import ScheduleError, base_slots, reduce_op_name, unit_for_size
     torch_dtype = getattr(torch, dtype, None)
     if not isinstance(torch_dtype, torch.dtype):
         raise InputError(f"unknown dtype {dtype!r} (torch dtype names: float32, bfloat16, int64, ...)")
