@@ -364,6 +364,9 @@ def run_local(schedule: Any, *, size: int, ranks: int | None = None, repeat: int
     n = spec["n_ranks"]
     if ranks is not None and ranks != n:
         raise InputError(f"the schedule {spec['name']!r} is for {n} ranks, not {ranks}")
+    from . import require_torch
+
+    require_torch()
     import torch
 
     from .runtime import ScheduleError, base_slots, reduce_op_name, unit_for_size

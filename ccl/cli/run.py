@@ -25,9 +25,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if size < 1:
         raise InputError("--size must be at least 1 byte")
     alg = load_algorithm(args.file)
-    import backends.torch as bt
-
-    bt.require_torch()
     from backends.torch.launch import run_local
 
     report = run_local(alg, size=size, ranks=args.ranks, repeat=args.repeat, warmup=args.warmup,
