@@ -187,6 +187,8 @@ class ScheduleRunner:
         self.group = group
         self.world = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
+        # Peers as global ranks: P2POp takes those in every torch version.
+        self.global_ranks = [q if group is None else dist.get_global_rank(group, q) for q in range(self.world)]
         n = spec["n_ranks"]
         if self.world != n:
             raise ScheduleError(f"the schedule {spec['name']!r} is for {n} ranks but the process group has "
@@ -347,7 +349,7 @@ class ScheduleRunner:
         works = self._works
         for i in range(len(works)):
             works[i] = None
-        group = self.group
+        group, peers = self.group, self.global_ranks
         isend, irecv = dist.isend, dist.irecv
         try:
             for waits, net, local in plan.steps:
@@ -355,8 +357,7 @@ class ScheduleRunner:
                     if works[d] is not None:
                         self._wait(d)
                 if net:
-                    p2p = [dist.P2POp(isend if is_send else irecv, bufs[b][start:stop], group=group,
-                                      tag=tag, group_peer=peer)
+                    p2p = [dist.P2POp(isend if is_send else irecv, bufs[b][start:stop], peers[peer], group, tag)
                            for _i, is_send, b, start, stop, peer, tag in net]
                     try:
                         got = dist.batch_isend_irecv(p2p)
@@ -485,6 +486,7 @@ def native(spec: dict, input: torch.Tensor, output: torch.Tensor, op: str = "sum
     """torch.distributed's own collective of the schedule's kind, writing ``output``."""
     kind, root = spec["collective"], spec.get("root")
     rank, n = dist.get_rank(group), dist.get_world_size(group)
+    peer = root if group is None or root is None else dist.get_global_rank(group, root)
     redop = getattr(dist.ReduceOp, {"prod": "PRODUCT"}.get(op, op.upper()))
     if kind == "allgather":
         fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -500,18 +502,18 @@ def native(spec: dict, input: torch.Tensor, output: torch.Tensor, op: str = "sum
     elif kind == "broadcast":
         if rank == root:
             output.copy_(input)
-        dist.broadcast(output, group_src=root, group=group)
+        dist.broadcast(output, src=peer, group=group)
     elif kind == "reduce":
         buf = input.clone()
-        dist.reduce(buf, group_dst=root, op=redop, group=group)
+        dist.reduce(buf, dst=peer, op=redop, group=group)
         if rank == root:
             output.copy_(buf)
     elif kind == "gather":
         parts = list(output.chunk(n)) if rank == root else None
-        dist.gather(input, gather_list=parts, group_dst=root, group=group)
+        dist.gather(input, gather_list=parts, dst=peer, group=group)
     elif kind == "scatter":
         parts = list(input.chunk(n)) if rank == root else None
-        dist.scatter(output, scatter_list=parts, group_src=root, group=group)
+        dist.scatter(output, scatter_list=parts, src=peer, group=group)
     else:
         raise ScheduleError(f"torch has no collective for a {kind!r} schedule", "input")
 

@@ -119,6 +119,16 @@ def api(rank: int, n: int, folder: str) -> list[str]:
     dist.scatter(theirs, [p.clone() for p in pieces] if pieces else None, src=root)
     expect("scatter", mine, theirs)
 
+    # A subgroup: ranks are group ranks, messages go to the right global ranks.
+    members = list(range(1, n))
+    sub = dist.new_group(members)
+    if rank in members:
+        part = load(schedule(f"ring:{len(members)}", "allreduce", "ring", chunks=2), sub, timeout=TIMEOUT)
+        mine, theirs = x.clone(), x.clone()
+        part.all_reduce(mine)
+        dist.all_reduce(theirs, group=sub)
+        expect("all_reduce on a subgroup", mine, theirs)
+
     try:
         allreduce.all_gather_single(x, x)
         problems.append("calling an allreduce schedule as allgather was accepted")
