@@ -24,8 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import ccl  # noqa: E402
+from backends.torch.harness import bus_factor  # noqa: E402
 from backends.torch.launch import Job, run_jobs  # noqa: E402
-from backends.torch.runtime import bus_factor  # noqa: E402
 from backends.torch.spec import as_program, to_spec  # noqa: E402
 from ccl.serialize import write_text_atomic  # noqa: E402
 from ccl.units import format_size, parse_size  # noqa: E402

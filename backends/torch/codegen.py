@@ -35,15 +35,22 @@ def _strip_docstring_and_future(text: str) -> str:
     return "\n".join(lines).strip("\n") + "\n"
 
 
-def _driver(runtime: str) -> str:
-    """script.py without the import block the runtime's names replace, and without imports
-    the runtime already made."""
-    text = _strip_docstring_and_future(_source("script.py"))
-    start, end = text.index(_SCRIPT_IMPORTS[0]), text.index(_SCRIPT_IMPORTS[1])
-    end = text.index("\n", end) + 1
-    text = text[:start] + text[end:]
-    have = {line for line in runtime.splitlines() if line.startswith(("import ", "from "))}
-    lines = [line for line in text.splitlines() if line not in have]
+def _embedded(name: str, have: set[str]) -> str:
+    """A module's text for the script: no docstring, no ``from __future__``, no import block
+    marked for dropping (the names are defined earlier in the script), no import the script
+    already made (``have`` grows)."""
+    text = _strip_docstring_and_future(_source(name))
+    if _SCRIPT_IMPORTS[0] in text:
+        start, end = text.index(_SCRIPT_IMPORTS[0]), text.index(_SCRIPT_IMPORTS[1])
+        end = text.index("\n", end) + 1
+        text = text[:start] + text[end:]
+    lines = []
+    for line in text.splitlines():
+        if line.startswith(("import ", "from ")):
+            if line in have:
+                continue
+            have.add(line)
+        lines.append(line)
     return "\n".join(lines).strip("\n") + "\n"
 
 
@@ -117,15 +124,17 @@ from __future__ import annotations
 
 '''
     header = header.replace("{script}", "prog.py")
-    runtime = _strip_docstring_and_future(_source("runtime.py"))
+    have: set[str] = set()
     parts = [
         header,
         "# " + "-" * 70 + " the schedule\n",
         _schedule_literal(spec),
         "\n\n# " + "-" * 70 + " the runtime (runs any schedule in this form)\n",
-        runtime,
+        _embedded("runtime.py", have),
+        "\n\n# " + "-" * 70 + " checks: random data, torch's collective, comparison, bandwidth\n",
+        _embedded("harness.py", have),
         "\n\n# " + "-" * 70 + " the driver: check, time, report\n",
-        _driver(runtime),
+        _embedded("script.py", have),
         '\n\nif __name__ == "__main__":\n    sys.exit(main(SCHEDULE))\n',
     ]
     return "".join(parts)

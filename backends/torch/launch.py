@@ -94,7 +94,7 @@ class RunReport:
 
     def bandwidth(self, seconds: float | None) -> tuple[float | None, float | None]:
         """(algbw, busbw) in GB/s, nccl-tests definitions."""
-        from .runtime import bus_factor
+        from .harness import bus_factor
 
         if not seconds:
             return None, None
@@ -133,7 +133,8 @@ def _worker(rank: int, n: int, folder: str, timeout: float) -> int:
         import torch
         import torch.distributed as dist
 
-        from . import runtime as rt
+        from . import harness as rt
+        from . import runtime
 
         with open(os.path.join(folder, "jobs.pkl"), "rb") as fh:
             jobs = pickle.load(fh)
@@ -150,7 +151,7 @@ def _worker(rank: int, n: int, folder: str, timeout: float) -> int:
                         os._exit(0)  # the group is broken on purpose: do not tear it down
                     continue
                 out.append(_run_job(rank, n, job, timeout, rt, torch, dist))
-            except rt.ScheduleError as exc:
+            except runtime.ScheduleError as exc:
                 exc.message = f"{job.label or f'job {i}'}: {exc.message}"
                 raise
             except Exception as exc:  # noqa: BLE001 - named by its job, reported below
@@ -182,7 +183,9 @@ def _load(target: str) -> Any:
 def _run_job(rank: int, n: int, job: Job, timeout: float, rt: Any, torch: Any, dist: Any) -> dict:
     spec = job.spec
     dtype = getattr(torch, job.dtype)
-    runner = rt.ScheduleRunner(spec, timeout=timeout)
+    from .runtime import ScheduleRunner
+
+    runner = ScheduleRunner(spec, timeout=timeout)
     data, blank = rt.make_tensors(spec, rank, job.unit, dtype, seed=job.seed)
 
     def fresh() -> tuple[Any, Any]:
@@ -250,7 +253,8 @@ def run_jobs(n: int, jobs: list, *, timeout: float = 60.0, deadline: float | Non
         timeout + 5.0 * (1 + getattr(j, "repeat", 0) + getattr(j, "warmup", 0)) for j in jobs)
     if "forkserver" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["torch", "torch.distributed", "backends.torch.runtime", __name__])
+        ctx.set_forkserver_preload(["torch", "torch.distributed", "backends.torch.runtime",
+                                    "backends.torch.harness", __name__])
     else:
         ctx = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="ccl-run-") as folder:
@@ -369,7 +373,8 @@ def run_local(schedule: Any, *, size: int, ranks: int | None = None, repeat: int
     require_torch()
     import torch
 
-    from .runtime import ScheduleError, base_slots, reduce_op_name, unit_for_size
+    from .harness import base_slots, unit_for_size
+    from .runtime import ScheduleError, reduce_op_name
     torch_dtype = getattr(torch, dtype, None)
     if not isinstance(torch_dtype, torch.dtype):
         raise InputError(f"unknown dtype {dtype!r} (torch dtype names: float32, bfloat16, int64, ...)")

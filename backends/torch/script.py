@@ -23,21 +23,18 @@ import torch
 import torch.distributed as dist
 
 # --- script imports: generated scripts drop this block (the runtime defines these names)
-from .runtime import (
-    REDUCE_OPS,
-    ScheduleError,
-    ScheduleRunner,
+from .harness import (
     base_slots,
     bus_factor,
     compare,
     in_place_tensors,
     make_tensors,
     native,
-    reduce_op_name,
     reference,
     timed,
     unit_for_size,
 )
+from .runtime import REDUCE_OPS, ScheduleError, ScheduleRunner, reduce_op_name
 
 # --- end script imports
 
