@@ -41,9 +41,12 @@ from .program import COPY, PROLOGUE, RECV, REDUCE, SEND, Op, Program
 Slot = tuple[str, int]
 
 
-def lower(algorithm: Algorithm, *, channels: int = 1) -> Program:
+def lower(algorithm: Algorithm, *, channels: int = 1, fuse: bool = True) -> Program:
     """The Program that runs ``algorithm`` on point-to-point runtimes. The algorithm should
-    have passed ``ccl.verify``; the result can be checked with ``ccl.verify_program``."""
+    have passed ``ccl.verify``; the result can be checked with ``ccl.verify_program``.
+    ``fuse=False`` keeps every transfer its own message (pieces a schedule moves separately
+    so that they can overlap stay separate); by default consecutive slots moved in one step
+    between the same places become one message."""
     if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
         raise CollectiveError(f"channels must be a positive integer, got {channels!r}")
     coll = algorithm.collective
@@ -51,7 +54,7 @@ def lower(algorithm: Algorithm, *, channels: int = 1) -> Program:
     renamer = _Renamer(algorithm)
     steps: list[list[tuple]] = []
     for indices in algorithm.by_step:
-        steps.append(_coalesce(renamer.step(algorithm.transfers[k] for k in indices)))
+        steps.append(_coalesce(renamer.step((k, algorithm.transfers[k]) for k in indices), fuse))
     tags = _tag_messages(steps, channels)
     builders = [_RankBuilder(r, coll, renamer.scratch[r]) for r in range(coll.n_ranks)]
     for r, b in enumerate(builders):
@@ -148,12 +151,13 @@ class _Renamer:
         return cur[0]
 
     def step(self, transfers: Iterable) -> list[tuple]:
-        """Unit moves of one step in program slots: (src, sbuf, sidx, dst, dbuf, didx, op)."""
+        """Unit moves of one step, from (index, transfer) pairs, in program slots:
+        (src, sbuf, sidx, dst, dbuf, didx, op, transfer index)."""
         moves = []
         writes: list[tuple[int, int, int, str]] = []  # scratch writes: (rank, alg slot, class, op)
         needs_original: set[tuple[int, int]] = set()
         touched_now: set[tuple[int, int]] = set()
-        for t in transfers:
+        for k, t in transfers:
             for j in range(t.count):
                 si, di = t.src_index + j, t.dst_index + j
                 cls = self._cls(t.src, t.src_buf, si)
@@ -170,17 +174,17 @@ class _Renamer:
                     touched_now.add((t.dst, di))
                     if t.op == REDUCE:
                         needs_original.add((t.dst, di))
-                    moves.append((t.src, sbuf, sidx, t.dst, "scratch", self.redirect[t.dst][di], t.op))
+                    moves.append((t.src, sbuf, sidx, t.dst, "scratch", self.redirect[t.dst][di], t.op, k))
                 elif t.dst_buf == "output":
                     if di % self.k != cls:
                         raise CollectiveError(
                             f"step {t.step}: rank {t.dst} output[{di}] holds piece {di % self.k} of a base "
                             f"slot but the schedule stores a piece {cls} there ({t.describe()}); runtimes "
                             "need every slot to hold pieces of one size")
-                    moves.append((t.src, sbuf, sidx, t.dst, "output", di, t.op))
+                    moves.append((t.src, sbuf, sidx, t.dst, "output", di, t.op, k))
                 else:
                     writes.append((t.dst, di, cls, t.op))
-                    moves.append((t.src, sbuf, sidx, t.dst, "scratch", (t.dst, di, cls), t.op))
+                    moves.append((t.src, sbuf, sidx, t.dst, "scratch", (t.dst, di, cls), t.op, k))
         # Inputs touched for the first time in this step keep their starting value in scratch
         # when it is read (now or later) or reduced into.
         for key in sorted(touched_now):
@@ -219,25 +223,33 @@ class _Renamer:
         for (r, x, cls), slot in target.items():
             self.current[r][x] = (slot, cls)
         out = []
-        for src, sbuf, sidx, dst, dbuf, didx, op in moves:
+        for src, sbuf, sidx, dst, dbuf, didx, op, k in moves:
             if dbuf == "scratch" and isinstance(didx, tuple):
                 didx = target[didx]
-            out.append((src, sbuf, sidx, dst, dbuf, didx, op))
+            out.append((src, sbuf, sidx, dst, dbuf, didx, op, k))
         return out
 
 
-def _coalesce(moves: list[tuple]) -> list[tuple]:
-    """Merge unit moves into runs: (src, sbuf, sidx, dst, dbuf, didx, count, op), sorted."""
-    moves.sort(key=lambda m: (m[0], m[3], m[1], m[4], m[6], m[2], m[5]))
+def _coalesce(moves: list[tuple], fuse: bool) -> list[tuple]:
+    """Merge unit moves into runs (src, sbuf, sidx, dst, dbuf, didx, count, op), sorted; without
+    ``fuse`` only moves of one transfer merge."""
+    def key(m: tuple) -> tuple:
+        return (m[0], m[3], m[1], m[4], m[6], 0 if fuse else m[7], m[2], m[5])
+
+    moves.sort(key=key)
     runs: list[list] = []
-    for src, sbuf, sidx, dst, dbuf, didx, op in moves:
+    last_group = None
+    for m in moves:
+        src, sbuf, sidx, dst, dbuf, didx, op, k = m
+        group = None if fuse else k
         if runs:
             last = runs[-1]
             if (last[0] == src and last[3] == dst and last[1] == sbuf and last[4] == dbuf and last[7] == op
-                    and last[2] + last[6] == sidx and last[5] + last[6] == didx):
+                    and last_group == group and last[2] + last[6] == sidx and last[5] + last[6] == didx):
                 last[6] += 1
                 continue
         runs.append([src, sbuf, sidx, dst, dbuf, didx, 1, op])
+        last_group = group
     return [tuple(r) for r in runs]
 
 

@@ -37,12 +37,14 @@ class Executor:
     ``timeout`` (seconds) bounds every wait for a transfer (None: the group's timeout); a peer
     that dies or never calls raises ``BackendError`` naming this rank, the op and the peer.
     ``validate`` ("first", "always", "never") controls the cross-rank check of schedule, sizes,
-    dtype and reduction (see ``runtime.ScheduleRunner``).
+    dtype and reduction (see ``runtime.ScheduleRunner``). ``channels`` and ``fuse`` are
+    lowering options (``ccl.lower``): ``fuse=False`` keeps the pieces a schedule moves
+    separately as separate messages, so a piece's reduction overlaps the next one's transfer.
     """
 
     def __init__(self, schedule: Algorithm | Program, group: Any = None, *, timeout: float | None = None,
-                 validate: str = "first", channels: int = 1) -> None:
-        self.program = as_program(schedule, channels=channels)
+                 validate: str = "first", channels: int = 1, fuse: bool = True) -> None:
+        self.program = as_program(schedule, channels=channels, fuse=fuse)
         self.spec = to_spec(self.program)
         try:
             self.runner = ScheduleRunner(self.spec, group, timeout=timeout, validate=validate)
@@ -168,7 +170,7 @@ class Executor:
 
 def load(schedule: str | os.PathLike[str] | Algorithm | Program, group: Any = None, **options: Any) -> Executor:
     """An ``Executor`` from a schedule file (written by ``ccl synthesize``) or an
-    Algorithm/Program. Options: ``timeout``, ``validate``, ``channels``."""
+    Algorithm/Program. Options: ``timeout``, ``validate``, ``channels``, ``fuse``."""
     if isinstance(schedule, (str, os.PathLike)):
         from ccl.serialize import load_algorithm
 

@@ -55,11 +55,12 @@ def to_spec(program: Program, *, checked: bool = False) -> dict[str, Any]:
     return spec
 
 
-def as_program(schedule: Algorithm | Program, *, channels: int = 1) -> Program:
-    """A verified Program from an Algorithm (verified, then lowered) or a Program."""
+def as_program(schedule: Algorithm | Program, *, channels: int = 1, fuse: bool = True) -> Program:
+    """A verified Program from an Algorithm (verified, then lowered; see ``ccl.lower`` for
+    ``channels`` and ``fuse``) or a Program."""
     if isinstance(schedule, Program):
         return schedule
     if isinstance(schedule, Algorithm):
         verify(schedule)
-        return lower(schedule, channels=channels)
+        return lower(schedule, channels=channels, fuse=fuse)
     raise InputError(f"expected an Algorithm or a Program, got {type(schedule).__name__}")

@@ -212,3 +212,12 @@ def test_random_allgather_schedules_lower_correctly(n, k, seed, channels):
 @given(st.integers(2, 6), st.integers(1, 3), st.integers(0, 10**6))
 def test_random_reducescatter_schedules_lower_correctly(n, k, seed):
     check(random_reducescatter(n, k, seed))
+
+
+def test_without_fusion_every_transfer_stays_a_message():
+    alg = solvers.synthesize(Problem(T.fully_connected(4), allreduce(4), Request("ring", chunks=2)))
+    verify(alg)
+    fused, separate = lower(alg), lower(alg, fuse=False)
+    verify_program(separate)
+    verify_program(separate, in_place=True)
+    assert separate.n_messages == sum(1 for t in alg.transfers if t.src != t.dst) == 2 * fused.n_messages
