@@ -140,16 +140,17 @@ class _Plan:
                 current, waits, net, local = step, set(), [], []
             b = _BUFFER_IDS[buf]
             start, stop = span(b, index, count)
-            if stop == start:
-                continue  # an empty piece: both sides skip it
             pending = tuple(d for d in deps if network[d])
             if kind == "send" or kind == "recv":
                 waits.update(pending)
-                net.append((i, kind == "send", b, start, stop, peer, tag))
-            else:
+                if stop > start:  # an empty piece moves nothing: both sides skip the message
+                    net.append((i, kind == "send", b, start, stop, peer, tag))
+            elif stop > start:
                 sb = _BUFFER_IDS[src_buf]
                 s0, s1 = span(sb, src_index, count)
                 local.append((i, pending, kind == "reduce", b, start, stop, sb, s0, s1))
+            elif pending:  # still wait where the op stands: later ops count on what it waited for
+                local.append((i, pending, None, 0, 0, 0, 0, 0, 0))
         if current is not None:
             self.steps.append((tuple(sorted(waits)), net, local))
         self.alias = [(io_offset(a), io_offset(j), io_offset(j + c) - io_offset(j)) for a, j, c in runner.alias_runs]
@@ -374,7 +375,7 @@ class ScheduleRunner:
                             self._wait(d)
                     if is_reduce:
                         reducer(bufs[b][start:stop], bufs[sb][s0:s1])
-                    else:
+                    elif is_reduce is not None:
                         bufs[b][start:stop].copy_(bufs[sb][s0:s1])
             for i, w in enumerate(works):
                 if w is not None:
