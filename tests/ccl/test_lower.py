@@ -34,7 +34,7 @@ def check(alg: Algorithm, channels: int = 1):
 
 
 TOPOLOGIES = ["ring:2", "ring:3", "line:4", "fully-connected:5", "ring:6", "star:5", "hypercube:8", "torus:2x3",
-              "dgx1", "ndv2:2"]
+              "dgx1", pytest.param("ndv2:2", marks=pytest.mark.slow), pytest.param("dgx-a100:2", marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize("spec", TOPOLOGIES)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -50,8 +51,8 @@ def torchrun(script: str, n: int, *args: str) -> subprocess.CompletedProcess:
 
 def test_generated_script_runs_under_torchrun_and_checks_itself(tmp_path):
     script = tmp_path / "prog.py"
-    script.write_text(emit_script(schedule("ring:3", "allreduce", "ring", chunks=2), source="ar.json"))
-    out = torchrun(str(script), 3, "--size", "4100B", "--check", "--repeat", "2", "--warmup", "1", "--compare",
+    script.write_text(emit_script(schedule("ring:2", "allreduce", "ring", chunks=3), source="ar.json"))
+    out = torchrun(str(script), 2, "--size", "4100B", "--check", "--repeat", "2", "--warmup", "1", "--compare",
                    "--dtype", "int32", "--op", "max", "--in-place")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "check: ok" in out.stdout
@@ -61,7 +62,14 @@ def test_generated_script_runs_under_torchrun_and_checks_itself(tmp_path):
 
 
 @pytest.mark.slow
-def test_generated_script_refuses_another_world_size(tmp_path):
+def test_generated_script_on_3_ranks_and_another_world_size(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text(emit_script(schedule("ring:3", "reducescatter", "recursive-halving", chunks=2)))
+    out = torchrun(str(script), 3, "--size", "1000003B", "--check", "--repeat", "1", "--dtype", "bfloat16",
+                   "--op", "avg", "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["correct"] is True and summary["ranks"] == 3
     script = tmp_path / "prog.py"
     script.write_text(emit_script(schedule("ring:3", "allgather", "ring")))
     out = torchrun(str(script), 2, "--size", "1KiB", "--check", "--repeat", "1")
