@@ -354,7 +354,7 @@ def _log_tail(folder: str, rank: int) -> str:
 
 def run_local(schedule: Any, *, size: int, ranks: int | None = None, repeat: int = 5, warmup: int = 1,
               dtype: str = "float32", op: str = "sum", in_place: bool = False, timeout: float = 60.0,
-              check: bool = True) -> RunReport:
+              check: bool = True, fuse: bool = True) -> RunReport:
     """Run a schedule (Algorithm, Program or file) on local gloo processes: check it against
     torch's collective on random data and time both. ``size`` is in bytes, counted as
     nccl-tests does (the largest buffer of any rank)."""
@@ -364,7 +364,7 @@ def run_local(schedule: Any, *, size: int, ranks: int | None = None, repeat: int
 
     if isinstance(schedule, (str, os.PathLike)):
         schedule = load_algorithm(schedule)
-    spec = to_spec(as_program(schedule))
+    spec = to_spec(as_program(schedule, fuse=fuse))
     n = spec["n_ranks"]
     if ranks is not None and ranks != n:
         raise InputError(f"the schedule {spec['name']!r} is for {n} ranks, not {ranks}")

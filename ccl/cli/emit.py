@@ -21,7 +21,7 @@ def _program(args: argparse.Namespace):
 
     alg = load_algorithm(args.file)
     verify(alg)
-    program = lower(alg, channels=args.channels)
+    program = lower(alg, channels=args.channels, fuse=not args.no_fuse)
     verify_program(program)
     return program
 
@@ -83,3 +83,5 @@ def register(sub: Any) -> None:
         p.add_argument("-o", "--output", help="write here (default: standard output)")
         p.add_argument("--channels", type=positive_int, default=1,
                        help="parallel channels per pair of ranks (default 1)")
+        p.add_argument("--no-fuse", action="store_true",
+                       help="keep every transfer its own message (pieces overlap instead of merging)")

@@ -28,7 +28,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from backends.torch.launch import run_local
 
     report = run_local(alg, size=size, ranks=args.ranks, repeat=args.repeat, warmup=args.warmup,
-                       dtype=args.dtype, op=args.op, in_place=args.in_place, timeout=args.timeout)
+                       dtype=args.dtype, op=args.op, in_place=args.in_place, timeout=args.timeout,
+                       fuse=not args.no_fuse)
     data = {"ok": report.correct is not False, "file": args.file, **report.to_json()}
     algbw, busbw = report.bandwidth(report.ours_seconds)
     nalgbw, nbusbw = report.bandwidth(report.native_seconds)
@@ -62,5 +63,7 @@ def register(sub: Any) -> None:
     run.add_argument("--dtype", default="float32", help="torch dtype name (default float32)")
     run.add_argument("--op", default="sum", help="reduction: sum, avg, prod, max, min, band, bor, bxor")
     run.add_argument("--in-place", action="store_true", help="run in place (torch's in-place layout)")
+    run.add_argument("--no-fuse", action="store_true",
+                     help="keep every transfer its own message (pieces overlap instead of merging)")
     run.add_argument("--timeout", type=float, default=60.0,
                      help="seconds a rank waits for a peer before failing (default 60)")
