@@ -58,6 +58,26 @@ def template_jobs(n: int, chunk_factors=(3,), extra: bool = False, modes=None) -
     return labels, jobs
 
 
+def random_jobs(n: int, count: int) -> tuple[list[str], list[Job]]:
+    """Random schedules (the Hypothesis generators of the lowering tests): scratch relays, inputs
+    accumulated in place, staged receives, uneven pieces."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "ccl",
+                        "test_lower.py")
+    spec = importlib.util.spec_from_file_location("lowering_tests", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    labels, jobs = [], []
+    for seed in range(count):
+        for make in (module.random_allgather, module.random_reducescatter):
+            alg = make(n, 1 + seed % 3, seed)
+            for unit, in_place in ((1, False), (17, True), (101, False)):
+                labels.append(f"{alg.name} k={1 + seed % 3}, {unit} elements{' in place' if in_place else ''}")
+                jobs.append(Job(to_spec(as_program(alg)), unit, in_place=in_place, seed=seed, label=labels[-1]))
+    return labels, jobs
+
+
 def assert_all_match(labels: list[str], results: list) -> None:
     wrong = [f"{label}: ranks {r.wrong_ranks} differ by {r.max_error:.3g}"
              for label, r in zip(labels, results) if r.correct is not True]
@@ -79,6 +99,8 @@ def test_templates_on_2_ranks_and_a_peer_that_dies():
 
 def test_templates_on_3_ranks_torch_conventions_and_clean_failures(tmp_path):
     labels, jobs = template_jobs(3, extra=True)
+    more_labels, more_jobs = random_jobs(3, 6)
+    labels, jobs = labels + more_labels, jobs + more_jobs
     calls = [Call(f"{SCENARIOS}:api", (str(tmp_path),)), Call(f"{SCENARIOS}:mismatches"),
              Call(f"{SCENARIOS}:absent", final=True)]
     *results, api, mismatches, absent = run_jobs(3, jobs + calls, timeout=60)
