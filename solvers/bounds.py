@@ -1,22 +1,59 @@
 """Lower bounds every solver and report uses.
 
+Building blocks:
+
 * ``step_bound``: the hop bound. A chunk crosses one link per step, so a schedule needs at
   least as many steps as the longest shortest path (in hops over the flattened rank graph,
   relaying allowed) from where a chunk starts to a rank that needs it.
 * ``cut_ratio``: the cut bound of allgather-like traffic. Every vertex set S of the topology
-  (switches included) that misses at least one rank must send out the |S ∩ ranks| parts its
-  ranks own, through the capacity leaving S, so per part
+  (switches included) that misses at least one rank (of ``sinks``, default any) must send
+  out the |S ∩ ranks| parts its ranks own, through the capacity leaving S, so per part
   T >= max_S |S ∩ ranks| / capacity_out(S).
-  Computed exactly: Dinkelbach's method on the ratio, each step a minimum cut (one per choice of
-  the rank kept outside S) with integer capacities, so the answer is an exact fraction.
-  Capacities are lanes (chunks per round: SCCL's rounds-per-chunk bound, exact) or bandwidth
-  (GB/s, rounded up to integer units of 10^-6 GB/s or coarser on very large fabrics; rounding
-  up keeps the bound sound).
+  Computed exactly: Dinkelbach's method on the ratio, each step a minimum cut (one per choice
+  of the rank kept outside S, one per orbit of the topology's rank symmetries) with integer
+  capacities, so the answer is an exact fraction. Capacities are lanes (chunks per round:
+  SCCL's rounds-per-chunk bound, exact) or bandwidth (GB/s, rounded up to integer units of
+  10^-6 GB/s or coarser on very large fabrics; rounding up keeps the bound sound).
 * ``rounds_per_chunk_bound``: the cut bound in lanes for allgather, for reducescatter on the
-  reversed topology, and their sum for allreduce.
+  reversed topology, and their sum for allreduce (SCCL's accounting; see ``lower_bound`` for
+  why the sum is not a valid time bound on every topology).
 
-Shared limits declared on rank-to-rank links are not part of the cut (the bound stays valid,
-possibly looser); switch and NIC vertices are.
+``lower_bound(topology, collective, size) -> Bounds``: the bound of one call, in the
+simulator's physics (a transfer pays its link's latency; a link carries at most lanes x
+bandwidth; switches forward but neither combine nor replicate). ``bound = max(latency,
+bandwidth)``:
+
+* latency: the alpha-weighted shortest path (Dijkstra over the flattened rank graph, whose
+  links through switches carry their path's latency) between the farthest pair of ranks that
+  must exchange data: all pairs for allgather/reducescatter/allreduce/alltoall, root to every
+  rank (or back) for the rooted kinds, the needed pairs for custom collectives.
+* bandwidth, with S = size (nccl-tests convention) and n ranks:
+
+  - allgather, reducescatter: cut_ratio x S / n (reducescatter on the reversed graph). Exact
+    in the fluid limit: spanning-tree packings reach it (ForestColl).
+  - gather, scatter: the same with S forced to miss the root. Exact (single-commodity flow).
+  - broadcast, reduce: S / min over ranks t of maxflow(root -> t) (reversed for reduce).
+    Exact in the fluid limit (Edmonds' arborescence packing).
+  - allreduce: the largest of (a) S / (least capacity leaving a vertex set that holds a rank
+    and misses one: 2(n-1) max-flows), and (b) one-way gossip volume: every element must be
+    sent at least 2(k-1) times between k parts (the minimum number of one-way calls for k
+    parties to all learn everything), and a part sends only through the capacity leaving it,
+    so T >= 2(k-1) S / sum of the parts' out- (and in-) capacities, for k = n single ranks and
+    k = the nodes of a multi-node topology. On a uniform fabric (every rank b) (b) is
+    2(n-1) S / (n b): the reducescatter + allgather bound. RS + AG is *not* used in general:
+    on a star (hub linked to k leaves at b) reduce-to-hub-and-broadcast, pipelined, takes
+    about S / b while RS + AG claims 2k/(k+1) S / b. Not exact in general.
+  - alltoall: m = S / n bytes per ordered pair. The product-demand cut bound
+    max_S m |S ∩ R| |R - S| / cap_out(S), every S enumerated when the topology has at most
+    16 vertices, otherwise structured candidate sets (valid, maybe loose); and the LP
+    relaxation (concurrent multicommodity flow, HiGHS via scipy) when it has at most 120k
+    variables: the exact fluid optimum, never below a cut bound (``flows``).
+  - custom: what every rank must send (chunks only it holds that others need) and receive
+    (output slots it cannot fill locally) over its own links.
+
+Shared limits declared on links are not part of cuts or the LP (bounds stay valid, maybe
+looser); switch and NIC vertices are. All bounds are linear in the size: their coefficients
+are computed once per (topology, collective kind, root) and cached.
 """
 
 from __future__ import annotations
@@ -35,6 +72,8 @@ from scipy.sparse.csgraph import maximum_flow
 from ccl.collective import Collective
 from ccl.errors import CollectiveError
 from ccl.topology import Topology
+
+from .paths import latency_bound
 
 MICRO = 10**6  # finest bandwidth unit of the cut: 1e-6 GB/s
 
@@ -397,7 +436,7 @@ def lower_bound(topology: Topology, collective: Collective, size: float) -> Boun
 
 def _model(topology: Topology, collective: Collective) -> _Model:
     n = topology.n_ranks
-    latency, pair, steps = _latency(topology, collective)
+    latency, pair, steps = latency_bound(topology, collective)
     if n < 2 or not needed_pairs_exist(collective):
         return _Model(latency, pair, steps, (), "none: nothing moves", True, ())
     kind = collective.kind
@@ -454,77 +493,6 @@ def needed_pairs_exist(collective: Collective) -> bool:
 
 def _per_byte(ratio: Fraction | float) -> float:
     return float(ratio)
-
-
-# ---------------------------------------------------------------------- latency
-def _flat_matrices(topology: Topology) -> tuple[csr_matrix, csr_matrix]:
-    """Latency and hop weights of the flattened rank graph."""
-    flat = topology.flat()
-    n = topology.n_ranks
-    rows = np.array([link.src for link in flat.links], dtype=np.int64)
-    cols = np.array([link.dst for link in flat.links], dtype=np.int64)
-    lat = np.array([link.latency for link in flat.links], dtype=float)
-    return (csr_matrix((lat, (rows, cols)), shape=(n, n)),
-            csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(n, n)))
-
-
-def _latency(topology: Topology, collective: Collective) -> tuple[float, tuple[int, int] | None, int]:
-    """(alpha-weighted distance of the farthest needed pair, that pair, hop bound)."""
-    from scipy.sparse.csgraph import dijkstra
-
-    n = topology.n_ranks
-    kind = collective.kind
-    if n < 2:
-        return 0.0, None, 0
-    lat_graph, hop_graph = _flat_matrices(topology)
-    root = collective.root or 0
-    if kind in ("allgather", "reducescatter", "allreduce", "alltoall"):
-        worst, pair, hops = -1.0, None, 0
-        for lo in range(0, n, 256):
-            sources = list(range(lo, min(n, lo + 256)))
-            d = dijkstra(lat_graph, indices=sources)
-            h = dijkstra(hop_graph, indices=sources, unweighted=True)
-            np.fill_diagonal(d[:, lo:lo + len(sources)], -1.0)
-            np.fill_diagonal(h[:, lo:lo + len(sources)], -1.0)
-            i, j = np.unravel_index(int(np.argmax(d)), d.shape)
-            if d[i, j] > worst:
-                worst, pair = float(d[i, j]), (sources[i], int(j))
-            hops = max(hops, float(h.max()))
-        if not math.isfinite(worst) or not math.isfinite(hops):
-            raise CollectiveError(f"topology {topology.name!r} is not strongly connected: some rank can never "
-                                  f"get the data {kind} needs")
-        return worst, pair, int(hops)
-    if kind in ("broadcast", "scatter", "reduce", "gather"):
-        outward = kind in ("broadcast", "scatter")
-        graph_l, graph_h = (lat_graph, hop_graph) if outward else (lat_graph.T.tocsr(), hop_graph.T.tocsr())
-        d = dijkstra(graph_l, indices=[root])[0]
-        h = dijkstra(graph_h, indices=[root], unweighted=True)[0]
-        if not np.all(np.isfinite(d)):
-            far = int(np.flatnonzero(~np.isfinite(d))[0])
-            raise CollectiveError(f"rank {far} cannot {'receive from' if outward else 'reach'} root {root} "
-                                  f"on topology {topology.name!r}")
-        j = int(np.argmax(d))
-        pair = (root, j) if outward else (j, root)
-        return float(d[j]), pair, int(h.max())
-    # custom: the needed pairs, nearest origin of every chunk
-    origins = collective.origins()
-    d = dijkstra(lat_graph)
-    h = dijkstra(hop_graph, unweighted=True)
-    worst, pair, hops = 0.0, None, 0.0
-    for r, slots in enumerate(collective.outputs):
-        for need in slots:
-            for c in need:
-                ranks = {q for q, _ in origins[c]}
-                if r in ranks:
-                    continue
-                best = min(ranks, key=lambda q: d[q, r])
-                if not math.isfinite(d[best, r]):
-                    raise CollectiveError(f"rank {r} needs {collective.describe_chunk(c)} but topology "
-                                          f"{topology.name!r} has no path to it")
-                if d[best, r] > worst or pair is None:
-                    worst, pair = float(d[best, r]), (best, r)
-                hops = max(hops, min(h[q, r] for q in ranks))
-    return worst, pair, int(hops)
 
 
 # ---------------------------------------------------------------------- cuts by max-flow
