@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ccl.errors import BackendError, InputError
+from ccl.errors import BackendError
+
+from .files import write_atomic
 
 if TYPE_CHECKING:
     from .simulator import Simulation
@@ -41,24 +41,9 @@ def _figure(width: float, height: float) -> Any:
 
 
 def _save(fig: Any, path: str | os.PathLike[str]) -> None:
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    if not folder.is_dir():
-        raise InputError(f"cannot write {str(target)!r}: folder {str(folder)!r} does not exist")
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=folder)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(buffer.getvalue())
-            os.replace(tmp, target)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-    except OSError as exc:
-        raise InputError(f"cannot write {str(target)!r}: {exc.strerror or exc}") from None
+    write_atomic(path, lambda fh: fh.write(buffer.getvalue()), binary=True)
 
 
 def timeline(sim: Simulation, ax: Any) -> None:

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from ccl.errors import InputError
+from .files import write_atomic
 
 if TYPE_CHECKING:
     from .simulator import Simulation
@@ -205,28 +203,17 @@ def chrome_trace(sim: Simulation) -> dict[str, Any]:
 def write_trace(sim: Simulation, path: str | os.PathLike[str]) -> None:
     """Write the trace, one event per line (streamed: large schedules make large traces),
     whole or not at all."""
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    if not folder.is_dir():
-        raise InputError(f"cannot write {str(target)!r}: folder {str(folder)!r} does not exist")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=folder)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write('{"traceEvents": [\n')
-                first = True
-                for event in _events(sim):
-                    if not first:
-                        fh.write(",\n")
-                    fh.write(json.dumps(event, separators=(",", ":")))
-                    first = False
-                fh.write('\n],\n"displayTimeUnit": "ns",\n"otherData": ')
-                fh.write(json.dumps(_other(sim)))
-                fh.write("}\n")
-            os.replace(tmp, target)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-    except OSError as exc:
-        raise InputError(f"cannot write {str(target)!r}: {exc.strerror or exc}") from None
+
+    def write(fh: IO[str]) -> None:
+        fh.write('{"traceEvents": [\n')
+        first = True
+        for event in _events(sim):
+            if not first:
+                fh.write(",\n")
+            fh.write(json.dumps(event, separators=(",", ":")))
+            first = False
+        fh.write('\n],\n"displayTimeUnit": "ns",\n"otherData": ')
+        fh.write(json.dumps(_other(sim)))
+        fh.write("}\n")
+
+    write_atomic(path, write)
