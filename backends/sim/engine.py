@@ -141,6 +141,13 @@ class Engine:
 
     # ------------------------------------------------------------------ no shared limits
     def _loop_fast(self, ready: list[tuple[float, int]]) -> None:
+        """The loop without shared limits: a transfer's times are known when it starts.
+
+        Events are (time, code): code v < N means transfer v has landed, code N + v that it is
+        ready. Every event of one instant is taken together: landings first (they make
+        transfers ready), then the transfers ready at that instant start in execution order,
+        each on the lane of its link that frees first. Written out inline: this loop runs
+        once per transfer, millions of times."""
         g = self.g
         raw_ptr, raw_idx, raw_count = g.raw_ptr, g.raw_idx, list(g.raw_count)
         waw_ptr, waw_idx, war_ptr, war_idx = g.waw_ptr, g.waw_idx, g.war_ptr, g.war_idx
@@ -149,104 +156,102 @@ class Engine:
         land_time = self.land_time
         res_of, svc, post, lane_free = self.res_of, self.svc, self.post, self.lane_free
         start, sent, done, lane = self.start, self.sent, self.done, self.lane
+        single = [len(x) == 1 for x in lane_free]
+        free1 = [x[0] for x in lane_free]  # the one lane of single-lane links
         arrive = [0.0] * g.n
         started = bytearray(g.n)
         heap: list[tuple[float, int]] = []
         push, pop = heapq.heappush, heapq.heappop
-        # Events are (time, code): code v < N means transfer v has landed, code N + v that it is
-        # ready. At equal times landings come first, then readies in execution order, so
-        # transfers ready at the same instant take lanes in execution order. A transfer that
-        # becomes ready when no other event shares its instant starts at once (same order,
-        # one heap operation less).
         N = g.n + 1
         for t, v in ready:
             push(heap, (t, N + v))
         init_release = self._init_release()
 
-        def begin(v: int, t: float) -> None:
-            """v is ready at t: it takes the lane of its link that frees first."""
-            r = res_of[v]
-            if r < 0:
-                s = e = t
-            else:
-                lanes = lane_free[r]
-                if len(lanes) == 1:
-                    f = lanes[0]
+        while heap:
+            t, code = pop(heap)
+            batch: list[int] = []
+            while True:
+                if code < N:  # code has landed: dependents whose data is complete are ready
+                    done[code] = t
+                    k0, k1 = raw_ptr[code], raw_ptr[code + 1]
+                    while k0 < k1:
+                        w = raw_idx[k0]
+                        k0 += 1
+                        c = raw_count[w] - 1
+                        raw_count[w] = c
+                        if c == 0:
+                            r0 = raw_init[w]
+                            if r0 >= 0 and init_release[r0] > t:
+                                push(heap, (init_release[r0], N + w))
+                            else:
+                                batch.append(w)
+                    k0, k1 = waw_ptr[code], waw_ptr[code + 1]
+                    while k0 < k1:
+                        x = waw_idx[k0]
+                        k0 += 1
+                        if land_time[x] < t:
+                            land_time[x] = t
+                        lc = land_count[x] - 1
+                        land_count[x] = lc
+                        if lc == 0 and started[x]:
+                            a = arrive[x]
+                            push(heap, (a if a >= land_time[x] else land_time[x], x))
+                else:
+                    batch.append(code - N)
+                if heap and heap[0][0] == t:
+                    code = pop(heap)[1]
+                else:
+                    break
+            if len(batch) > 1:
+                batch.sort()
+            i = 0
+            nb = len(batch)
+            while i < nb:
+                v = batch[i]
+                i += 1
+                r = res_of[v]
+                if r < 0:
+                    s = e = t
+                elif single[r]:
+                    f = free1[r]
                     s = t if t >= f else f
                     e = s + svc[v]
-                    lanes[0] = e
+                    free1[r] = e
                 else:
+                    lanes = lane_free[r]
                     kk = min(range(len(lanes)), key=lanes.__getitem__)
                     f = lanes[kk]
                     s = t if t >= f else f
                     e = s + svc[v]
                     lanes[kk] = e
                     lane[v] = kk
-            start[v] = s
-            sent[v] = e
-            for q in range(war_ptr[v], war_ptr[v + 1]):
-                x = war_idx[q]
-                if land_time[x] < e:
-                    land_time[x] = e
-                lc = land_count[x] - 1
-                land_count[x] = lc
-                if lc == 0 and started[x]:
-                    a = arrive[x]
-                    push(heap, (a if a >= land_time[x] else land_time[x], x))
-            a = e + post[v]
-            if land_count[v] == 0:
-                push(heap, (a if a >= land_time[v] else land_time[v], v))
-            else:
-                started[v] = 1
-                arrive[v] = a
-
-        def land(v: int, t: float, batch: list[int]) -> None:
-            """v has landed at t: dependents whose data is now complete join ``batch``."""
-            done[v] = t
-            for k in range(raw_ptr[v], raw_ptr[v + 1]):
-                w = raw_idx[k]
-                c = raw_count[w] - 1
-                raw_count[w] = c
-                if c == 0:
-                    r0 = raw_init[w]
-                    if r0 >= 0 and init_release[r0] > t:
-                        push(heap, (init_release[r0], N + w))
-                    else:
-                        batch.append(w)
-            for k in range(waw_ptr[v], waw_ptr[v + 1]):
-                x = waw_idx[k]
-                if land_time[x] < t:
-                    land_time[x] = t
-                lc = land_count[x] - 1
-                land_count[x] = lc
-                if lc == 0 and started[x]:
-                    a = arrive[x]
-                    push(heap, (a if a >= land_time[x] else land_time[x], x))
-
-        while heap:
-            # Take every event of this instant: landings first (they make transfers ready),
-            # then the transfers that are ready, started in execution order.
-            t, code = pop(heap)
-            batch: list[int] = []
-            if code < N:
-                land(code, t, batch)
-            else:
-                batch.append(code - N)
-            while heap and heap[0][0] == t:
-                code = pop(heap)[1]
-                if code < N:
-                    land(code, t, batch)
+                start[v] = s
+                sent[v] = e
+                q0, q1 = war_ptr[v], war_ptr[v + 1]
+                while q0 < q1:
+                    x = war_idx[q0]
+                    q0 += 1
+                    if land_time[x] < e:
+                        land_time[x] = e
+                    lc = land_count[x] - 1
+                    land_count[x] = lc
+                    if lc == 0 and started[x]:
+                        a = arrive[x]
+                        push(heap, (a if a >= land_time[x] else land_time[x], x))
+                a = e + post[v]
+                if land_count[v] == 0:
+                    push(heap, (a if a >= land_time[v] else land_time[v], v))
                 else:
-                    batch.append(code - N)
-            if len(batch) > 1:
-                batch.sort()
-            for i, v in enumerate(batch):
-                begin(v, t)
-                if heap and heap[0][0] <= t:
+                    started[v] = 1
+                    arrive[v] = a
+                if heap and heap[0][0] <= t and i < nb:
                     # v landed at once (a free local copy): its landing comes before the rest
-                    for w in batch[i + 1:]:
+                    for w in batch[i:]:
                         push(heap, (t, N + w))
                     break
+        for r, one in enumerate(single):
+            if one:
+                lane_free[r][0] = free1[r]
 
     def _init_release(self) -> list[float]:
         return self.init_done

@@ -135,6 +135,7 @@ class DependencyGraph:
         rkey = rslot * S + step
         rorder = np.argsort(rkey, kind="stable")
         rkey_s, rtid_s = rkey[rorder], tid[rorder]
+        del wkey, rkey, worder, rorder
 
         def last_writes(key: np.ndarray, slot: np.ndarray):
             """For each access: has an earlier write (bool), the range of the writes of the
@@ -154,29 +155,30 @@ class DependencyGraph:
             start = np.cumsum(lengths) - lengths
             return np.repeat(lo, lengths) + np.arange(total, dtype=i64) - np.repeat(start, lengths), which
 
+        # Queries run in sorted order (binary searches with increasing keys stay in cache).
         # RAW: reads wait for the latest earlier writes
-        ok, lo, hi, _ = last_writes(rkey, rslot)
+        rslot_s = rkey_s // S
+        ok, lo, hi, _ = last_writes(rkey_s, rslot_s)
         at, which = expand(lo, hi)
-        readers = tid[ok]
-        raw = (wtid_s[at], readers[which])
+        raw = (wtid_s[at], rtid_s[ok][which])
         raw_init = np.full(n, -1, dtype=i64)
-        fresh = ~ok & (init_rank[rslot] >= 0)
-        raw_init[tid[fresh]] = init_rank[rslot[fresh]]
+        fresh = ~ok & (init_rank[rslot_s] >= 0)
+        raw_init[rtid_s[fresh]] = init_rank[rslot_s[fresh]]
         # WAW: writes land after the latest earlier writes
-        ok, lo, hi, prev_step = last_writes(wkey, wslot)
+        wslot_s = wkey_s // S
+        ok, lo, hi, prev_step = last_writes(wkey_s, wslot_s)
         at, which = expand(lo, hi)
-        writers = tid[ok]
-        waw = (wtid_s[at], writers[which])
+        waw = (wtid_s[at], wtid_s[ok][which])
         land_init = np.full(n, -1, dtype=i64)
-        fresh = ~ok & (init_rank[wslot] >= 0)
-        land_init[tid[fresh]] = init_rank[wslot[fresh]]
+        fresh = ~ok & (init_rank[wslot_s] >= 0)
+        land_init[wtid_s[fresh]] = init_rank[wslot_s[fresh]]
         # WAR: writes land after the reads since the previous write, up to their own step
         first = np.zeros(len(tid), dtype=i64)
         first[ok] = prev_step + 1
-        lo = np.searchsorted(rkey_s, wslot * S + first, side="left")
-        hi = np.searchsorted(rkey_s, wkey, side="right")
+        lo = np.searchsorted(rkey_s, wslot_s * S + first, side="left")
+        hi = np.searchsorted(rkey_s, wkey_s, side="right")
         at, which = expand(lo, hi)
-        war_u, war_v = rtid_s[at], tid[which]
+        war_u, war_v = rtid_s[at], wtid_s[which]
         keep = war_u != war_v
         war = (war_u[keep], war_v[keep])
         if len(tid) != n:  # a transfer of several slots meets the same neighbour more than once

@@ -254,3 +254,48 @@ def test_deterministic():
     a.pop("simulation_seconds")
     b.pop("simulation_seconds")
     assert a == b
+
+
+def test_nic_shared_by_a_node():
+    # every rank of node 0 sends one slot to its peer in node 1 at once: the node's one NIC
+    # (9.52 GB/s) is shared by the 8 flows, then the 2.6 us network path latency
+    topo = T.ndv2(2)
+    coll = custom("cross", 16, pre=[(r, r) for r in range(8)], post=[(r, r + 8) for r in range(8)])
+    alg = Algorithm("cross", coll, topo, tuple(Transfer(0, r, "input", 0, r + 8, "output", 0) for r in range(8)))
+    verify(alg)
+    nic = 1e6 / 105 / 1e3
+    slot = 1e6
+    rep = simulate(alg, slot)
+    assert rep.time_us == pytest.approx(8 * slot / (nic * 1e3) + 2.6, rel=1e-9)
+    assert rep.bound_us <= rep.time_us
+    # two nodes' worth of flows in opposite directions do not share (full duplex)
+    both = custom("both", 16, pre=[(r, r) for r in range(16)], post=[(r, (r + 8) % 16) for r in range(16)])
+    alg2 = Algorithm("both", both, topo,
+                     tuple(Transfer(0, r, "input", 0, (r + 8) % 16, "output", 0) for r in range(16)))
+    verify(alg2)
+    assert simulate(alg2, slot).time_us == pytest.approx(rep.time_us, rel=1e-9)
+
+
+@pytest.mark.parametrize("spec", ["ndv2:2", "dgx-a100:2", "dgx2:2,fabric=leafspine"])
+def test_multinode_templates_respect_the_bound(spec):
+    from solvers.bounds import lower_bound
+
+    topo = T.build(spec)
+    n = topo.n_ranks
+    for kind in ("allreduce", "allgather", "alltoall"):
+        for name in ("hierarchical", "direct", "ring"):
+            if kind not in solvers.SOLVERS[name].kinds:
+                continue
+            alg = template(topo, kind, name)
+            bound = lower_bound(topo, builtin(kind, n), 2**24).bound_us
+            for mode in ("dependency", "step"):
+                assert simulate(alg, 2**24, mode=mode, baselines=False).time_us >= bound * (1 - 1e-9)
+
+
+@pytest.mark.slow
+def test_ring_allreduce_1024_ranks_closed_form():
+    # the benchmark's case (about 2.1 million transfers), checked for its closed form
+    n, size = 1024, 2**26
+    alg = solvers.synthesize(Problem(T.ring(n), builtin("allreduce", n), Request("ring")))
+    rep = simulate(alg, size, baselines=False)
+    assert rep.time_us == pytest.approx(2 * (n - 1) * (0.7 + size / (n * 25e3)), rel=REL)
