@@ -43,7 +43,7 @@ from __future__ import annotations
 import gc
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -201,10 +201,8 @@ class Simulator:
 
         # per internal transfer: resource and bytes
         codes = g.src * n_ranks + g.dst
-        lookup = np.full(n_ranks * n_ranks, -1, dtype=np.int64)
-        for p, i in index.items():
-            lookup[p[0] * n_ranks + p[1]] = i
-        res = lookup[codes] if len(codes) else np.zeros(0, dtype=np.int64)
+        link_codes = np.array([a * n_ranks + b for a, b in pairs], dtype=np.int64)  # sorted
+        res = np.searchsorted(link_codes, codes) if len(link_codes) else np.zeros(len(codes), dtype=np.int64)
         local = g.src == g.dst
         if local_bandwidth is not None:
             res = np.where(local, local_base + g.src, res)
@@ -234,10 +232,7 @@ class Simulator:
         lane = np.asarray(engine.lane, dtype=np.int64)
         report = self._report(size, per_slot, mode, m, in_place, overlap_latency, local_bandwidth,
                               end, pairs, resources, res_v, bytes_v, start, sent, done, g, bound, baselines)
-        report_wall = time.perf_counter() - wall
-        from dataclasses import replace
-
-        report = replace(report, simulation_seconds=report_wall)
+        report = replace(report, simulation_seconds=time.perf_counter() - wall)
         pair_list = list(pairs)
         if local_bandwidth is not None:
             pair_list += [(r, r) for r in range(n_ranks)]

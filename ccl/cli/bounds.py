@@ -49,7 +49,7 @@ def cmd_bounds(args: argparse.Namespace) -> int:
     parts = ", ".join(f"{name} {format_us(us)}" for name, us in b.parts)
     text = (f"{coll.kind} on {topo.name} ({topo.n_ranks} ranks), size {format_bytes(args.size)} "
             f"({SIZE_MEANING.get(coll.kind, '')})\n"
-            f"  latency    {format_us(b.latency_us)}  ({pair}alpha-weighted shortest path; at least {b.steps} steps)\n"
+            f"  latency    {format_us(b.latency_us)}  ({pair}alpha-weighted shortest path; at least {b.steps} step{'' if b.steps == 1 else 's'})\n"
             f"  bandwidth  {format_us(b.bandwidth_us)}  ({b.method}{'' if b.exact else '; a valid bound, maybe not tight'})\n"
             f"  bound      {format_us(b.bound_us)}  ({b.binding} binds)\n"
             f"  bandwidth bounds: {parts or 'none'}{witness}")
