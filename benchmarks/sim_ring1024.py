@@ -39,38 +39,38 @@ def main() -> int:
     args = parser.parse_args()
     n, size = args.ranks, parse_size(args.size)
     topo = topologies.ring(n)
-    rows: list[tuple[str, float]] = []
+    rows: list[tuple[str, float, float]] = []  # (stage, wall seconds, CPU seconds)
+    load_before = os.getloadavg()[0]
 
-    t = time.perf_counter()
-    alg = solvers.synthesize(Problem(topo, builtin("allreduce", n), Request("ring")))
-    rows.append(("synthesize (ring template, not the simulator)", time.perf_counter() - t))
+    def timed(name: str, fn):
+        wall, cpu = time.perf_counter(), time.process_time()
+        value = fn()
+        rows.append((name, time.perf_counter() - wall, time.process_time() - cpu))
+        return value
+
+    alg = timed("synthesize (ring template, not the simulator)",
+                lambda: solvers.synthesize(Problem(topo, builtin("allreduce", n), Request("ring"))))
     transfers = len(alg.transfers)
-
-    t = time.perf_counter()
-    report = simulate(alg, size, mode=args.mode)
-    whole = time.perf_counter() - t
-    rows.append(("simulate(): graph + event loop + bound + report", whole))
-
+    report = timed("simulate(): graph + event loop + bound + report", lambda: simulate(alg, size, mode=args.mode))
+    whole = rows[-1][1]
     sim = Simulator(alg)
-    t = time.perf_counter()
-    graph = sim.graph(False)
-    graph.compiled(1, args.mode)
-    rows.append(("  dependency graph (size-independent, cached)", time.perf_counter() - t))
-    t = time.perf_counter()
-    sim.run(size, mode=args.mode, bound=False, baselines=False)
-    rows.append(("  event loop + report (graph cached)", time.perf_counter() - t))
-    t = time.perf_counter()
-    lower_bound(topo, alg.collective, size + 1)  # a fresh size; coefficients are cached per topology
-    rows.append(("  lower bound (cached coefficients)", time.perf_counter() - t))
+    timed("  dependency graph (size-independent, cached)", lambda: sim.graph(False).compiled(1, args.mode))
+    timed("  event loop + report (graph cached)",
+          lambda: sim.run(size, mode=args.mode, bound=False, baselines=False))
+    # a fresh size; the bound's coefficients are cached per topology
+    timed("  lower bound (cached coefficients)", lambda: lower_bound(topo, alg.collective, size + 1))
+    load_after = os.getloadavg()[0]
 
     link = topo.links[0]
     closed = 2 * (n - 1) * (link.latency + size / (n * link.bandwidth * 1e3))
     rel = abs(report.time_us - closed) / closed
     rate = transfers / whole
     print(f"ring allreduce, {n} ranks, {transfers} transfers, size {args.size}, {args.mode} mode")
-    print(f"{'stage':<52}{'seconds':>10}")
-    for name, seconds in rows:
-        print(f"{name:<52}{seconds:>10.2f}")
+    print(f"{'stage':<52}{'wall s':>9}{'CPU s':>9}")
+    for name, wall, cpu in rows:
+        print(f"{name:<52}{wall:>9.2f}{cpu:>9.2f}")
+    print(f"load average (1 min) {load_before:.1f} before, {load_after:.1f} after, on {os.cpu_count()} CPUs: "
+          "wall times on a shared machine include waiting for other jobs")
     print(f"simulated time {report.time_us:.6f} us; closed form {closed:.6f} us (relative error {rel:.1e})")
     print(f"bound {report.bound_us:.3f} us, ratio {report.bound_ratio:.3f}")
     print(f"throughput: {rate:,.0f} transfers per second (whole simulate()); target: under 60 s -> "
@@ -82,7 +82,9 @@ def main() -> int:
         "transfers": transfers,
         "size": size,
         "mode": args.mode,
-        "seconds": {name.strip(): round(s, 3) for name, s in rows},
+        "wall_seconds": {name.strip(): round(w, 3) for name, w, _ in rows},
+        "cpu_seconds": {name.strip(): round(c, 3) for name, _, c in rows},
+        "load_average": [round(load_before, 2), round(load_after, 2)],
         "transfers_per_second": round(rate),
         "simulated_time_us": report.time_us,
         "closed_form_us": closed,
