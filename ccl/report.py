@@ -179,7 +179,8 @@ class Report:
 
     @property
     def busbw_GBps(self) -> float:
-        return self.algbw_GBps * self.bus_factor
+        """algbw x the nccl-tests factor (0 when the factor is: a single rank moves nothing)."""
+        return self.algbw_GBps * self.bus_factor if self.bus_factor else 0.0
 
     @property
     def bound_ratio(self) -> float:

@@ -1,8 +1,8 @@
 """Side by side: every applicable solver's schedule, simulated, NCCL's cost models and the bound.
 
-``compare(topology, kind, sizes)`` synthesizes (and verifies) one schedule per solver that
-implements the collective: by default the templates (instant), or exactly the solvers named.
-Solvers whose ``SolverInfo.template`` is False are slow and run only when named; they get the
+``compare(topology, kind, sizes)`` synthesizes (and verifies) one schedule per solver: every
+template that implements the collective (instant) plus the solvers named (``only``: just
+those). Solvers whose ``SolverInfo.template`` is False are slow and run only when named; they get the
 size in their request and run once per size. Each schedule is simulated at every size; NCCL's
 ring/tree (and p2p) models and the lower bound are added, and every row says how it compares
 to NCCL's ring (or the best NCCL model the collective has).
@@ -130,16 +130,19 @@ class Comparison:
         return "\n".join(lines)
 
 
-def solver_names(kind: str, names: Sequence[str] | None = None) -> list[str]:
-    """Solvers to compare: the named ones, else every template implementing ``kind``."""
+def solver_names(kind: str, names: Sequence[str] | None = None, *, only: bool = False) -> list[str]:
+    """Solvers to compare: every template implementing ``kind`` (instant; also the baselines)
+    plus the named ones (slow solvers run only when named), or with ``only`` just the named."""
     import solvers
 
-    if names:
-        unknown = [x for x in names if x not in solvers.SOLVERS]
-        if unknown:
-            raise InputError(f"unknown solver {unknown[0]!r}; known: {', '.join(solvers.SOLVERS)}")
-        return list(dict.fromkeys(names))
-    return [name for name, info in solvers.SOLVERS.items() if kind in info.kinds and info.template]
+    names = list(names or ())
+    unknown = [x for x in names if x not in solvers.SOLVERS]
+    if unknown:
+        raise InputError(f"unknown solver {unknown[0]!r}; known: {', '.join(solvers.SOLVERS)}")
+    if only and not names:
+        raise InputError("no solver named to compare")
+    templates = [] if only else [n for n, info in solvers.SOLVERS.items() if kind in info.kinds and info.template]
+    return list(dict.fromkeys(templates + names))
 
 
 def compare(
@@ -150,6 +153,7 @@ def compare(
     root: int | None = None,
     chunks: int = 1,
     solvers: Sequence[str] | None = None,
+    only: bool = False,
     mode: str = "dependency",
     slices: int = 1,
     time_limit: float | None = None,
@@ -166,7 +170,7 @@ def compare(
         raise InputError("compare needs at least one size")
     collective = builtin(kind, topology.n_ranks, root)
     kind = collective.kind
-    names = solver_names(kind, solvers)
+    names = solver_names(kind, solvers, only=only)
     say = progress or (lambda _: None)
     # (name) -> (simulator, synthesis seconds, steps, transfers) or error, per size for slow solvers
     fixed: dict[str, tuple[Simulator | None, float | None, str | None]] = {}

@@ -31,13 +31,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     slow = bool(names) and any(not SOLVERS[x].template for x in names if x in SOLVERS)
     results = compare(topo, args.collective, args.size, root=args.root, chunks=args.chunks, solvers=names,
-                      mode=args.mode, slices=args.slices, time_limit=args.time_limit,
+                      only=args.only, mode=args.mode, slices=args.slices, time_limit=args.time_limit,
                       progress=progress if slow else None)
     plot_note = ""
     if args.plot:
         sweep = args.size if len(args.size) > 1 else SWEEP
         curves_src = results if len(args.size) > 1 else compare(
-            topo, args.collective, sweep, root=args.root, chunks=args.chunks, solvers=names, mode=args.mode,
+            topo, args.collective, sweep, root=args.root, chunks=args.chunks, solvers=names, only=args.only,
+            mode=args.mode,
             slices=args.slices, time_limit=args.time_limit, progress=progress if slow else None)
         _plot(curves_src, args.plot)
         plot_note = f"\ntime-vs-size plot ({len(sweep)} sizes) written to {args.plot}"
@@ -79,8 +80,9 @@ def register(sub: Any) -> None:
                    help="size(s), comma-separated, nccl-tests convention (64MiB or 1KiB,1MiB,1GiB)")
     p.add_argument("--root", type=int, default=None, help="root rank of broadcast, reduce, gather, scatter")
     p.add_argument("--chunks", "-k", type=positive_int, default=1, help="chunk factor given to every solver")
-    p.add_argument("--solvers", help="comma-separated solver names (default: every template solver that "
-                   "implements the collective; slow solvers such as smt or milp run only when named)")
+    p.add_argument("--solvers", help="comma-separated solvers to add to the templates (every template that "
+                   "implements the collective always runs; slow solvers such as smt or milp run only when named)")
+    p.add_argument("--only", action="store_true", help="compare just the solvers named in --solvers")
     p.add_argument("--mode", choices=("dependency", "step"), default="dependency", help="simulation mode")
     p.add_argument("--slices", type=positive_int, default=1, help="pipelined slices per transfer")
     p.add_argument("--time-limit", type=float, default=None, help="seconds per slow solver")

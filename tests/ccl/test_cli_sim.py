@@ -99,8 +99,10 @@ def test_compare_command(capsys, tmp_path):
             assert row["time_us"] >= bound * (1 - 1e-9)
     assert big["reference"] == "nccl-ring" and plot.read_bytes()[:4] == b"\x89PNG"
     code, out, _ = run(capsys, "compare", "-t", "ring:6", "-c", "allgather", "--size", "1MiB", "--solvers",
-                       "ring,direct")
+                       "ring,direct", "--only")
     assert code == 0 and "ring" in out and "direct" in out and "recursive-doubling" not in out
+    code, out, _ = run(capsys, "compare", "-t", "ring:6", "-c", "allgather", "--size", "1MiB", "--solvers", "ring")
+    assert code == 0 and "recursive-doubling" in out  # named solvers join the templates
 
 
 @pytest.mark.parametrize(("argv", "needle"), [
