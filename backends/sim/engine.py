@@ -52,6 +52,9 @@ class Resource:
 
 
 class Engine:
+    """One run over a compiled dependency graph: fills ``start``, ``sent``, ``done`` and
+    ``lane`` per internal transfer id (see the module docstring for the rules)."""
+
     def __init__(
         self,
         graph: CompiledGraph,
