@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import sys
 import time
 
@@ -60,6 +61,7 @@ def main() -> int:
     # a fresh size; the bound's coefficients are cached per topology
     timed("  lower bound (cached coefficients)", lambda: lower_bound(topo, alg.collective, size + 1))
     load_after = os.getloadavg()[0]
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
     link = topo.links[0]
     closed = 2 * (n - 1) * (link.latency + size / (n * link.bandwidth * 1e3))
@@ -73,6 +75,7 @@ def main() -> int:
           "wall times on a shared machine include waiting for other jobs")
     print(f"simulated time {report.time_us:.6f} us; closed form {closed:.6f} us (relative error {rel:.1e})")
     print(f"bound {report.bound_us:.3f} us, ratio {report.bound_ratio:.3f}")
+    print(f"peak memory of the process (schedule included): {peak_mib:,.0f} MiB")
     print(f"throughput: {rate:,.0f} transfers per second (whole simulate()); target: under 60 s -> "
           f"{'met' if whole < 60 else 'NOT met'}")
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", f"sim_ring{n}.json")
@@ -86,6 +89,7 @@ def main() -> int:
         "cpu_seconds": {name.strip(): round(c, 3) for name, _, c in rows},
         "load_average": [round(load_before, 2), round(load_after, 2)],
         "transfers_per_second": round(rate),
+        "peak_memory_MiB": round(peak_mib),
         "simulated_time_us": report.time_us,
         "closed_form_us": closed,
         "relative_error": rel,

@@ -88,6 +88,12 @@ class Engine:
             self.svc, self.post = (data + latency).tolist(), [0.0] * n
         self.lane_free = [[0.0] * res.lanes for res in resources]
         self.init_done: list[float] = []
+        # mutable per-run state, shared by every call of the loop (step mode calls it per step)
+        self.raw_count = list(graph.raw_count)
+        self.land_count = list(graph.land_count)
+        self.land_time = [0.0] * n
+        self.arrive = [0.0] * n
+        self.started = bytearray(n)
 
     # ------------------------------------------------------------------ entry points
     def run_dependency(self, init_done: list[float]) -> None:
@@ -100,7 +106,6 @@ class Engine:
             if g.raw_count[v] == 0:
                 r = g.raw_init[v]
                 ready.append((init_done[r] if r >= 0 else 0.0, v))
-        self.land_time = [0.0] * g.n
         for v in range(g.n):
             r = g.land_init[v]
             if r >= 0:
@@ -112,7 +117,6 @@ class Engine:
         """Step-synchronous: step s starts when every transfer of step s-1 has landed.
         Returns the start time of every step and, last, the end time."""
         g = self.g
-        self.land_time = [0.0] * g.n
         times = []
         t = t0
         for s in range(len(g.step_ptr) - 1):
@@ -152,17 +156,16 @@ class Engine:
         each on the lane of its link that frees first. Written out inline: this loop runs
         once per transfer, millions of times."""
         g = self.g
-        raw_ptr, raw_idx, raw_count = g.raw_ptr, g.raw_idx, list(g.raw_count)
+        raw_ptr, raw_idx, raw_count = g.raw_ptr, g.raw_idx, self.raw_count
         waw_ptr, waw_idx, war_ptr, war_idx = g.waw_ptr, g.waw_idx, g.war_ptr, g.war_idx
-        land_count = list(g.land_count)
+        land_count = self.land_count
         raw_init = g.raw_init
         land_time = self.land_time
         res_of, svc, post, lane_free = self.res_of, self.svc, self.post, self.lane_free
         start, sent, done, lane = self.start, self.sent, self.done, self.lane
         single = [len(x) == 1 for x in lane_free]
         free1 = [x[0] for x in lane_free]  # the one lane of single-lane links
-        arrive = [0.0] * g.n
-        started = bytearray(g.n)
+        arrive, started = self.arrive, self.started
         heap: list[tuple[float, int]] = []
         push, pop = heapq.heappush, heapq.heappop
         N = g.n + 1
@@ -262,14 +265,11 @@ class Engine:
     # ------------------------------------------------------------------ with shared limits
     def _loop_fluid(self, ready: list[tuple[float, int]]) -> None:
         g = self.g
-        raw_count = list(g.raw_count)
-        land_count = list(g.land_count)
-        land_time = self.land_time
+        raw_count, land_count, land_time = self.raw_count, self.land_count, self.land_time
         res_of, resources = self.res_of, self.resources
         start, sent, done, lane = self.start, self.sent, self.done, self.lane
         init_release = self._init_release()
-        arrive = [0.0] * g.n
-        started = bytearray(g.n)
+        arrive, started = self.arrive, self.started
         heap: list[tuple[float, int, int]] = []
         push, pop = heapq.heappush, heapq.heappop
         DONE, FLUID, RELEASE, READY = 0, 1, 2, 3  # at equal times, in this order (see _loop_fast)
