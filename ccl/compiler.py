@@ -95,3 +95,19 @@ def problem_from_options(
     topo = load_topology(topology)
     coll = make_collective(collective, topo.n_ranks, root)
     return Problem(topo, coll, Request(solver=solver, chunks=chunks, **request))
+
+
+def simulate(schedule: Algorithm | SynthesisResult, size: int | str, **options: Any) -> Any:
+    """Simulate an Algorithm (assumed verified) or a SynthesisResult at ``size`` bytes
+    (``64MiB`` style text accepted); returns a ``ccl.report.Report``."""
+    from backends.sim import simulate as run
+
+    from .units import parse_size
+
+    nbytes = parse_size(size) if isinstance(size, str) else size
+    if isinstance(schedule, SynthesisResult):
+        if schedule.algorithm is None:
+            raise InputError("the synthesis produced no schedule to simulate")
+        report = run(schedule.algorithm, nbytes, **options)
+        return report.with_synthesis(schedule.seconds, schedule.status, schedule.gap)
+    return run(schedule, nbytes, **options)
