@@ -15,6 +15,9 @@ and a caret. The language is described in ``docs/dsl.md``; the grammar is ``dsl/
 
 from __future__ import annotations
 
+from ccl.errors import DslError, InputError
+
+from . import ast
 from .algorithm import HandWritten, verify_algorithm
 from .evaluate import DEFAULT_MAX_STEPS
 from .loader import Loader, Module, library_dir, library_modules
@@ -35,6 +38,7 @@ __all__ = [
     "load_string",
     "load_topology",
     "parse",
+    "parse_file",
     "parse_expression",
     "split_spec",
     "verify_algorithm",
@@ -44,6 +48,22 @@ __all__ = [
 def load(path: str, *, max_steps: int = DEFAULT_MAX_STEPS) -> Module:
     """Load a ``.ccl`` file (and its imports)."""
     return Loader(max_steps).load_file(path)
+
+
+def parse_file(path: str) -> ast.File:
+    """Parse a ``.ccl`` file without lowering it (``--emit ast``)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        return parse(text, path)
+    except DslError as exc:
+        exc.source = text
+        raise
 
 
 def load_string(text: str, filename: str = "<string>", *, base: str | None = None,

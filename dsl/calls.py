@@ -9,12 +9,12 @@ from typing import Any
 from ccl.errors import DslError, Span
 
 from .evaluate import Evaluator
-from .values import CollectiveSpec, Definition
+from .values import CollectiveSpec, Definition, show
 
 
 def invoke(ev: Evaluator, definition: Definition, args: tuple, kwargs: dict[str, tuple[Any, Span]],
            span: Span) -> Any:
-    from .topology import BoundFabric, build_topology, relocate, topology_name
+    from .topology import BoundFabric, build_topology, relocate
 
     where = f"{definition.kind} {definition.name}"
     ev.enter(span)
@@ -23,7 +23,8 @@ def invoke(ev: Evaluator, definition: Definition, args: tuple, kwargs: dict[str,
         if definition.kind == "fabric":
             return BoundFabric(definition, scope)
         if definition.kind == "collective":
-            return CollectiveSpec("custom", definition, values, label=topology_name(definition, values))
+            label = "-".join([definition.name, *(show(v).replace(" ", "") for v in values)])
+            return CollectiveSpec("custom", definition, values, label=label)
         key = _key(values)
         if key is not None and key in definition.cache:
             return definition.cache[key]

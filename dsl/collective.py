@@ -37,7 +37,7 @@ def builtin_spec(kind: str, args: tuple, kwargs: dict[str, tuple[Any, Span]], no
             size = size_bytes(value, span)
         else:
             raise DslError(f"{kind} has no option '{name}' (options: {', '.join(OPTIONS)})", span)
-    label = kind if root is None else f"{kind}(root = {root})"
+    label = kind if root is None else f"{kind}-root{root}"
     return CollectiveSpec(kind, None, (), root, chunks, size, label)
 
 

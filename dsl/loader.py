@@ -94,8 +94,9 @@ class Module:
         if not isinstance(value, Definition) or value.kind != kind:
             known = sorted(k for k in self.scope.visible()
                            if isinstance(self.scope.lookup(k), Definition) and self.scope.lookup(k).kind == kind)
+            plural = "topologies" if kind == "topology" else f"{kind}s"
             raise InputError(f"{self.display} has no {kind} '{name}'{suggest(name, known)} "
-                             f"({kind}s: {', '.join(known) or 'none'})")
+                             f"({plural}: {', '.join(known) or 'none'})")
         return value
 
     def requests(self) -> list[LoweredRequest]:

@@ -53,6 +53,7 @@ def lark_parser() -> Lark:
         propagate_positions=True,
         maybe_placeholders=False,
         start=["start", "expr"],
+        cache=True,
     )
 
 
@@ -169,7 +170,8 @@ class _TreeBuilder(Transformer):
 
     # ------------------------------------------------------------------ file and blocks
     def start(self, meta, children):
-        return ast.File(self._span(meta), self.filename, tuple(children))
+        end = self.text.count("\n") + 1
+        return ast.File(Span(self.filename, 1, 1, end, 1), self.filename, tuple(children))
 
     def block(self, meta, children):
         return tuple(children)

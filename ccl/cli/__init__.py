@@ -16,11 +16,11 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import EXIT_INTERNAL, CclError, InfeasibleError, SolverTimeout
-from . import solvers, synthesize, topology, verify
+from . import check, solvers, synthesize, topology, verify
 from .common import Parser
 
 # Command groups in the order `ccl --help` lists them.
-COMMANDS = (topology, solvers, synthesize, verify)
+COMMANDS = (topology, solvers, synthesize, verify, check)
 
 
 def build_parser() -> argparse.ArgumentParser:
