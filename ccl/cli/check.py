@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from typing import Any
 
@@ -224,11 +225,12 @@ def synthesize_file(args: argparse.Namespace) -> int:
         results.append(compiler.synthesize(request.problem))
     if args.emit == "algorithm":
         return _emit_algorithms(args, [r.algorithm for r in results])
-    outputs = []
-    for request, result in zip(requests, results):
+    outputs: list[str | None] = []
+    for request in requests:
         target = None
         if args.output:
-            target = os.path.join(args.output, f"{request.name}.json") if len(requests) > 1 else args.output
+            safe = re.sub(r"[^A-Za-z0-9_.()=,+-]", "_", request.name)
+            target = os.path.join(args.output, f"{safe}.json") if len(requests) > 1 else args.output
         outputs.append(target)
     for result, target in zip(results, outputs):
         if target:
