@@ -39,9 +39,13 @@ class HandWritten:
     algorithm: Algorithm
     spans: tuple[Span, ...]
     span: Span  # the algorithm definition
+    type_label = "an algorithm"
 
     @property
     def name(self) -> str:
+        return self.algorithm.name
+
+    def __str__(self) -> str:
         return self.algorithm.name
 
 

@@ -14,7 +14,7 @@ from .values import CollectiveSpec, Definition, show
 
 def invoke(ev: Evaluator, definition: Definition, args: tuple, kwargs: dict[str, tuple[Any, Span]],
            span: Span) -> Any:
-    from .topology import BoundFabric, build_topology, relocate
+    from .topology import BoundFabric, build_topology, relocate, topology_name
 
     where = f"{definition.kind} {definition.name}"
     ev.enter(span)
@@ -24,7 +24,8 @@ def invoke(ev: Evaluator, definition: Definition, args: tuple, kwargs: dict[str,
             return BoundFabric(definition, scope)
         if definition.kind == "collective":
             label = "-".join([definition.name, *(show(v).replace(" ", "") for v in values)])
-            return CollectiveSpec("custom", definition, values, label=label)
+            return CollectiveSpec("custom", definition, values, label=label,
+                                  name=topology_name(definition, values))
         key = _key(values)
         if key is not None and key in definition.cache:
             return definition.cache[key]

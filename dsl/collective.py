@@ -74,7 +74,7 @@ def instantiate(ev: Evaluator, spec: CollectiveSpec, n_ranks: int, span: Span, *
     scope = Scope(definition.module.scope)
     for param, value in zip(definition.params, spec.args):
         scope.vars[param.name] = value
-    builder = CollectiveBuilder(ev, spec.label or definition.name)
+    builder = CollectiveBuilder(ev, spec.name or definition.name)
     ev.enter(span)
     try:
         ev.run(definition.node.body, builder, scope)

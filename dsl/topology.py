@@ -31,9 +31,10 @@ class BoundFabric:
 
     definition: Definition
     scope: Scope
+    type_label = "a fabric"
 
     def __str__(self) -> str:
-        return f"fabric {self.definition.name}"
+        return self.definition.name
 
 
 @dataclass(frozen=True)

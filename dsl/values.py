@@ -13,7 +13,7 @@ from fractions import Fraction
 from typing import Any
 
 from ccl.topology import Topology
-from ccl.units import BANDWIDTH_UNITS, SIZE_UNITS, TIME_UNITS
+from ccl.units import BANDWIDTH_UNITS, SIZE_UNITS, TIME_UNITS, format_size
 
 SIZE = (1, 0)
 TIME = (0, 1)
@@ -55,6 +55,9 @@ class Quantity:
         return dimension_name(self.dim)
 
     def __str__(self) -> str:
+        if self.dim == SIZE and isinstance(self.value, int) and self.value > 0:
+            text = format_size(self.value)
+            return text[: -len(text.lstrip("0123456789"))] + " " + text.lstrip("0123456789")
         return f"{format_number(self.value)} {unit_name(self.dim)}"
 
 
@@ -137,7 +140,7 @@ class LinkClass:
     lanes: int | None
 
     def __str__(self) -> str:
-        return f"link class {self.name}"
+        return self.name
 
 
 @dataclass(frozen=True)
@@ -172,7 +175,7 @@ class Definition:
         return self.node.params
 
     def __str__(self) -> str:
-        return f"{self.kind} {self.name}"
+        return self.name
 
 
 @dataclass(frozen=True)
@@ -182,7 +185,7 @@ class BuiltinCollective:
     kind: str
 
     def __str__(self) -> str:
-        return f"collective {self.kind}"
+        return self.kind
 
 
 @dataclass(frozen=True)
@@ -195,10 +198,11 @@ class CollectiveSpec:
     root: int | None = None
     chunks: int | None = None
     size: int | None = None
-    label: str = ""
+    label: str = ""  # names requests: "allgather", "broadcast-root3", "shift-8"
+    name: str = ""  # names the collective: "shift(8)"
 
     def __str__(self) -> str:
-        return f"collective {self.label or self.kind}"
+        return self.name or self.kind
 
 
 @dataclass(frozen=True)
@@ -209,7 +213,7 @@ class Builtin:
     function: Any
 
     def __str__(self) -> str:
-        return f"built-in function {self.name}"
+        return self.name
 
 
 @dataclass(eq=False)
@@ -219,7 +223,7 @@ class ModuleValue:
     module: Any
 
     def __str__(self) -> str:
-        return f"module {self.module.name}"
+        return self.module.name
 
 
 def type_name(value: Any) -> str:
@@ -253,7 +257,7 @@ def type_name(value: Any) -> str:
         return "a function"
     if isinstance(value, ModuleValue):
         return "a module"
-    return type(value).__name__
+    return getattr(value, "type_label", type(value).__name__)
 
 
 def show(value: Any) -> str:
