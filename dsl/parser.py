@@ -23,22 +23,25 @@ CLOSERS = {")", "]"}
 
 
 class _Newlines:
-    """Drops newline tokens inside ( ) and [ ] so lists and argument lists may span lines."""
+    """Drops newline tokens inside ( ) and [ ] and after a comma, so lists, argument lists and
+    link properties may span lines."""
 
     always_accept = ("_NL",)
 
     def process(self, stream: Iterator[Token]) -> Iterator[Token]:
         depth = 0
+        after_comma = False
         for tok in stream:
             kind = tok.type
             if kind == "_NL":
-                if depth:
+                if depth or after_comma:
                     continue
             elif kind in ("LPAR", "LSQB"):
                 depth += 1
             elif kind in ("RPAR", "RSQB"):
                 if depth:
                     depth -= 1
+            after_comma = kind == "COMMA"
             yield tok
 
 
