@@ -2,7 +2,8 @@
 
 ``allgather``, ``broadcast(root = 3)``, ``allreduce(chunks = 4, size = 64 MiB)`` are built-ins;
 a ``collective NAME(params) { ranks n; pre CHUNK at RANK; post [sum] CHUNKS at RANK }`` block is
-a custom one. ``pre c at r``: chunk c (or each chunk of a list) starts in an input slot of rank
+a custom one (``name "..."`` names it; by default it is named after its definition and
+arguments). ``pre c at r``: chunk c (or each chunk of a list) starts in an input slot of rank
 r, in order. ``post c at r``: rank r ends with chunk c (or each chunk of a list) in an output
 slot of its own; ``post sum cs at r``: one output slot holding the sum of the chunks cs.
 """
@@ -102,7 +103,17 @@ class CollectiveBuilder:
         self.ranks_span: Span | None = None
         self.pre: list[tuple[int, int, Span]] = []
         self.post: list[tuple[frozenset[int], int, Span]] = []
-        self.handlers = {ast.Ranks: self.ranks, ast.Pre: self.pre_stmt, ast.Post: self.post_stmt}
+        self.name_span: Span | None = None
+        self.handlers = {ast.Ranks: self.ranks, ast.Pre: self.pre_stmt, ast.Post: self.post_stmt,
+                         ast.NameStmt: self.name_stmt}
+
+    def name_stmt(self, stmt: ast.NameStmt, scope: Scope) -> None:
+        if self.name_span is not None:
+            raise DslError(f"the name is already given at line {self.name_span.line}", stmt.span)
+        name = self.ev.eval(stmt.value, scope)
+        if not isinstance(name, str) or not name:
+            raise DslError(f"a collective name is a non-empty string, got {describe(name)}", stmt.value.span)
+        self.name, self.name_span = name, stmt.span
 
     def ranks(self, stmt: ast.Ranks, scope: Scope) -> None:
         if self.ranks_span is not None:

@@ -38,8 +38,8 @@ INT_LIMIT = 1 << 63
 
 # Where each kind of statement belongs, for "misplaced statement" messages.
 PLACES: dict[type, tuple[str, str]] = {
-    ast.Ranks: ("`ranks`", "a topology"),
-    ast.NameStmt: ("`name`", "a topology"),
+    ast.Ranks: ("`ranks`", "a topology or a collective"),
+    ast.NameStmt: ("`name`", "a topology or a collective"),
     ast.NodeOf: ("`node_of`", "a topology"),
     ast.Vertex: ("a switch or NIC declaration", "a topology or a fabric"),
     ast.NicPort: ("a NIC with hosts and bandwidths", "the block of a `node ... x N` statement"),

@@ -166,7 +166,8 @@ def format_collective(coll: Collective, ident: str | None = None) -> str:
     """A custom ``collective`` block by pre/post conditions ('' for a built-in)."""
     if _is_builtin(coll):
         return ""
-    lines = [f"collective {ident or identifier(coll.name)} {{", f"{INDENT}ranks {coll.n_ranks}"]
+    lines = [f"collective {ident or identifier(coll.name)} {{", f"{INDENT}name {_quote(coll.name)}",
+             f"{INDENT}ranks {coll.n_ranks}"]
     for r, slots in enumerate(coll.inputs):
         for c in slots:
             lines.append(f"{INDENT}pre {c} at {r}")
