@@ -124,6 +124,8 @@ class AlgorithmBuilder:
         if self.rounds_span is not None:
             raise DslError(f"rounds are already given at line {self.rounds_span.line}", stmt.span)
         value = self.ev.eval(stmt.value, scope)
+        if isinstance(value, range):
+            self.ev.charge(len(value), stmt.value.span)
         if not isinstance(value, (tuple, range)) or not value:
             raise DslError(f"`rounds` takes a list with the rounds of each step, got {describe(value)}",
                            stmt.value.span)

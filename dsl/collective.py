@@ -66,6 +66,8 @@ def as_spec(ev: Evaluator, value: Any, span: Span) -> CollectiveSpec:
 def instantiate(ev: Evaluator, spec: CollectiveSpec, n_ranks: int, span: Span, *, chunks: int = 1) -> Collective:
     """The collective on ``n_ranks`` ranks, split ``chunks`` ways."""
     if spec.kind != "custom":
+        per_rank = n_ranks if spec.kind in ("allgather", "alltoall", "reducescatter") else 1
+        ev.charge(n_ranks * per_rank * chunks, span)
         try:
             return builtin(spec.kind, n_ranks, spec.root, chunks)
         except CollectiveError as exc:
@@ -119,6 +121,7 @@ class CollectiveBuilder:
         if self.ranks_span is not None:
             raise DslError(f"the ranks are already given at line {self.ranks_span.line}", stmt.span)
         self.n_ranks = require_int(self.ev.eval(stmt.count, scope), "the number of ranks", stmt.count.span, least=1)
+        self.ev.charge(self.n_ranks, stmt.count.span)
         self.ranks_span = stmt.span
 
     def _rank(self, expr: ast.Expr, scope: Scope, stmt: ast.Stmt) -> int:
@@ -133,6 +136,7 @@ class CollectiveBuilder:
     def _chunks(self, expr: ast.Expr, scope: Scope) -> list[int]:
         value = self.ev.eval(expr, scope)
         items = value if isinstance(value, (tuple, range)) else (value,)
+        self.ev.charge(len(items), expr.span)
         out = [require_int(c, "a chunk number", expr.span, least=0) for c in items]
         if not out:
             raise DslError("no chunks given", expr.span)

@@ -167,6 +167,13 @@ class Evaluator:
             ast.Let: self._let, ast.For: self._for, ast.If: self._if, ast.Require: self._require,
         }
 
+    def charge(self, amount: int, span: Span) -> None:
+        """Count ``amount`` units of work (loop iterations, list items, ranks) against the budget."""
+        self.steps_left -= amount
+        if self.steps_left < 0:
+            raise DslError(f"the description does more than {self.max_steps} steps of work in all (loop "
+                           "iterations, list items, ranks); is a number far larger than meant?", span)
+
     # ------------------------------------------------------------------ expressions
     def eval(self, node: ast.Expr, scope: Scope) -> Any:
         return self._expr[type(node)](node, scope)
@@ -234,6 +241,7 @@ class Evaluator:
         if op == "+" and ta is str and tb is str:
             return a + b
         if op == "+" and ta is tuple and tb is tuple:
+            self.charge(len(a) + len(b), node.span)
             return a + b
         raise DslError(f"cannot {VERBS.get(op, op)} {describe(a)} and {describe(b)}", node.span)
 
@@ -429,6 +437,9 @@ class Evaluator:
         if isinstance(func, Builtin):
             if kwargs:
                 raise DslError(f"{func.name}() takes no keyword arguments", next(iter(kwargs.values()))[1])
+            for arg in args:
+                if isinstance(arg, range):
+                    self.charge(len(arg), node.span)
             try:
                 return func.function(*args)
             except BuiltinError as exc:
@@ -522,8 +533,7 @@ class Evaluator:
         for item in items:
             self.steps_left -= 1
             if self.steps_left < 0:
-                raise DslError(f"the description runs more than {self.max_steps} loop iterations in all; "
-                               "is a range far larger than meant?", span)
+                self.charge(1, span)
             inner = Scope(scope)
             if single is not None:
                 inner.vars[single] = item

@@ -62,6 +62,7 @@ def _ints(ev: Evaluator, setting: ast.Setting, scope: Scope, what: str) -> tuple
     for expr in setting.values:
         value = ev.eval(expr, scope)
         items = value if isinstance(value, (tuple, range)) else (value,)
+        ev.charge(len(items), expr.span)
         out.extend(require_int(v, what, expr.span, least=0) for v in items)
     return tuple(out)
 
@@ -73,7 +74,9 @@ def _plain(value: Any, span: Span) -> Any:
         return value.value
     if isinstance(value, (bool, int, float, str)):
         return value
-    if isinstance(value, (tuple, range)):
+    if isinstance(value, range):
+        raise DslError(f"a solver option takes a list, not a range ({show(value)}); write [x for x in ...]", span)
+    if isinstance(value, tuple):
         return tuple(_plain(v, span) for v in value)
     raise DslError(f"a solver option is a number, a string, true/false or a list, got {describe(value)}", span)
 

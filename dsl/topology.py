@@ -153,6 +153,7 @@ class TopologyBuilder:
         if self.ranks_span is not None:
             raise DslError(f"the ranks are already given at line {self.ranks_span.line}", stmt.span)
         self.n_ranks = require_int(self.ev.eval(stmt.count, scope), "the number of ranks", stmt.count.span, least=1)
+        self.ev.charge(self.n_ranks, stmt.count.span)
         self.ranks_span = stmt.span
 
     def name_stmt(self, stmt: ast.NameStmt, scope: Scope) -> None:
@@ -168,6 +169,8 @@ class TopologyBuilder:
             raise DslError("`node_of` follows `ranks N` (a `node ... x N` statement numbers the nodes itself)",
                            stmt.span)
         value = self.ev.eval(stmt.value, scope)
+        if isinstance(value, range):
+            self.ev.charge(len(value), stmt.value.span)
         if not isinstance(value, (tuple, range)) or len(value) != self.n_ranks:
             raise DslError(f"`node_of` needs a list of {self.n_ranks} node numbers, one per rank, got "
                            f"{describe(value)}", stmt.value.span)
@@ -202,6 +205,7 @@ class TopologyBuilder:
 
     def _ends(self, value: Any, span: Span) -> list[Key]:
         items = value if isinstance(value, (tuple, range)) else (value,)
+        self.ev.charge(len(items), span)
         out: list[Key] = []
         for v in items:
             if isinstance(v, bool) or not isinstance(v, (int, str)):
@@ -273,6 +277,8 @@ class TopologyBuilder:
         count = require_int(ev.eval(stmt.count, scope), "the number of nodes", stmt.count.span, least=1)
         block = NodeBlock(ev, value.n_ranks)
         ev.run(stmt.body, block, Scope(scope))
+        ev.charge(count * (value.n_ranks + len(value.links) + len(value.switches) + 3 * len(block.nics)),
+                  stmt.count.span)
         self._compose(value, count, tuple(block.nics), stmt.span)
         self.ranks_span = stmt.span
         self.cluster = Cluster(count, value.n_ranks, tuple(block.nics), stmt.span)
@@ -396,6 +402,7 @@ class NodeBlock:
     def nic(self, stmt: ast.NicPort, scope: Scope) -> None:
         value = self.ev.eval(stmt.hosts, scope)
         items = value if isinstance(value, (tuple, range)) else (value,)
+        self.ev.charge(len(items), stmt.hosts.span)
         hosts = []
         for h in items:
             h = require_int(h, "a NIC's host rank", stmt.hosts.span)

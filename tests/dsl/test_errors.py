@@ -51,7 +51,7 @@ def test_json_form_of_a_dsl_error(monkeypatch):
 
 def test_runaway_loops_stop_with_an_error():
     text = "let xs = [i for i in 0..1000000000]\n"
-    with pytest.raises(DslError, match="more than 10000 loop iterations") as info:
+    with pytest.raises(DslError, match="more than 10000 steps of work") as info:
         dsl.load_string(text, "runaway.ccl", max_steps=10_000)
     assert info.value.span.line == 1
 
