@@ -238,7 +238,7 @@ def synthesize_file(args: argparse.Namespace) -> int:
     rows, lines = [], []
     for request, result, target in zip(requests, results, outputs):
         alg = result.algorithm
-        rows.append({"name": request.name, **result.to_json(), "output": target})
+        rows.append({"request": request.name, **result.to_json(), "output": target})
         where = f" -> {target}" if target else ""
         lines.append(f"{result.status}: {request.name}: {alg.collective} on {alg.topology.name}\n"
                      f"  solver {alg.solver}, {alg.n_steps} steps, {len(alg.transfers)} transfers, verified, "
