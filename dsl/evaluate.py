@@ -33,6 +33,7 @@ from .values import (
 )
 
 MAX_DEPTH = 64
+NIC_FIELDS = ("hosts", "bandwidth", "latency", "host_bandwidth")
 DEFAULT_MAX_STEPS = 20_000_000
 INT_LIMIT = 1 << 63
 
@@ -401,14 +402,15 @@ class Evaluator:
         return self.attribute(target, node.name, node)
 
     def attribute(self, target: Any, name: str, node: ast.Node) -> Any:
+        if isinstance(target, NicSpec) and name in NIC_FIELDS:  # the hot case (fabrics)
+            return getattr(target, name)
         table: dict[str, Any] | None = None
         if isinstance(target, ModuleValue):
             table = target.module.exports
         elif isinstance(target, LinkClass):
             table = {"bandwidth": target.bandwidth, "latency": target.latency, "lanes": target.lanes}
         elif isinstance(target, NicSpec):
-            table = {"hosts": target.hosts, "bandwidth": target.bandwidth, "latency": target.latency,
-                     "host_bandwidth": target.host_bandwidth}
+            table = {k: getattr(target, k) for k in NIC_FIELDS}
         elif isinstance(target, Topology):
             table = {"ranks": target.n_ranks, "nodes": target.n_nodes, "name": target.name,
                      "switches": tuple(s.name for s in target.switches)}

@@ -100,21 +100,37 @@ def _apply(raw: int | float, factor: Fraction) -> int | float:
     return raw * float(factor)
 
 
+_RULES: dict[tuple[str, tuple[int, int], tuple[int, int]], tuple[tuple[int, int], Fraction]] = {}
+
+
+def _rule(op: str, da: tuple[int, int], db: tuple[int, int]) -> tuple[tuple[int, int], Fraction]:
+    """The result's dimension and the factor from the raw product or quotient to its canonical unit."""
+    key = (op, da, db)
+    rule = _RULES.get(key)
+    if rule is None:
+        if op == "*":
+            dim = (da[0] + db[0], da[1] + db[1])
+            rule = (dim, Fraction(_scale(da) * _scale(db), _scale(dim)))
+        else:
+            dim = (da[0] - db[0], da[1] - db[1])
+            rule = (dim, Fraction(_scale(da), _scale(db) * _scale(dim)))
+        _RULES[key] = rule
+    return rule
+
+
 def combine(op: str, a: Any, b: Any) -> int | float | Quantity:
     """``a * b`` or ``a / b`` where at least one side is a Quantity (the caller checks types)."""
-    da = a.dim if isinstance(a, Quantity) else (0, 0)
-    db = b.dim if isinstance(b, Quantity) else (0, 0)
-    va = a.value if isinstance(a, Quantity) else a
-    vb = b.value if isinstance(b, Quantity) else b
-    if op == "*":
-        dim = (da[0] + db[0], da[1] + db[1])
-        raw = va * vb
-        factor = Fraction(_scale(da) * _scale(db), _scale(dim))
+    if isinstance(a, Quantity):
+        da, va = a.dim, a.value
     else:
-        dim = (da[0] - db[0], da[1] - db[1])
-        raw = va / vb
-        factor = Fraction(_scale(da), _scale(db) * _scale(dim))
-    value = _apply(raw, factor)
+        da, va = (0, 0), a
+    if isinstance(b, Quantity):
+        db, vb = b.dim, b.value
+    else:
+        db, vb = (0, 0), b
+    dim, factor = _rule(op, da, db)
+    raw = va * vb if op == "*" else va / vb
+    value = raw if factor == 1 else _apply(raw, factor)
     return value if dim == (0, 0) else Quantity(value, dim)
 
 
