@@ -35,3 +35,11 @@ def test_example_loads_lowers_and_verifies(k):
 def test_the_grammar_in_the_reference_is_the_shipped_grammar():
     shown = re.search(r"```lark\n(.*?)```", DOC, flags=re.S)
     assert shown is not None and shown.group(1) == dsl.grammar_text()
+
+
+def test_the_readme_example_loads():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    (example,) = re.findall(r"```ccl\n(.*?)```", readme, flags=re.S)
+    module = dsl.load_string(example, "readme.ccl", base=str(ROOT))
+    lower_everything(module)
+    assert [r.problem.topology.name for r in module.requests()] == ["pod(4, \"rail\")", "pod(2, \"rail\")"]
