@@ -67,12 +67,22 @@ def grammar_text() -> str:
 
 def parse(text: str, filename: str = "<string>") -> ast.File:
     """Parse a whole file."""
-    return _parse(text, filename, "start", 0, 0)
+    try:
+        return _parse(text, filename, "start", 0, 0)
+    except DslError as exc:
+        if exc.source is None:
+            exc.source = text
+        raise
 
 
 def parse_expression(text: str, filename: str = "<string>") -> ast.Expr:
     """Parse one expression (command-line arguments such as ``ring:8,bw=50GB/s``)."""
-    return _parse(text, filename, "expr", 0, 0)
+    try:
+        return _parse(text, filename, "expr", 0, 0)
+    except DslError as exc:
+        if exc.source is None:
+            exc.source = text
+        raise
 
 
 def _parse(text: str, filename: str, start: str, line_offset: int, column_offset: int):

@@ -372,6 +372,11 @@ class TopologyBuilder:
         if self.n_ranks is None:
             raise DslError("this topology declares no ranks: add `ranks N` or `node T x N`", self.span)
         n = self.n_ranks
+        nodes = 1 + max(self.node_of) if self.node_of else 1
+        for sw in self.switches:
+            if sw.node is not None and sw.node >= nodes:
+                raise DslError(f"switch '{sw.name}' is on node {sw.node}, but this topology has "
+                               f"{'only node 0' if nodes == 1 else f'nodes 0..{nodes - 1}'}", self.switch_spans[sw.name])
         ids = {sw.name: n + i for i, sw in enumerate(self.switches)}
 
         def vid(k: Key) -> int:
