@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import lru_cache
 from importlib import resources
+from typing import Any
 
-from lark import Lark, Token, Transformer, v_args
-from lark.exceptions import LarkError, UnexpectedInput, VisitError
+from lark import Lark, Token, Tree
+from lark.exceptions import LarkError, UnexpectedInput
 
 from ccl.errors import DslError, Span
 
@@ -99,11 +100,7 @@ def _parse(text: str, filename: str, start: str, line_offset: int, column_offset
         raise DslError(f"cannot parse: {exc}", Span(filename, 1, 1), None) from None
     builder = _TreeBuilder(filename, text, line_offset, column_offset)
     try:
-        return builder.transform(tree)
-    except VisitError as exc:
-        if isinstance(exc.orig_exc, DslError):
-            raise exc.orig_exc from None
-        raise
+        return builder.build(tree)
     except RecursionError:
         raise DslError("the file nests too deeply to read", Span(filename, 1, 1)) from None
 
@@ -154,16 +151,25 @@ def _names(children: list) -> tuple[str, ...]:
     return tuple(str(c) for c in children)
 
 
-@v_args(meta=True)
-class _TreeBuilder(Transformer):
-    """Lark tree -> ``ast`` nodes with spans."""
+class _TreeBuilder:
+    """Lark tree -> ``ast`` nodes with spans: one method per rule, called with the rule's meta
+    (positions) and its children already converted, bottom-up."""
 
     def __init__(self, filename: str, text: str, line_offset: int, column_offset: int) -> None:
-        super().__init__()
         self.filename = filename
         self.text = text
         self.line_offset = line_offset
         self.column_offset = column_offset
+        self._methods: dict[str, Any] = {}
+
+    def build(self, tree: Tree) -> Any:
+        methods = self._methods
+        children = [self.build(c) if type(c) is Tree else c for c in tree.children]
+        name = tree.data
+        method = methods.get(name)
+        if method is None:
+            method = methods[name] = getattr(self, name)
+        return method(tree.meta, children)
 
     # ------------------------------------------------------------------ positions
     def _span(self, meta) -> Span:
