@@ -188,17 +188,17 @@ class TopologyBuilder:
         node = None
         if stmt.node is not None:
             node = require_int(self.ev.eval(stmt.node, scope), "a node number", stmt.node.span, least=0)
-        self.add_switch(Switch(name, stmt.kind, node), stmt.span, stmt.name.span)
+        self.add_switch(name, stmt.kind, node, stmt.span, stmt.name.span)
 
-    def add_switch(self, sw: Switch, span: Span, name_span: Span | None = None) -> None:
-        if not sw.name or sw.name.isdigit():
-            raise DslError(f"a switch name must be a non-empty string that is not a rank number, got '{sw.name}'",
+    def add_switch(self, name: str, kind: str, node: int | None, span: Span, name_span: Span | None = None) -> None:
+        if not name or name.isdigit():
+            raise DslError(f"a switch name must be a non-empty string that is not a rank number, got '{name}'",
                            name_span or span)
-        if sw.name in self.switch_spans:
-            raise DslError(f"switch '{sw.name}' is already defined at line {self.switch_spans[sw.name].line}",
+        if name in self.switch_spans:
+            raise DslError(f"switch '{name}' is already defined at line {self.switch_spans[name].line}",
                            name_span or span)
-        self.switches.append(sw)
-        self.switch_spans[sw.name] = span
+        self.switches.append(Switch(name, kind, node))
+        self.switch_spans[name] = span
 
     def link_class(self, stmt: ast.LinkClass, scope: Scope) -> None:
         scope.define(stmt.name, make_link_class(self.ev, stmt, scope), stmt.span, "link class")
@@ -293,7 +293,7 @@ class TopologyBuilder:
             names = {}
             for i, sw in enumerate(node.switches):
                 names[per + i] = prefix + sw.name
-                self.add_switch(Switch(prefix + sw.name, sw.kind, a), span)
+                self.add_switch(prefix + sw.name, sw.kind, a, span)
 
             def key(v: int, base: int = base, names: dict = names) -> Key:
                 return base + v if v < per else names[v]
@@ -310,7 +310,7 @@ class TopologyBuilder:
             if count > 1:
                 for k, nic in enumerate(nics):
                     vertex = f"n{a}.nic{k}"
-                    self.add_switch(Switch(vertex, "nic", a), span)
+                    self.add_switch(vertex, "nic", a, span)
                     host = float(nic.host_bandwidth.value)
                     for h in nic.hosts:
                         links[(base + h, vertex)] = (host, 0.0, 1, span)

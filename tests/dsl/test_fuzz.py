@@ -23,7 +23,7 @@ WORDS = [
     "input", "scratch", "basic", "machines",
     "0", "1", "2", "7", "8", "-1", "0.5", "1e9", "99999999", "25 GB/s", "0.7 us", "1 MiB", "100 Gbps", "3 ns",
     "->", "<->", ":", ",", ";", "(", ")", "[", "]", "{", "}", "..", ".", "+", "-", "*", "/", "//", "%", "**",
-    "==", "<", ">=", "^", "&", "|", "<<", "=", '"s{n}"', '"x"', "#c", "\n", "\n", "\n", " ", "@", "'", "\\",
+    "==", "<", ">=", "^", "&", "|", "<<", "=", '"s{n}"', '"x"', '""', '"0"', "[]", "()", "#c", "\n", "\n", "\n", " ", "@", "'", "\\",
 ]
 SNIPPETS = [
     "topology t(n = 4) {\n ranks n\n for i in 0..n { i <-> (i + 1) % n : 25 GB/s, 0.7 us }\n}\n",
@@ -109,3 +109,29 @@ def test_random_programs_from_snippets(parts, data):
 @given(st.text(max_size=60))
 def test_arbitrary_text(text):
     lower(text, ROOT)
+
+
+TEMPLATES = [
+    "topology t {{ ranks {a}; {b} -> {c} : {d}, {e} x {f} }}\nsynthesize allgather on t",
+    "topology t {{ ranks 4; switch {s} node {a}; 0 <-> {b} : 1 GB/s, 1 us }}\nsynthesize allgather on t",
+    "topology p {{ ranks 2; 0 <-> 1 : 1 GB/s, 1 us }}\ntopology t {{ node p x {a} {{ nic {b} : {d}, {e}, host {f} }}\n"
+    " fabric {s} }}\nsynthesize allreduce on t",
+    "collective c {{ ranks {a}; pre {b} at {c}; post {d} at {e}; post sum {f} at {s} }}\nfrom basic import ring\n"
+    "synthesize c on ring(4) with smt",
+    "from basic import ring\nalgorithm al implements {s}(chunks = {a}) on ring(4) {{\n"
+    " copy output[{b}] of {c} to scratch[{d}] of {e} at step {f}\n reduce input[{b}..{d}] from 1 to 2 at step 0\n}}",
+    "from machines import dgx1\nsynthesize {s} on dgx1 with x {{ chunks {a}; steps {b}; size {c}; time_limit {d}\n"
+    " sketch {{ relays {e}; internode {f} }} }}",
+    "topology t {{ ranks 3; 0 -> 1 : 1 GB/s, 1 us; limit {s} : {d} over {f}; node_of {a} }}\nsynthesize allgather on t",
+    "from basic import {s}\nlet v = {s}({a}, {b})\nsynthesize broadcast(root = {c}) on {s}({d})",
+]
+VALUES = ["0", "1", "2", "3", "4", "-1", "2.5", "1e30", '""', '"a"', '"0"', '"nvswitch"', "[]", "[0, 1]", "[(0, 1)]",
+          "[(0, 9)]", "0..2", "0..0", "true", "25 GB/s", "0 GB/s", "-1 us", "1 us", "1 MiB", "1.5 B", "x", "n",
+          "allgather", "allreduce", "broadcast", "custom", "ring", "torus", "hypercube", "rail", "leafspine", "1 ns",
+          "(0, 1)", "[[0]]", "10**9", "2**62", "[0, 0, 1]", "[1, 2, 3]", "len([1])", "1 // 0", "\"{1}\""]
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.sampled_from(TEMPLATES), st.fixed_dictionaries({k: st.sampled_from(VALUES) for k in "abcdefs"}))
+def test_templates_with_odd_values(template, values):
+    lower(template.format(**values), ROOT)
