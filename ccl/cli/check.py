@@ -177,8 +177,8 @@ def _summary(path: str, topos: list, collectives: list, fabrics: list, algs: lis
         lines.append(f"  algorithms ({len(algs)}), verified:")
         for a in algs:
             place = "also in place" if a["in_place_ok"] else "out of place only"
-            lines.append(f"    {a['name']}: {a['collective']} on {a['topology']}, {a['steps']} steps, "
-                         f"{a['transfers']} transfers, {place}")
+            lines.append(f"    {a['name']}: {a['collective']} on {a['topology']}, {_count(a['steps'], 'step')}, "
+                         f"{_count(a['transfers'], 'transfer')}, {place}")
     if reqs:
         lines.append(f"  requests ({len(reqs)}):")
         for r in reqs:
@@ -189,6 +189,10 @@ def _summary(path: str, topos: list, collectives: list, fabrics: list, algs: lis
     if output:
         lines.append(f"  schedule written to {output}")
     return "\n".join(lines)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def synthesize_file(args: argparse.Namespace) -> int:
