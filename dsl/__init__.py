@@ -4,6 +4,7 @@ algorithms in ``.ccl`` files, lowered to the core IR.
     import dsl
     module = dsl.load("cluster.ccl")          # parse, resolve imports, register definitions
     topo = module.topology("ring", 8)         # any topology the file defines or imports
+    topo = module.evaluate("ring(8, bandwidth = 50 GB/s)")   # any expression, in the file's scope
     for request in module.requests():         # `synthesize` statements -> ccl.Problem
         print(request.name, request.problem)
     for item in module.algorithms():          # hand-written algorithms -> ccl.Algorithm

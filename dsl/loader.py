@@ -86,6 +86,21 @@ class Module:
 
         return self.guard(run)
 
+    def evaluate(self, expression: str) -> Any:
+        """Evaluate an expression of the language in this file's scope:
+        ``module.evaluate("ring(8, bandwidth = 50 GB/s)")`` returns a Topology."""
+        from .parser import parse_expression
+
+        def run() -> Any:
+            expr = parse_expression(expression, "<expression>")
+            return self.loader.evaluator.eval(expr, Scope(self.scope))
+
+        self.loader.sources.setdefault("<expression>", expression)
+        try:
+            return self.guard(run)
+        finally:
+            self.loader.sources.pop("<expression>", None)
+
     def lookup(self, name: str, kind: str) -> Definition:
         try:
             value = self.scope.lookup(name)

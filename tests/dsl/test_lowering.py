@@ -295,3 +295,12 @@ def test_verify_statements_instantiate_algorithms_with_arguments():
     verify ag(3)
     """)
     assert [item.name for item in module.algorithms()] == ["ag(3)", "ag(4)"]
+
+
+def test_evaluate_expressions_in_a_module_from_python():
+    module = dsl.load_string("from basic import ring\nlet bw = 50 GB/s\n", "api.ccl")
+    topo = module.evaluate("ring(8, bandwidth = bw, latency = 500 ns)")
+    assert topo.link(0, 1) == Link(0, 1, 50.0, 0.5, 1)
+    with pytest.raises(DslError) as info:
+        module.evaluate("ring(8, bandwith = bw)")
+    assert info.value.render().splitlines()[0].startswith("<expression>:1:9: topology ring has no parameter")
