@@ -162,7 +162,7 @@ class TopLevel:
 
     def synthesize(self, stmt: ast.Synthesize, scope: Scope) -> None:
         ev = self.module.loader.evaluator
-        request = lower_request(ev, stmt, scope, len(self.requests))
+        request = lower_request(ev, stmt, scope)
         if request.name in self.names:
             raise DslError(f"request '{request.name}' is already defined at line {self.names[request.name].line}; "
                            "name requests apart with `as \"NAME\"`", stmt.span)

@@ -123,7 +123,7 @@ def _sketch(ev: Evaluator, settings: tuple[ast.Setting, ...], scope: Scope) -> S
         raise DslError(exc.message, settings[0].span if settings else None) from None
 
 
-def lower_request(ev: Evaluator, stmt: ast.Synthesize, scope: Scope, index: int) -> LoweredRequest:
+def lower_request(ev: Evaluator, stmt: ast.Synthesize, scope: Scope) -> LoweredRequest:
     topo = ev.eval(stmt.topology, scope)
     if isinstance(topo, Definition) and topo.kind == "topology":
         topo = ev.invoke(topo, (), {}, stmt.topology.span)
@@ -182,14 +182,3 @@ def lower_request(ev: Evaluator, stmt: ast.Synthesize, scope: Scope, index: int)
         name = f"{spec.label}-{topo.name}-{solver}"
     return LoweredRequest(name, problem, stmt.span)
 
-
-def describe_request(request: Request) -> str:
-    parts = [f"solver {request.solver}", f"chunks {request.chunks}"]
-    for field in ("steps", "rounds"):
-        if getattr(request, field) is not None:
-            parts.append(f"{field} {getattr(request, field)}")
-    if request.size is not None:
-        parts.append(f"size {request.size} B")
-    if request.time_limit is not None:
-        parts.append(f"time_limit {show(request.time_limit)} s")
-    return ", ".join(parts)
