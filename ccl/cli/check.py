@@ -149,11 +149,17 @@ def cmd_check(args: argparse.Namespace) -> int:
         req_rows.append({"name": r.name, "line": r.span.line, "collective": p.collective.kind,
                          "topology": p.topology.name, "ranks": p.topology.n_ranks, "solver": p.request.solver,
                          "solver_available": p.request.solver in SOLVERS, "chunks": p.request.chunks})
+    checked = {item.name.split("(")[0] for item in module.algorithms()}
+    unchecked = [name for name in module.algorithm_definitions() if name not in checked]
     collectives = [name for name, d in module.definitions.items() if d.kind == "collective"]
     fabrics = [name for name, d in module.definitions.items() if d.kind == "fabric"]
     data = {"ok": True, "file": args.file, "topologies": topo_rows, "collectives": collectives,
-            "fabrics": fabrics, "algorithms": rows, "requests": req_rows, "output": args.output}
-    emit(args, data, _summary(args.file, topo_rows, collectives, fabrics, rows, req_rows, args.output))
+            "fabrics": fabrics, "algorithms": rows, "unchecked_algorithms": unchecked, "requests": req_rows,
+            "output": args.output}
+    text = _summary(args.file, topo_rows, collectives, fabrics, rows, req_rows, args.output)
+    if unchecked:
+        text += (f"\n  not checked (parameters without defaults; add `verify NAME(args)`): {', '.join(unchecked)}")
+    emit(args, data, text)
     return 0
 
 

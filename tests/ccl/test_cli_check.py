@@ -143,3 +143,15 @@ def test_emitted_problems_are_deterministic_across_processes(tmp_path):
         assert proc.returncode == 0, proc.stderr
         outputs.append(proc.stdout)
     assert outputs[0] == outputs[1]
+
+
+def test_check_names_algorithms_it_could_not_instantiate(capsys, tmp_path):
+    path = tmp_path / "open.ccl"
+    path.write_text("from basic import ring\n"
+                    "algorithm ag(n) implements allgather on ring(n) {\n"
+                    "  for s in 0..n-1, r in 0..n { copy output[(r - s) % n] from r to (r + 1) % n at step s }\n}\n")
+    code, out, _ = run(capsys, "check", path)
+    assert code == 0 and "not checked (parameters without defaults; add `verify NAME(args)`): ag" in out
+    path.write_text(path.read_text() + "verify ag(3)\n")
+    code, out, _ = run(capsys, "check", path, "--json")
+    assert code == 0 and json.loads(out)["unchecked_algorithms"] == []
