@@ -8,6 +8,7 @@ the driver functions here (imported lazily, so ``import ccl`` stays cheap).
     problem = ccl.problem("dgx1", "allgather", solver="ring", chunks=2)
     result = ccl.synthesize(problem)          # verified on the way out
     ccl.save(result.algorithm, "ag.json")
+    report = ccl.simulate(result, "64MiB")    # time, busbw, lower bound, NCCL baselines
 """
 
 from __future__ import annotations
@@ -29,11 +30,15 @@ from .errors import (
     TopologyError,
     VerificationError,
 )
+from .lower import lower
 from .problem import Problem, Request, Sketch
+from .program import Op, Program
+from .report import Report
 from .serialize import load_algorithm as load
 from .serialize import save_algorithm as save
 from .topology import Link, SharedLimit, Switch, Topology
 from .verify import VerificationResult, verify
+from .verify_program import ProgramVerification, verify_program
 
 __version__ = "0.1.0"
 
@@ -49,7 +54,11 @@ __all__ = [
     "InfeasibleError",
     "InputError",
     "Link",
+    "Op",
     "Problem",
+    "Program",
+    "ProgramVerification",
+    "Report",
     "Request",
     "SharedLimit",
     "Sketch",
@@ -63,11 +72,14 @@ __all__ = [
     "VerificationResult",
     "collectives",
     "load",
+    "lower",
     "problem",
     "save",
+    "simulate",
     "synthesize",
     "topology",
     "verify",
+    "verify_program",
 ]
 
 
@@ -91,3 +103,12 @@ def synthesize(problem: Problem) -> Any:
     from .compiler import synthesize as run
 
     return run(problem)
+
+
+def simulate(schedule: Any, size: int | str, **options: Any) -> Report:
+    """Simulate a schedule (an Algorithm, or a ``SynthesisResult`` whose synthesis time,
+    status and gap then go into the report) called with ``size`` bytes (an int or text such
+    as ``"64MiB"``, nccl-tests convention). Options: see ``backends.sim.simulate``."""
+    from .compiler import simulate as run
+
+    return run(schedule, size, **options)

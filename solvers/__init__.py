@@ -37,6 +37,9 @@ SOLVERS: dict[str, SolverInfo] = {
     for s in (
         SolverInfo("ring", ("allgather", "reducescatter", "allreduce", "broadcast", "reduce"),
                    "ring over the topology's links (pipelined chain for rooted collectives)", "solvers.ring"),
+        SolverInfo("multi-ring", ("allgather", "reducescatter", "allreduce", "broadcast", "reduce"),
+                   "several rings side by side within the links' lanes and shared limits (NCCL channels)",
+                   "solvers.ring"),
         SolverInfo("direct", ALL_BUILTIN, "all-pairs: every piece sent straight to where it is needed",
                    "solvers.direct"),
         SolverInfo("recursive-doubling", ("allgather", "allreduce"),

@@ -1,57 +1,81 @@
 """Ring templates: allgather, reducescatter, allreduce (reducescatter then allgather), and
 pipelined chains along the ring for broadcast and reduce.
 
-The ring follows the topology's links (see ``rings.find_ring``); hops between unlinked
-neighbours are routed with forwarding transfers. ``chunks`` K splits every rank's part into K
-slots moved as separate transfers, so a dependency-driven runtime pipelines them.
+* ``ring``: one ring following the topology's links (see ``rings.find_ring``); hops between
+  unlinked neighbours are routed with forwarding transfers.
+* ``multi-ring``: NCCL-style channels: several directed Hamiltonian cycles that fit the links'
+  lanes and shared limits side by side (``rings.find_disjoint_rings``); the data is split evenly
+  over them and they run in the same steps.
+
+``chunks`` K splits every rank's part (per ring) into K slots moved as separate transfers, so a
+dependency-driven runtime pipelines them.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from ccl.algorithm import Algorithm
 from ccl.problem import Problem
 
 from .common import builder, pieces, run
 from .phases import ring_allgather, ring_reducescatter, tree_broadcast, tree_reduce
-from .rings import find_ring
+from .rings import find_disjoint_rings, find_ring
+from .schedule import Slot
 
 KINDS = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce")
+MAX_RINGS = 16
 
 
 def synthesize(problem: Problem) -> Algorithm:
+    if problem.request.solver == "multi-ring":
+        rings = find_disjoint_rings(problem.topology, MAX_RINGS)
+    else:
+        rings = [find_ring(problem.topology)]
+    return _rings(problem, rings, problem.request.solver)
+
+
+def _rings(problem: Problem, rings: Sequence[list[int]], solver: str) -> Algorithm:
     kind = problem.collective.kind
     n = problem.topology.n_ranks
     k = pieces(problem)
-    order = find_ring(problem.topology)
-    if kind == "allgather":
-        b, _ = builder(problem, k, "ring", "ring")
-        ring_allgather(b, order, order, lambda r, q: run(q, k), 0)
-    elif kind == "reducescatter":
-        b, _ = builder(problem, k, "ring", "ring")
-        ring_reducescatter(b, order, order, lambda r, q: run(0, k) if q == r else run(q, k, "input"), 0)
-    elif kind == "allreduce":
-        b, _ = builder(problem, n * k, "ring", "ring")
-        blocks = list(range(n))
-        step = ring_reducescatter(b, order, blocks, lambda r, q: run(q, k), 0)
-        ring_allgather(b, order, blocks, lambda r, q: run(q, k), step)
-    elif kind == "broadcast":
-        b, coll = builder(problem, k, "ring", "ring")
-        root = coll.root or 0
-        at = order.index(root)
-        chain = order[at:] + order[:at]
-        parent = {chain[i + 1]: chain[i] for i in range(n - 1)}
-        recv = {chain[i + 1]: i for i in range(n - 1)}
-        tree_broadcast(b, parent, recv, list(range(k)),
-                       lambda r, j: [("input" if r == root else "output", j)], 0, pipeline=True)
-    elif kind == "reduce":
-        b, coll = builder(problem, k, "ring", "ring")
-        root = coll.root or 0
-        at = order.index(root)
-        chain = order[at + 1:] + order[:at + 1]
-        parent = {chain[i]: chain[i + 1] for i in range(n - 1)}
-        send = {chain[i]: i for i in range(n - 1)}
-        tree_reduce(b, parent, send, list(range(k)),
-                    lambda r, j: [("output" if r == root else "input", j)], 0, pipeline=True)
-    else:  # pragma: no cover - the registry only dispatches KINDS here
-        raise AssertionError(kind)
+    R = len(rings)
+
+    def span(block: int, ring: int, buffer: str = "output") -> tuple[Slot, ...]:
+        """Ring ``ring``'s K slots of base block ``block`` (R x K slots per block)."""
+        first = block * R * k + ring * k
+        return tuple((buffer, first + x) for x in range(k))
+
+    if kind in ("allgather", "reducescatter", "broadcast", "reduce"):
+        b, coll = builder(problem, R * k, solver, solver)
+    else:
+        b, coll = builder(problem, n * R * k, solver, solver)
+    root = coll.root or 0
+    for j, order in enumerate(rings):
+        if kind == "allgather":
+            ring_allgather(b, order, order, lambda r, q, j=j: span(q, j), 0)
+        elif kind == "reducescatter":
+            ring_reducescatter(b, order, order,
+                               lambda r, q, j=j: span(0, j) if q == r else span(q, j, "input"), 0)
+        elif kind == "allreduce":
+            # ring j owns blocks j*n .. j*n+n-1 of K slots each
+            blocks = [j * n + i for i in range(n)]
+            step = ring_reducescatter(b, order, blocks, lambda r, g: run(g, k), 0)
+            ring_allgather(b, order, blocks, lambda r, g: run(g, k), step)
+        elif kind == "broadcast":
+            at = order.index(root)
+            chain = order[at:] + order[:at]
+            parent = {chain[i + 1]: chain[i] for i in range(n - 1)}
+            recv = {chain[i + 1]: i for i in range(n - 1)}
+            tree_broadcast(b, parent, recv, list(span(0, j)),
+                           lambda r, slot: [("input" if r == root else "output", slot[1])], 0, pipeline=True)
+        elif kind == "reduce":
+            at = order.index(root)
+            chain = order[at + 1:] + order[:at + 1]
+            parent = {chain[i]: chain[i + 1] for i in range(n - 1)}
+            send = {chain[i]: i for i in range(n - 1)}
+            tree_reduce(b, parent, send, list(span(0, j)),
+                        lambda r, slot: [("output" if r == root else "input", slot[1])], 0, pipeline=True)
+        else:  # pragma: no cover - the registry only dispatches KINDS here
+            raise AssertionError(kind)
     return b.build()

@@ -103,3 +103,56 @@ def find_ring(topology: Topology, ranks: Sequence[int] | None = None) -> list[in
 
 def is_linked_ring(topology: Topology, order: Sequence[int]) -> bool:
     return _linked_cycle(topology, order)
+
+
+def find_disjoint_rings(topology: Topology, max_rings: int) -> list[list[int]]:
+    """Up to ``max_rings`` directed Hamiltonian cycles over all ranks that together fit the
+    topology: each flattened link is used by at most ``lanes`` rings and each shared limit by at
+    most its lane count, so the rings can run side by side at full rate (NCCL's channels).
+    Greedy: the increasing and decreasing orders first, then depth-first search on what capacity
+    is left. Returns at least one ring (``find_ring``'s, possibly routed) even when no linked
+    cycle exists."""
+    flat = topology.flat()
+    n = flat.n_ranks
+    left = {link.pair: link.lanes for link in flat.links}
+    limit_left = [limit.lanes(flat) for limit in flat.limits]
+    limits_of: dict[tuple[int, int], list[int]] = {}
+    for i, limit in enumerate(flat.limits):
+        for pair in limit.links:
+            limits_of.setdefault(pair, []).append(i)
+    rings: list[list[int]] = []
+
+    def fits(order: Sequence[int]) -> bool:
+        use: dict[tuple[int, int], int] = {}
+        lim: dict[int, int] = {}
+        for i in range(len(order)):
+            pair = (order[i], order[(i + 1) % len(order)])
+            use[pair] = use.get(pair, 0) + 1
+            for k in limits_of.get(pair, ()):
+                lim[k] = lim.get(k, 0) + 1
+        return all(left.get(p, 0) >= u for p, u in use.items()) and all(limit_left[k] >= u for k, u in lim.items())
+
+    def take(order: Sequence[int]) -> None:
+        for i in range(len(order)):
+            pair = (order[i], order[(i + 1) % len(order)])
+            left[pair] -= 1
+            for k in limits_of.get(pair, ()):
+                limit_left[k] -= 1
+        rings.append(list(order))
+
+    if n < 3:
+        return [list(range(n))]
+    for order in (list(range(n)), [0] + list(range(n - 1, 0, -1))):
+        if len(rings) < max_rings and fits(order):
+            take(order)
+    while len(rings) < max_rings:
+        adj: dict[int, list[int]] = {}
+        for r in range(n):
+            nbrs = [(-flat.link(r, q).capacity, q) for q in range(n)  # type: ignore[union-attr]
+                    if q != r and left.get((r, q), 0) > 0 and all(limit_left[k] > 0 for k in limits_of.get((r, q), ()))]
+            adj[r] = [q for _, q in sorted(nbrs)]
+        found = _search(adj, 0, n, cycle=True)
+        if found is None or not fits(found):
+            break
+        take(found)
+    return rings or [find_ring(topology)]

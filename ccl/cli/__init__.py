@@ -16,11 +16,23 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import EXIT_INTERNAL, CclError, InfeasibleError, SolverTimeout
-from . import pareto, solvers, synthesize, topology, verify
+from . import (
+    bounds,
+    check,
+    compare,
+    emit,
+    pareto,
+    run,
+    simulate,
+    solvers,
+    synthesize,
+    topology,
+    verify,
+)
 from .common import Parser
 
 # Command groups in the order `ccl --help` lists them.
-COMMANDS = (topology, solvers, synthesize, verify, pareto)
+COMMANDS = (topology, solvers, check, synthesize, verify, simulate, bounds, compare, emit, run, pareto)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "timeout" if isinstance(exc, SolverTimeout) else "error")
             print(json.dumps({"status": status, "ok": False, **exc.to_json()}, indent=2))
         return exc.exit_code
+    except BrokenPipeError:  # the reader went away (e.g. `ccl topology show T | head`): not an error
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("ccl: interrupted", file=sys.stderr)
         return 130

@@ -11,11 +11,20 @@ from .pareto import add_exact_arguments
 
 def cmd_synthesize(args: argparse.Namespace) -> int:
     from .. import compiler
+    from ..errors import InputError
     from ..problem import Problem, Request
     from ..serialize import save_algorithm
     from ..units import parse_seconds
     from .pareto import collective_from_args, parse_options, progress_on_stderr
 
+    if args.file:
+        from .check import synthesize_file
+
+        return synthesize_file(args)
+    if not args.topology or not args.collective:
+        raise InputError("give a description FILE.ccl, or both --topology and --collective")
+    if args.emit or args.request:
+        raise InputError("--emit and --request apply to a description FILE.ccl")
     topo = compiler.load_topology(args.topology)
     request = Request(solver=args.solver, chunks=args.chunks, steps=args.steps, rounds=args.rounds,
                       time_limit=parse_seconds(args.time_limit) if args.time_limit else None,
@@ -39,14 +48,19 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
+    from .check import add_emit
+
     syn = command(sub, "synthesize", "synthesize, verify and save a schedule", cmd_synthesize)
-    syn.add_argument("--topology", "-t", required=True, help="NAME, NAME:ARGS or a topology JSON file")
-    syn.add_argument("--collective", "-c", required=True, help="allgather, reducescatter, allreduce, alltoall, "
+    syn.add_argument("file", nargs="?", help="a .ccl description: run its `synthesize` requests")
+    syn.add_argument("--request", action="append", metavar="NAME", help="run only this request of FILE; repeatable")
+    add_emit(syn, "solving (problem) or the summary (algorithm)")
+    syn.add_argument("--topology", "-t", help="NAME, NAME:ARGS, a topology JSON file or FILE.ccl[:NAME[:ARGS]]")
+    syn.add_argument("--collective", "-c", help="allgather, reducescatter, allreduce, alltoall, "
                      "broadcast, reduce, gather, scatter")
     syn.add_argument("--root", type=int, default=None, help="root rank of broadcast, reduce, gather, scatter")
     syn.add_argument("--chunks", "-k", type=positive_int, default=1, help="chunk factor (pieces per rank's part)")
     syn.add_argument("--solver", "-s", default="ring", help="solver name (see `ccl solvers`)")
-    syn.add_argument("-o", "--output", help="write the schedule (JSON) here")
+    syn.add_argument("-o", "--output", help="write the schedule (JSON) here (a folder when FILE has several requests)")
     syn.add_argument("--steps", type=positive_int, help="exact solvers: number of steps S")
     syn.add_argument("--rounds", type=positive_int, help="exact solvers: at most R rounds in all (R >= S)")
     add_exact_arguments(syn)

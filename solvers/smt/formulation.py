@@ -24,9 +24,10 @@ from ccl.algorithm import Algorithm, Transfer
 from ccl.collective import Collective
 from ccl.errors import CollectiveError
 from ccl.topology import Topology
-from solvers.bounds import rounds_lower_bound, step_bound
+from solvers.bounds import step_bound
 
 from .base import Encoding
+from .bounds import rounds_lower_bound
 from .combining import CombiningEncoding
 from .lower import combining_algorithm, routing_algorithm, step_rounds
 from .routing import RoutingEncoding

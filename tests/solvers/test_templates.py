@@ -114,6 +114,29 @@ def test_step_counts_match_the_textbook():
     assert steps("ndv2:2", "allreduce", "hierarchical") == 7 + 2 + 7
 
 
+def test_multi_ring_uses_every_lane_of_a_dgx1():
+    from solvers.rings import find_disjoint_rings
+
+    rings = find_disjoint_rings(T.dgx1(), 16)
+    assert len(rings) == 6  # 6 NVLink lanes per GPU, one ring each
+    used: dict[tuple[int, int], int] = {}
+    for order in rings:
+        for i in range(8):
+            pair = (order[i], order[(i + 1) % 8])
+            used[pair] = used.get(pair, 0) + 1
+    topo = T.dgx1()
+    assert all(topo.link(a, b).lanes >= k for (a, b), k in used.items())
+    algorithm = solvers.synthesize(Problem(topo, builtin("allgather", 8), Request("multi-ring")))
+    assert algorithm.n_steps == 7 and algorithm.collective.chunk_factor == 6
+
+
+def test_multi_ring_respects_shared_limits():
+    from solvers.rings import find_disjoint_rings
+
+    assert len(find_disjoint_rings(T.switch(8), 16)) == 1  # one port per rank
+    assert len(find_disjoint_rings(T.ring(8), 16)) == 2  # both directions
+
+
 def test_line_ring_has_dilation_two():
     from solvers.rings import find_ring
 
