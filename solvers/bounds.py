@@ -309,13 +309,30 @@ def _source_side(graph: csr_matrix, flow: csr_matrix, src: int) -> set[int]:
 
 
 def rounds_per_chunk_bound(topology: Topology, kind: str) -> Fraction | None:
-    """SCCL's bandwidth bound in rounds per chunk (lanes), or None for kinds it does not cover."""
+    """SCCL's bandwidth bound in rounds per chunk (lanes), or None for kinds it does not cover.
+
+    Allgather and reducescatter: the exact cut bound (reducescatter on the reversed topology).
+    Allreduce: reducescatter + allgather is *not* a valid bound when partial sums may be combined
+    on the way (a star reduces to its hub and broadcasts back in less), so it uses what holds for
+    every schedule: the one-way gossip count (every chunk is sent at least 2(n-1) times, over
+    the lanes leaving all ranks per round) and a single rank's own out- and in-lanes (it must send
+    its contribution once and receive the result once)."""
     if kind == "allgather":
         return _fraction(cut_ratio(topology, "lanes").ratio)
     if kind == "reducescatter":
         return _fraction(cut_ratio(topology, "lanes", reverse=True).ratio)
     if kind == "allreduce":
-        return _fraction(cut_ratio(topology, "lanes").ratio) + _fraction(cut_ratio(topology, "lanes", reverse=True).ratio)
+        n = topology.n_ranks
+        if n < 2:
+            return Fraction(0)
+        flat = topology.flat()
+        out_lanes = [sum(link.lanes for link in flat.out_links[r]) for r in range(n)]
+        in_lanes = [sum(link.lanes for link in flat.in_links[r]) for r in range(n)]
+        if min(out_lanes) == 0 or min(in_lanes) == 0:
+            raise CollectiveError("the topology is disconnected: no schedule can finish")
+        gossip = Fraction(2 * (n - 1), sum(out_lanes))
+        single = max(Fraction(1, min(out_lanes)), Fraction(1, min(in_lanes)))
+        return max(gossip, single)
     return None
 
 
