@@ -52,13 +52,13 @@ def test_allreduce_direct_and_composed_on_dgx1():
 
 def test_allreduce_beats_the_reducescatter_plus_allgather_cut_sum_on_a_star():
     """The centre of a star reduces: allreduce needs fewer rounds per chunk than the sum of the
-    reducescatter and allgather cut bounds, so that sum is no allreduce bound (``bounds.py``)."""
+    reducescatter and allgather cut bounds, so that sum is no allreduce bound."""
     from solvers.bounds import rounds_per_chunk_bound
 
     star = T.star(4)
-    rs_ag = rounds_per_chunk_bound(star, "allreduce")  # in parts (a quarter of the buffer) per lane
+    rs_ag = rounds_per_chunk_bound(star, "allgather") + rounds_per_chunk_bound(star, "reducescatter")  # per part
     algorithm = solve(star, builtin("allreduce", 4), steps=4, chunks=3)  # pipelined: 4 rounds
-    per_part = algorithm.total_rounds / algorithm.collective.chunk_factor * 4
+    per_part = algorithm.total_rounds / algorithm.collective.chunk_factor * 4  # a part is a quarter
     assert algorithm.total_rounds == 4 and per_part < rs_ag
 
 
