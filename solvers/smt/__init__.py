@@ -92,10 +92,11 @@ def synthesize(problem: Problem) -> Algorithm:
             point = search.least_steps(C, req.rounds)
     except _Partial as exc:
         best = exc.best
+        floor = search.min_rounds(best.steps, C) if hasattr(search, "min_rounds") else best.rounds
         raise SolverTimeout(
             f"time limit of {req.time_limit} s reached; returning a schedule with {best.steps} steps and "
-            f"{best.rounds} rounds whose rounds are not proven fewest", best=best.algorithm,
-            gap=None) from None
+            f"{best.rounds} rounds whose rounds are not proven fewest (bound {floor})", best=best.algorithm,
+            gap=(best.rounds - floor) / best.rounds) from None
     except OutOfTime:
         raise SolverTimeout(f"time limit of {req.time_limit} s reached before z3 found a schedule") from None
     return point.algorithm

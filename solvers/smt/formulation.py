@@ -61,7 +61,9 @@ class Formulation:
     def chunked(self, chunks: int) -> Collective:
         return self.collective.chunk_up(chunks)
 
-    def encode(self, steps: int, chunks: int, max_extra: int | None, seed: int = 0) -> Encoding:
+    def encode(self, steps: int, chunks: int, max_extra: int | None, seed: int = 0,
+               symmetry: bool = True) -> Encoding:
+        """The encoding of (S, C); ``symmetry`` is honoured only when the formulation allows it."""
         raise NotImplementedError
 
 
@@ -78,9 +80,10 @@ class RoutingFormulation(Formulation):
     def _spec(self, chunks: int) -> RoutingSpec:
         return routing_spec(self.network, self.chunked(chunks))
 
-    def encode(self, steps: int, chunks: int, max_extra: int | None, seed: int = 0) -> RoutingEncoding:
+    def encode(self, steps: int, chunks: int, max_extra: int | None, seed: int = 0,
+               symmetry: bool = True) -> RoutingEncoding:
         return RoutingEncoding(self._spec(chunks), steps, max_extra, scratch=self.scratch,
-                               symmetry_breaking=self.symmetry, seed=seed)
+                               symmetry_breaking=self.symmetry and symmetry, seed=seed)
 
 
     def algorithm(self, encoding: Encoding, steps: int, chunks: int) -> Algorithm:
@@ -93,10 +96,11 @@ class RoutingFormulation(Formulation):
 class CombiningFormulation(Formulation):
     method = "combining"
 
-    def encode(self, steps: int, chunks: int, max_extra: int | None, seed: int = 0) -> CombiningEncoding:
+    def encode(self, steps: int, chunks: int, max_extra: int | None, seed: int = 0,
+               symmetry: bool = True) -> CombiningEncoding:
         spec = combining_spec(self.network, self.chunked(chunks))
-        return CombiningEncoding(spec, steps, max_extra, scratch=self.scratch, symmetry_breaking=self.symmetry,
-                                 seed=seed)
+        return CombiningEncoding(spec, steps, max_extra, scratch=self.scratch,
+                                 symmetry_breaking=self.symmetry and symmetry, seed=seed)
 
 
     def algorithm(self, encoding: Encoding, steps: int, chunks: int) -> Algorithm:
@@ -140,10 +144,11 @@ class DualFormulation(Formulation):
         spec = RoutingSpec(self.reversed, tuple(range(len(info))), spec_origins, dests, allowed)
         return spec, info
 
-    def encode(self, steps: int, chunks: int, max_extra: int | None, seed: int = 0) -> RoutingEncoding:
+    def encode(self, steps: int, chunks: int, max_extra: int | None, seed: int = 0,
+               symmetry: bool = True) -> RoutingEncoding:
         spec, _ = self._dual(chunks)
-        return RoutingEncoding(spec, steps, max_extra, scratch=self.scratch, symmetry_breaking=self.symmetry,
-                               seed=seed)
+        return RoutingEncoding(spec, steps, max_extra, scratch=self.scratch,
+                               symmetry_breaking=self.symmetry and symmetry, seed=seed)
 
 
     def algorithm(self, encoding: Encoding, steps: int, chunks: int) -> Algorithm:

@@ -56,7 +56,8 @@ class Check:
 
 @dataclass(frozen=True)
 class Point:
-    """A schedule with its (S, R, C) and the solver time of the check that found it."""
+    """A schedule with its (S, R, C) and the seconds spent finding it (for a frontier point:
+    every check made at its step count)."""
 
     steps: int
     rounds: int
@@ -131,7 +132,7 @@ class Search:
         need = None if bounded is None else max(0, bounded - steps)
         if enc is None or (need is not None and enc.encodings[0].max_extra is not None
                            and enc.encodings[0].max_extra < need):
-            enc = Portfolio(lambda seed: self.f.encode(steps, chunks, need, seed))
+            enc = Portfolio(lambda i, seed: self.f.encode(steps, chunks, need, seed, symmetry=i % 2 == 1))
             self._encodings[key] = enc
         return enc
 

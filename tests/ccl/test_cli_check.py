@@ -102,7 +102,7 @@ def test_synthesize_runs_the_requests_of_a_file(capsys, tmp_path):
 
 def test_synthesize_file_writes_nothing_when_a_request_fails(capsys, tmp_path):
     code, _, err = run(capsys, "synthesize", EXAMPLES / "requests.ccl", "-o", tmp_path)
-    assert code == 2 and "unknown solver 'smt'" in err
+    assert code == 2 and "unknown solver" in err  # the smt request runs; a later one names a missing solver
     assert list(tmp_path.iterdir()) == []
 
 
