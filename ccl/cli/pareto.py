@@ -141,6 +141,11 @@ def cmd_pareto(args: argparse.Namespace) -> int:
         frontier = smt.pareto(topo, coll, args.max_chunks, time_limit=time_limit, **options)
     if not frontier.points and not frontier.complete:
         raise SolverTimeout(f"time limit reached before the first frontier point of {coll.name} on {topo.name}")
+    if not frontier.points:
+        from ..errors import InfeasibleError
+
+        raise InfeasibleError(f"z3 found no schedule of {coll.name} on {topo.name} with at most {args.max_chunks} "
+                              "chunks within the step limit (raise --option max_steps=S)", bound="z3 proof (unsat)")
     simulate = _simulator()
     if simulate is None:
         print("ccl: note: the simulator (backends.sim) is not available; simulated-time columns omitted",

@@ -229,6 +229,9 @@ class Search:
         bound, bound_name = self.f.rounds_bound()
         sb = max(1, self.f.step_bound())
         frontier = Frontier([], sb, bound, bound_name, max_chunks, checks=self.checks)
+        if self.max_steps < sb:
+            raise InfeasibleError(f"{self.f.name} needs at least {sb} steps, more than the limit of {self.max_steps}",
+                                  bound="hop bound")
         best: Fraction | None = None
         steps = sb
         try:

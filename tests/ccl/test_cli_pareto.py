@@ -117,3 +117,19 @@ def test_same_command_same_bytes(tmp_path):
                         "--steps", "3", "--rounds", "7", "-k", "6", "-o", str(path)], check=True, capture_output=True)
         files.append(path.read_bytes())
     assert files[0] == files[1]
+
+
+def test_pareto_infeasible_and_time_limit(capsys):
+    code, _, err = run(capsys, "pareto", "-t", "ring:5", "-c", "allgather", "--option", "max_steps=1")
+    assert code == 3 and "needs at least 2 steps" in err
+    code, out, err = run(capsys, "pareto", "-t", "dgx1", "-c", "allgather", "--time-limit", "1ms", "--json")
+    assert code == 5 and json.loads(out)["status"] == "timeout"
+    assert err.strip().splitlines()[-1].startswith("ccl: time limit: ")
+
+
+def test_pareto_of_a_composed_allreduce(capsys):
+    code, out, err = run(capsys, "pareto", "-t", "ring:4", "-c", "allreduce", "--max-chunks", "1",
+                         "--option", "method=compose", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["points"][0]["steps"] == 4 and data["points"][0]["chunks"] == 1
