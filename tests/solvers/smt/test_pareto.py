@@ -86,3 +86,28 @@ def test_dgx1_reducescatter_and_composed_allreduce_frontiers():
     for p in composed.points:
         verify(p.algorithm)
     assert composed.points[0].steps == 4
+
+
+@pytest.mark.parametrize("spec", ["ring:4", "line:4", "star:4", "torus:2x3"])
+def test_frontier_matches_brute_force(spec):
+    """The search logic against every instance decided one by one: same frontier."""
+    from solvers.smt import searcher
+
+    topo = T.build(spec)
+    coll = builtin("allgather", topo.n_ranks)
+    frontier = pareto(topo, coll, 2)
+    last = frontier.points[-1].steps
+    search = searcher(topo, coll)
+    feasible = []
+    for steps in range(frontier.step_bound, last + 2):
+        for chunks in (1, 2):
+            for rounds in range(steps, steps + 4 * chunks * topo.n_ranks):
+                algorithm, _ = search.decide(steps, rounds, chunks)
+                if algorithm is not None:
+                    feasible.append((steps, Fraction(rounds, chunks), chunks, rounds))
+                    break
+    expected = []
+    for steps, ratio, chunks, rounds in sorted(feasible, key=lambda x: (x[0], x[1], x[2])):
+        if all(ratio < p[1] for p in expected):
+            expected.append((steps, ratio, chunks, rounds))
+    assert points(frontier) == [(s, r, c) for s, _, c, r in expected]
