@@ -53,6 +53,12 @@ SOLVERS: dict[str, SolverInfo] = {
         SolverInfo("hierarchical", ("allreduce", "allgather", "reducescatter", "alltoall"),
                    "multi-node: intra-node phase, inter-node phase across same-index ranks, intra-node phase",
                    "solvers.hierarchical"),
+        SolverInfo("milp", ("allgather", "alltoall", "reducescatter", "allreduce", "broadcast"),
+                   "sketch-guided routing MILP, ordering heuristic, contiguity MILP (PuLP: HiGHS or CBC)",
+                   "solvers.milp", template=False),
+        SolverInfo("teccl", ("allgather", "alltoall", "reducescatter", "allreduce", "broadcast"),
+                   "time-expanded routing (MILP with copies; LP for alltoall), then ordering and contiguity",
+                   "solvers.milp", template=False),
     )
 }
 
