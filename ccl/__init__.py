@@ -29,11 +29,14 @@ from .errors import (
     TopologyError,
     VerificationError,
 )
+from .lower import lower
 from .problem import Problem, Request, Sketch
+from .program import Op, Program
 from .serialize import load_algorithm as load
 from .serialize import save_algorithm as save
 from .topology import Link, SharedLimit, Switch, Topology
 from .verify import VerificationResult, verify
+from .verify_program import ProgramVerification, verify_program
 
 __version__ = "0.1.0"
 
@@ -49,7 +52,10 @@ __all__ = [
     "InfeasibleError",
     "InputError",
     "Link",
+    "Op",
     "Problem",
+    "Program",
+    "ProgramVerification",
     "Request",
     "SharedLimit",
     "Sketch",
@@ -63,11 +69,13 @@ __all__ = [
     "VerificationResult",
     "collectives",
     "load",
+    "lower",
     "problem",
     "save",
     "synthesize",
     "topology",
     "verify",
+    "verify_program",
 ]
 
 

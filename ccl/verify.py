@@ -246,11 +246,23 @@ def verify(algorithm: Algorithm, *, in_place: bool = False) -> VerificationResul
                 current = chunks.add(current, value)
             state[dkey] = current
 
-    last = algorithm.n_steps - 1
+    _check_outputs(coll, chunks, lambda r, j: state.get(key(r, "output", j)), algorithm.n_steps - 1)
+    return VerificationResult(
+        steps=algorithm.n_steps,
+        transfers=len(transfers),
+        chunk_transfers=algorithm.n_chunk_transfers,
+        in_place=in_place,
+    )
+
+
+def _check_outputs(coll: Collective, chunks: _Chunks, value_of, last: int) -> None:
+    """Every output slot holds exactly its required sum; ``value_of(rank, slot)`` reads the
+    final state. Shared by the Algorithm and Program verifiers."""
+    n = coll.n_ranks
     for r in range(n):
         for j, need in enumerate(coll.outputs[r]):
             want = chunks.required[id(need)]
-            got = state.get(key(r, "output", j))
+            got = value_of(r, j)
             if got == want:
                 continue
             expected = chunks.describe(want)
@@ -280,12 +292,6 @@ def verify(algorithm: Algorithm, *, in_place: bool = False) -> VerificationResul
                 expected=expected,
                 found=found,
             )
-    return VerificationResult(
-        steps=algorithm.n_steps,
-        transfers=len(transfers),
-        chunk_transfers=algorithm.n_chunk_transfers,
-        in_place=in_place,
-    )
 
 
 def _reduce_into_nothing(transfers, step: int, dkey: tuple[int, str, int], k: int) -> None:

@@ -16,11 +16,11 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import EXIT_INTERNAL, CclError, InfeasibleError, SolverTimeout
-from . import solvers, synthesize, topology, verify
+from . import emit, run, solvers, synthesize, topology, verify
 from .common import Parser
 
 # Command groups in the order `ccl --help` lists them.
-COMMANDS = (topology, solvers, synthesize, verify)
+COMMANDS = (topology, solvers, synthesize, verify, emit, run)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "timeout" if isinstance(exc, SolverTimeout) else "error")
             print(json.dumps({"status": status, "ok": False, **exc.to_json()}, indent=2))
         return exc.exit_code
+    except BrokenPipeError:  # the reader went away (e.g. `ccl topology show T | head`): not an error
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("ccl: interrupted", file=sys.stderr)
         return 130

@@ -13,8 +13,7 @@ class Parser(argparse.ArgumentParser):
     """argparse that reports option errors as bad input (exit 2) in the project's words."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: bad input: {message}\n")
+        self.exit(2, f"{self.prog}: bad input: {message} (see `{self.prog} --help`)\n")
 
 
 def emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:

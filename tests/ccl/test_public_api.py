@@ -12,6 +12,7 @@ def test_public_names_are_pinned():
         "DslError", "InfeasibleError", "InputError", "Link", "Problem", "Request", "SharedLimit", "Sketch",
         "SolverTimeout", "Span", "Switch", "Topology", "TopologyError", "Transfer", "VerificationError",
         "VerificationResult", "collectives", "load", "problem", "save", "synthesize", "topology", "verify",
+        "Op", "Program", "ProgramVerification", "lower", "verify_program",
     ])
     for name in ccl.__all__:
         assert hasattr(ccl, name), name

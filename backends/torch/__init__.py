@@ -1,0 +1,54 @@
+"""The torch.distributed backend: run verified schedules on process groups.
+
+    import backends.torch as cclt
+    allreduce = cclt.load("allreduce.json")      # after torch.distributed.init_process_group
+    allreduce(grad)                               # in place, like torch.distributed.all_reduce
+
+* ``load`` / ``Executor`` (executor.py): a schedule as a collective on a live process group;
+* ``emit_script`` (codegen.py): a standalone torchrun script with no dependency on this project;
+* ``run_local`` (launch.py): spawn local gloo processes, check against torch's collective, time
+  both side by side (``ccl run``).
+
+torch is optional: this package imports it only when something needs it, and says how to
+install it when it is missing. ``emit_script`` works without torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ccl.errors import BackendError
+
+INSTALL_HINT = ("torch is not installed; install the CPU build with `pip install torch` "
+                "(or the project's extra: `pip install -e \".[torch]\"`)")
+
+_LAZY = {
+    "Executor": "executor",
+    "load": "executor",
+    "to_spec": "spec",
+    "as_program": "spec",
+    "emit_script": "codegen",
+    "run_local": "launch",
+    "RunReport": "launch",
+}
+
+__all__ = sorted(_LAZY) + ["INSTALL_HINT", "require_torch"]
+
+
+def require_torch() -> None:
+    """Raise BackendError with the install command when torch cannot be imported."""
+    try:
+        importlib.import_module("torch")
+        importlib.import_module("torch.distributed")
+    except ImportError:
+        raise BackendError(INSTALL_HINT) from None
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'backends.torch' has no attribute {name!r}")
+    if module not in ("codegen", "spec"):
+        require_torch()
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -1,0 +1,398 @@
+"""Local runs: spawn N gloo processes, run a schedule, check it, time it against torch.
+
+``run_jobs(n, jobs)`` runs a batch of jobs in one spawned process group (process start-up is
+the expensive part, so tests and benchmarks batch many checks per group); ``run_local`` is the
+one-schedule form behind ``ccl run``. Every rank checks its output against torch's own
+collective on the same random data (bit for bit for integers, to a tolerance for floats), then
+the two are timed in alternation, iteration by iteration, after a barrier each; an iteration's
+time is the slowest rank's.
+
+Failures are clean: a job that raises reports the rank and the error; a rank that dies, or a
+group that does not finish within its deadline, is stopped and reported as ``BackendError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ccl.errors import BackendError, InputError
+
+
+@dataclass(frozen=True)
+class Job:
+    """One schedule run: ``unit`` elements per base slot, ``repeat`` timed iterations (0: only
+    the check)."""
+
+    spec: dict
+    unit: int
+    dtype: str = "float32"
+    op: str = "sum"
+    in_place: bool = False
+    repeat: int = 0
+    warmup: int = 0
+    check: bool = True
+    native: bool = True
+    seed: int = 0
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Call:
+    """Run a function on every rank of the group: ``target`` is "module:function" or
+    "path/file.py:function", called as ``function(rank, world_size, *args)``; its return
+    values (one per rank) are the result. ``final``: the rank stops right after it (use it for
+    calls that break the group on purpose, a timeout or a rank that exits)."""
+
+    target: str
+    args: tuple = ()
+    final: bool = False
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class JobResult:
+    correct: bool | None
+    max_error: float
+    ours: tuple[float, ...]  # seconds per timed iteration (slowest rank)
+    native: tuple[float, ...]
+    wrong_ranks: tuple[int, ...] = ()
+    reference: str = "torch"  # or "definition" where torch has no collective for the dtype/op
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """What ``ccl run`` reports (times are medians over the timed iterations)."""
+
+    name: str
+    collective: str
+    ranks: int
+    dtype: str
+    op: str
+    in_place: bool
+    elements_per_part: int
+    size_bytes: int
+    repeat: int
+    correct: bool | None
+    max_error: float
+    ours_seconds: float | None
+    native_seconds: float | None
+    ours_iterations: tuple[float, ...] = field(default=())
+    native_iterations: tuple[float, ...] = field(default=())
+
+    @property
+    def ratio(self) -> float | None:
+        if not self.ours_seconds or not self.native_seconds:
+            return None
+        return self.ours_seconds / self.native_seconds
+
+    def bandwidth(self, seconds: float | None) -> tuple[float | None, float | None]:
+        """(algbw, busbw) in GB/s, nccl-tests definitions."""
+        from .harness import bus_factor
+
+        if not seconds:
+            return None, None
+        algbw = self.size_bytes / seconds / 1e9
+        return algbw, algbw * bus_factor(self.collective, self.ranks)
+
+    def to_json(self) -> dict[str, Any]:
+        algbw, busbw = self.bandwidth(self.ours_seconds)
+        nalgbw, nbusbw = self.bandwidth(self.native_seconds)
+        return {
+            "name": self.name, "collective": self.collective, "ranks": self.ranks, "dtype": self.dtype,
+            "op": self.op, "in_place": self.in_place, "elements_per_part": self.elements_per_part,
+            "size_bytes": self.size_bytes, "repeat": self.repeat, "correct": self.correct,
+            "max_error": self.max_error, "ours_seconds": self.ours_seconds, "native_seconds": self.native_seconds,
+            "ratio": self.ratio, "algbw_GBps": algbw, "busbw_GBps": busbw, "native_algbw_GBps": nalgbw,
+            "native_busbw_GBps": nbusbw,
+            "ours_iterations": list(self.ours_iterations), "native_iterations": list(self.native_iterations),
+        }
+
+
+# ---------------------------------------------------------------------- the worker
+def _worker(rank: int, n: int, folder: str, timeout: float) -> int:
+    """One rank (a child process): run every job in ``folder/jobs.pkl``; write
+    ``folder/rank<r>.pkl`` with ("ok", [per-job results]) or (kind, message)."""
+    import pickle
+
+    def report(value: Any) -> None:
+        tmp = os.path.join(folder, f".rank{rank}.tmp")
+        with open(tmp, "wb") as fh:
+            pickle.dump(value, fh)
+        os.replace(tmp, os.path.join(folder, f"rank{rank}.pkl"))
+
+    try:
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        from . import harness as rt
+        from . import runtime
+
+        with open(os.path.join(folder, "jobs.pkl"), "rb") as fh:
+            jobs = pickle.load(fh)
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo", init_method=f"file://{os.path.join(folder, 'store')}", rank=rank,
+                                world_size=n, timeout=datetime.timedelta(seconds=timeout))
+        out: list[Any] = []
+        for i, job in enumerate(jobs):
+            try:
+                if isinstance(job, Call):
+                    out.append(_load(job.target)(rank, n, *job.args))
+                    if job.final:
+                        report(("ok", out))
+                        os._exit(0)  # the group is broken on purpose: do not tear it down
+                    continue
+                out.append(_run_job(rank, n, job, timeout, rt, torch, dist))
+            except runtime.ScheduleError as exc:
+                exc.message = f"{job.label or f'job {i}'}: {exc.message}"
+                raise
+            except Exception as exc:  # noqa: BLE001 - named by its job, reported below
+                raise RuntimeError(f"{job.label or f'job {i}'}: {type(exc).__name__}: {exc}") from exc
+        report(("ok", out))
+        dist.destroy_process_group()
+        return 0
+    except Exception as exc:  # noqa: BLE001 - everything goes back to the parent as text
+        kind = getattr(exc, "kind", None) or "backend"
+        message = getattr(exc, "message", None) or f"rank {rank}: {type(exc).__name__}: {exc}"
+        report((kind, message))
+        return 1
+
+
+def _load(target: str) -> Any:
+    import importlib
+    import importlib.util
+
+    where, _, name = target.rpartition(":")
+    if where.endswith(".py"):
+        spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(where))[0], where)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    return getattr(module, name)
+
+
+def _run_job(rank: int, n: int, job: Job, timeout: float, rt: Any, torch: Any, dist: Any) -> dict:
+    spec = job.spec
+    dtype = getattr(torch, job.dtype)
+    from .runtime import ScheduleRunner
+
+    runner = ScheduleRunner(spec, timeout=timeout)
+    data, blank = rt.make_tensors(spec, rank, job.unit, dtype, seed=job.seed)
+
+    def fresh() -> tuple[Any, Any]:
+        if job.in_place:
+            return rt.in_place_tensors(spec, rank, job.unit, data)
+        return data.clone(), blank.clone()
+
+    result: dict[str, Any] = {"correct": None, "max_error": 0.0, "ours": [], "native": [], "reference": "torch"}
+    if job.check:
+        inp, out = fresh()
+        original = data.clone()
+        runner.run(inp, out, job.op)
+        want = torch.full_like(blank, 7) if blank.numel() else blank.clone()
+        result["reference"] = rt.reference(spec, original.clone(), want, job.op)
+        ok, err = rt.compare(out, want, n)
+        if not job.in_place and not torch.equal(inp, original):
+            ok, err = False, float("inf")  # the caller's input was written
+        result["correct"], result["max_error"] = ok, err
+    if job.repeat:
+        nin, nout = data.clone(), blank.clone()
+        native = (lambda: rt.native(spec, nin, nout, job.op)) if spec["collective"] in rt.KINDS_WITH_NATIVE \
+            and job.native and result["reference"] == "torch" else None
+        for it in range(job.warmup + job.repeat):
+            inp, out = fresh()
+            t_ours = rt.timed(lambda inp=inp, out=out: runner.run(inp, out, job.op))
+            t_native = rt.timed(native) if native is not None else 0.0
+            if it >= job.warmup:
+                result["ours"].append(t_ours)
+                result["native"].append(t_native)
+    return result
+
+
+def _combine(jobs: list, per_rank: list[list[Any]], n: int) -> list[Any]:
+    """Per job: a JobResult over all ranks, or for a Call the tuple of its per-rank values."""
+    out: list[Any] = []
+    for j, job in enumerate(jobs):
+        rows = [per_rank[r][j] if j < len(per_rank[r]) else None for r in range(n)]
+        if isinstance(job, Call):
+            out.append(tuple(rows))
+            continue
+        checked = [row["correct"] for row in rows]
+        correct = None if any(c is None for c in checked) else all(checked)
+        ours = tuple(max(row["ours"][i] for row in rows) for i in range(len(rows[0]["ours"])))
+        native = tuple(max(row["native"][i] for row in rows) for i in range(len(rows[0]["native"])))
+        wrong = tuple(r for r, c in enumerate(checked) if c is False)
+        out.append(JobResult(correct, max(row["max_error"] for row in rows), ours, native, wrong,
+                             rows[0]["reference"]))
+    return out
+
+
+# ---------------------------------------------------------------------- the parent
+def run_jobs(n: int, jobs: list, *, timeout: float = 60.0, deadline: float | None = None) -> list[Any]:
+    """Run ``jobs`` (``Job`` or ``Call``) on ``n`` local gloo processes, in order; returns a
+    ``JobResult`` per Job and a tuple of per-rank values per Call. ``timeout`` bounds every wait
+    inside a rank, ``deadline`` (seconds, default generous) the whole group.
+
+    Ranks are forked from a fork server that imported torch once (importing torch is most of a
+    process's start-up), or spawned where fork servers do not exist."""
+    import multiprocessing
+    import pickle
+
+    if n < 1:
+        raise InputError(f"need at least 1 rank, got {n}")
+    limit = deadline if deadline is not None else 120.0 + 10.0 * n + sum(
+        timeout + 5.0 * (1 + getattr(j, "repeat", 0) + getattr(j, "warmup", 0)) for j in jobs)
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["torch", "torch.distributed", "backends.torch.runtime",
+                                    "backends.torch.harness", __name__])
+    else:
+        ctx = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="ccl-run-") as folder:
+        with open(os.path.join(folder, "jobs.pkl"), "wb") as fh:
+            pickle.dump(jobs, fh)
+        procs = []
+        try:
+            with _main_module_hidden():
+                for r in range(n):
+                    p = ctx.Process(target=_rank_main, args=(r, n, folder, timeout), name=f"ccl-rank-{r}",
+                                    daemon=True)
+                    p.start()
+                    procs.append(p)
+            return _combine(jobs, _collect(procs, folder, time.monotonic() + limit), n)
+        finally:
+            for p in procs:
+                if p.exitcode is None:
+                    p.kill()
+            for p in procs:
+                p.join(10)
+
+
+@contextlib.contextmanager
+def _main_module_hidden():
+    """Ranks run only this module's worker: keep multiprocessing from re-running the caller's
+    main script in them (a script without an ``if __name__ == "__main__"`` guard would start
+    its own ranks recursively)."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    try:
+        if main is not None:
+            main.__dict__.pop("__file__", None)
+            main.__dict__["__spec__"] = None
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.update(saved)
+            if "__file__" not in saved:
+                main.__dict__.pop("__file__", None)
+
+
+def _rank_main(rank: int, n: int, folder: str, timeout: float) -> None:
+    """A rank's process: its output goes to ``rank<r>.log``, not the caller's terminal."""
+    fd = os.open(os.path.join(folder, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    code = _worker(rank, n, folder, timeout)
+    os._exit(code)  # skip interpreter teardown (gloo threads)
+
+
+def _collect(procs: list, folder: str, end: float) -> list[list[Any]]:
+    """Every rank's list of per-job results."""
+    import pickle
+
+    n = len(procs)
+    reports: dict[int, tuple] = {}
+    first_error: float | None = None
+    while len(reports) < n:
+        for r, p in enumerate(procs):
+            if r in reports or p.exitcode is None:
+                continue
+            path = os.path.join(folder, f"rank{r}.pkl")
+            if os.path.exists(path):
+                with open(path, "rb") as fh:
+                    reports[r] = pickle.load(fh)
+            else:
+                reports[r] = ("backend", f"rank {r} exited with code {p.exitcode} without a report"
+                              + _log_tail(folder, r))
+            if reports[r][0] != "ok" and first_error is None:
+                first_error = time.monotonic()
+        now = time.monotonic()
+        if first_error is not None and now > first_error + 3.0:
+            break  # the others are stuck waiting for the failed rank: stop them
+        if now > end:
+            missing = sorted(set(range(n)) - set(reports))
+            raise BackendError(f"the local run of {n} ranks did not finish in time; ranks {missing} were "
+                               "still running and were stopped")
+        if len(reports) < n:
+            time.sleep(0.05)
+    errors = sorted((r, kind, message) for r, (kind, message) in reports.items() if kind != "ok")
+    if errors:
+        inputs = [e for e in errors if e[1] == "input"]
+        _r, kind, message = (inputs or errors)[0]
+        raise InputError(message) if kind == "input" else BackendError(message)
+    return [reports[r][1] for r in range(n)]
+
+
+def _log_tail(folder: str, rank: int) -> str:
+    try:
+        with open(os.path.join(folder, f"rank{rank}.log"), "rb") as fh:
+            lines = fh.read().decode(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return f": {lines[-1]}" if lines else ""
+
+
+def run_local(schedule: Any, *, size: int, ranks: int | None = None, repeat: int = 5, warmup: int = 1,
+              dtype: str = "float32", op: str = "sum", in_place: bool = False, timeout: float = 60.0,
+              check: bool = True, fuse: bool = True) -> RunReport:
+    """Run a schedule (Algorithm, Program or file) on local gloo processes: check it against
+    torch's collective on random data and time both. ``size`` is in bytes, counted as
+    nccl-tests does (the largest buffer of any rank)."""
+    from ccl.serialize import load_algorithm
+
+    from .spec import as_program, to_spec
+
+    if isinstance(schedule, (str, os.PathLike)):
+        schedule = load_algorithm(schedule)
+    spec = to_spec(as_program(schedule, fuse=fuse))
+    n = spec["n_ranks"]
+    if ranks is not None and ranks != n:
+        raise InputError(f"the schedule {spec['name']!r} is for {n} ranks, not {ranks}")
+    from . import require_torch
+
+    require_torch()
+    import torch
+
+    from .harness import base_slots, unit_for_size
+    from .runtime import ScheduleError, reduce_op_name
+    torch_dtype = getattr(torch, dtype, None)
+    if not isinstance(torch_dtype, torch.dtype):
+        raise InputError(f"unknown dtype {dtype!r} (torch dtype names: float32, bfloat16, int64, ...)")
+    try:
+        op = reduce_op_name(op)
+    except ScheduleError as exc:
+        raise InputError(exc.message) from None
+    if repeat < 0 or warmup < 0:
+        raise InputError("repeat and warmup must not be negative")
+    unit = unit_for_size(spec, size, torch_dtype)
+    [result] = run_jobs(n, [Job(spec, unit, dtype, op, in_place, repeat, warmup, check)], timeout=timeout)
+    esize = torch.empty((), dtype=torch_dtype).element_size()
+    return RunReport(
+        name=spec["name"], collective=spec["collective"], ranks=n, dtype=dtype, op=op, in_place=in_place,
+        elements_per_part=unit, size_bytes=unit * base_slots(spec) * esize, repeat=repeat,
+        correct=result.correct, max_error=result.max_error,
+        ours_seconds=statistics.median(result.ours) if result.ours else None,
+        native_seconds=statistics.median(result.native) if result.native and any(result.native) else None,
+        ours_iterations=result.ours, native_iterations=result.native,
+    )
+

@@ -1,0 +1,442 @@
+"""Runs a lowered collective schedule on a torch.distributed process group.
+
+This module depends on torch and the standard library only: ``ccl emit torch`` copies it
+verbatim into standalone scripts, and ``backends.torch.Executor`` uses it in-process, so both
+run the same code.
+
+A schedule arrives as plain data (``spec``, see ``ScheduleRunner``): per rank an ordered list
+of ops (send, recv, copy, reduce) with dependencies, tags and channels, produced by the
+schedule compiler's lowering. The runner follows that order exactly:
+
+* for each step it waits for the dependencies of the step's sends and receives, then posts them
+  together with ``torch.distributed.batch_isend_irecv`` (one group for NCCL, independent
+  transfers in flight at once for every backend); it then runs the step's local copies and
+  reductions, each after the transfers it needs. Transfers of later steps that do not depend on
+  a pending one go ahead while it is in flight;
+* every message carries its tag, so tag-matching transports (gloo) and order-matching ones
+  (NCCL) pair sends and receives the same way;
+* slots map to element ranges of the caller's tensors: a base slot of U elements is cut in k
+  pieces of U // k elements, the first U % k one longer, so any size works, down to 1 element;
+* scratch memory is allocated once per (size, dtype, device) and reused across calls;
+* output slots that start as a copy of an input slot are copied first in an out-of-place call,
+  and are the same memory in an in-place call (when the schedule is safe in place; otherwise
+  the runner works on a private copy of the input); the caller's input is never written in an
+  out-of-place call.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+FORMAT = "ccl-torch-program"
+KINDS_WITH_NATIVE = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce", "gather", "scatter")
+REDUCE_OPS = ("sum", "avg", "prod", "max", "min", "band", "bor", "bxor")
+_OP_ALIASES = {"product": "prod", "mean": "avg", "average": "avg"}
+_INPUT, _OUTPUT, _SCRATCH = 0, 1, 2
+_BUFFER_IDS = {"input": _INPUT, "output": _OUTPUT, "scratch": _SCRATCH}
+_DTYPES = (
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
+    torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool,
+)
+
+
+class ScheduleError(Exception):
+    """A schedule could not run. ``kind`` is "input" (bad arguments: sizes, dtypes, world size)
+    or "backend" (the transport failed: timeout, a lost peer)."""
+
+    def __init__(self, message: str, kind: str = "backend") -> None:
+        super().__init__(message)
+        self.message = message
+        self.kind = kind
+
+
+def reduce_op_name(op: Any) -> str:
+    """'sum', 'max', ... from a string or a torch.distributed.ReduceOp."""
+    name = getattr(op, "name", None) or str(op)
+    name = name.rsplit(".", 1)[-1].lower()
+    name = _OP_ALIASES.get(name, name)
+    if name not in REDUCE_OPS:
+        raise ScheduleError(f"unknown reduction {op!r}; known: {', '.join(REDUCE_OPS)}", "input")
+    return name
+
+
+def _reducer(name: str, dtype: torch.dtype):
+    floating = dtype.is_floating_point or dtype.is_complex
+    if name in ("band", "bor", "bxor") and floating:
+        raise ScheduleError(f"reduction {name} needs an integer or bool dtype, not {dtype}", "input")
+    if name in ("max", "min") and dtype.is_complex:
+        raise ScheduleError(f"reduction {name} is not defined for complex dtype {dtype}", "input")
+    if name == "avg" and not floating:
+        raise ScheduleError(f"reduction avg needs a floating-point dtype, not {dtype}", "input")
+    if name in ("sum", "avg"):
+        return lambda d, s: d.add_(s) if d.dtype != torch.bool else d.logical_or_(s)
+    if name == "prod":
+        return lambda d, s: d.mul_(s) if d.dtype != torch.bool else d.logical_and_(s)
+    if name == "max":
+        return lambda d, s: torch.maximum(d, s, out=d)
+    if name == "min":
+        return lambda d, s: torch.minimum(d, s, out=d)
+    if name == "band":
+        return lambda d, s: d.bitwise_and_(s)
+    if name == "bor":
+        return lambda d, s: d.bitwise_or_(s)
+    return lambda d, s: d.bitwise_xor_(s)
+
+
+def piece_sizes(unit: int, k: int) -> list[int]:
+    q, rem = divmod(unit, k)
+    return [q + 1 if p < rem else q for p in range(k)]
+
+
+def fingerprint(spec: dict) -> int:
+    """A 62-bit hash of a schedule: ranks loading different schedules disagree on it."""
+    text = json.dumps([spec["collective"], spec["n_ranks"], spec["chunk_factor"], spec["ops"], spec["scratch"]],
+                      separators=(",", ":"))
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big") >> 2
+
+
+class _Plan:
+    """A schedule compiled for one base-slot size, dtype and device: element ranges of every
+    op, the step structure, and the reused scratch tensor."""
+
+    def __init__(self, runner: ScheduleRunner, unit: int, dtype: torch.dtype, device: torch.device) -> None:
+        k = runner.k
+        sizes = piece_sizes(unit, k)
+        pre = [0]
+        for s in sizes:
+            pre.append(pre[-1] + s)
+
+        def io_offset(i: int) -> int:
+            return (i // k) * unit + pre[i % k]
+
+        soff = [0]
+        for cls in runner.scratch_classes:
+            soff.append(soff[-1] + sizes[cls])
+        offsets = (io_offset, io_offset, soff.__getitem__)
+
+        def span(buf: int, index: int, count: int) -> tuple[int, int]:
+            at = offsets[buf]
+            return at(index), at(index + count)
+
+        self.unit = unit
+        self.scratch = torch.empty(soff[-1], dtype=dtype, device=device)
+        self.private_input: torch.Tensor | None = None
+        self.steps: list[tuple[tuple[int, ...], list[tuple], list[tuple]]] = []
+        network = runner.network
+        current: int | None = None
+        waits: set[int] = set()
+        net: list[tuple] = []
+        local: list[tuple] = []
+        for i, (kind, step, buf, index, count, peer, src_buf, src_index, tag, _channel, deps) in enumerate(runner.ops):
+            if step != current:
+                if current is not None:
+                    self.steps.append((tuple(sorted(waits)), net, local))
+                current, waits, net, local = step, set(), [], []
+            b = _BUFFER_IDS[buf]
+            start, stop = span(b, index, count)
+            pending = tuple(d for d in deps if network[d])
+            if kind == "send" or kind == "recv":
+                waits.update(pending)
+                if stop > start:  # an empty piece moves nothing: both sides skip the message
+                    net.append((i, kind == "send", b, start, stop, peer, tag))
+            elif stop > start:
+                sb = _BUFFER_IDS[src_buf]
+                s0, s1 = span(sb, src_index, count)
+                local.append((i, pending, kind == "reduce", b, start, stop, sb, s0, s1))
+            elif pending:  # still wait where the op stands: later ops count on what it waited for
+                local.append((i, pending, None, 0, 0, 0, 0, 0, 0))
+        if current is not None:
+            self.steps.append((tuple(sorted(waits)), net, local))
+        self.alias = [(io_offset(a), io_offset(j), io_offset(j + c) - io_offset(j)) for a, j, c in runner.alias_runs]
+        self.reduced = [(io_offset(j), io_offset(j + c), t) for j, c, t in runner.reduced_runs]
+        self.input_offset = io_offset
+        self.input_elems = runner.input_base * unit
+        self.output_elems = runner.output_base * unit
+
+
+class ScheduleRunner:
+    """Runs one rank's part of a schedule on a process group.
+
+    ``spec`` is the plain-data schedule (``format`` "ccl-torch-program"): ``collective`` (kind),
+    ``root``, ``n_ranks``, ``chunk_factor``, per rank ``input_slots``, ``output_slots``,
+    ``aliases`` (input slot, output slot, count), ``reduced`` (output slot, count, terms),
+    ``scratch`` (size class per scratch slot), ``writes_input`` and ``ops`` (kind, step, buffer,
+    index, count, peer, source buffer, source index, tag, channel, deps), and ``in_place_safe``.
+
+    ``validate``: "first" checks on the first call, and whenever this rank's sizes, dtype or
+    reduction change, that all ranks run the same schedule with the same element counts, dtype
+    and reduction (one small all_gather); "always" on every call; "never" skips it.
+    ``timeout`` (seconds) bounds every wait; None uses the process group's timeout.
+    """
+
+    def __init__(self, spec: dict, group: Any = None, *, timeout: float | None = None,
+                 validate: str = "first") -> None:
+        if spec.get("format") != FORMAT:
+            raise ScheduleError("not a lowered schedule (expected format 'ccl-torch-program')", "input")
+        if not dist.is_available() or not dist.is_initialized():
+            raise ScheduleError("torch.distributed is not initialized: call "
+                                "torch.distributed.init_process_group first", "input")
+        if validate not in ("first", "always", "never"):
+            raise ScheduleError(f"validate must be 'first', 'always' or 'never', got {validate!r}", "input")
+        self.group = group
+        self.world = dist.get_world_size(group)
+        self.rank = dist.get_rank(group)
+        # Peers as global ranks: P2POp takes those in every torch version.
+        self.global_ranks = [q if group is None else dist.get_global_rank(group, q) for q in range(self.world)]
+        n = spec["n_ranks"]
+        if self.world != n:
+            raise ScheduleError(f"the schedule {spec['name']!r} is for {n} ranks but the process group has "
+                                f"{self.world}", "input")
+        r = self.rank
+        self.spec = spec
+        self.name = spec["name"]
+        self.kind = spec["collective"]
+        self.root = spec.get("root")
+        self.k = spec["chunk_factor"]
+        self.input_base = spec["input_slots"][r] // self.k
+        self.output_base = spec["output_slots"][r] // self.k
+        self.alias_runs = [tuple(x) for x in spec["aliases"][r]]
+        self.reduced_runs = [tuple(x) for x in spec["reduced"][r]]
+        self.scratch_classes = list(spec["scratch"][r])
+        self.ops = [tuple(op[:10]) + (tuple(op[10]),) for op in spec["ops"][r]]
+        self.network = [op[0] in ("send", "recv") for op in self.ops]
+        self.has_reduce = bool(self.reduced_runs) or any(op[0] == "reduce" for op in self.ops)
+        self.in_place_safe = bool(spec["in_place_safe"])
+        self.writes_input = bool(spec["writes_input"][r])
+        self.timeout = None if timeout is None else datetime.timedelta(seconds=timeout)
+        self.timeout_seconds = timeout
+        self.validate = validate
+        self.fingerprint = fingerprint(spec)
+        self._plans: dict[tuple, _Plan] = {}
+        self._validated: tuple | None = None
+        self._works: list[Any] = [None] * len(self.ops)
+
+    # ------------------------------------------------------------------ sizes
+    def unit_for(self, input: torch.Tensor, output: torch.Tensor) -> int | None:
+        """Elements per base slot implied by this rank's tensors (None: this rank holds none)."""
+        where = f"rank {self.rank}"
+        unit = None
+        for name, t, base in (("input", input, self.input_base), ("output", output, self.output_base)):
+            if base == 0:
+                if t.numel() != 0:
+                    raise ScheduleError(f"{where}: the {self.kind} schedule has no {name} on this rank, but "
+                                        f"the {name} tensor has {t.numel()} elements", "input")
+                continue
+            if t.numel() % base:
+                raise ScheduleError(f"{where}: the {name} tensor has {t.numel()} elements, not a multiple of "
+                                    f"the {base} equal parts a {self.kind} {name} has on this rank", "input")
+            u = t.numel() // base
+            if unit is not None and u != unit:
+                raise ScheduleError(f"{where}: input and output sizes disagree: the input has {input.numel()} "
+                                    f"elements ({self.input_base} part(s) of {unit}), so the output needs "
+                                    f"{self.output_base * unit}, but it has {output.numel()}", "input")
+            unit = u
+        if unit == 0:
+            raise ScheduleError(f"{where}: the tensors are empty; a collective needs at least 1 element "
+                                "per part", "input")
+        return unit
+
+    def _check_tensors(self, input: torch.Tensor, output: torch.Tensor) -> None:
+        for name, t in (("input", input), ("output", output)):
+            if not isinstance(t, torch.Tensor):
+                raise ScheduleError(f"the {name} must be a torch.Tensor, got {type(t).__name__}", "input")
+            if not t.is_contiguous():
+                raise ScheduleError(f"the {name} tensor must be contiguous (call .contiguous())", "input")
+        if input.dtype != output.dtype:
+            raise ScheduleError(f"input dtype {input.dtype} and output dtype {output.dtype} differ", "input")
+        if input.device != output.device and input.numel() and output.numel():
+            raise ScheduleError(f"input is on {input.device} but output on {output.device}", "input")
+
+    def _handshake(self, unit: int | None, dtype: torch.dtype, op: str, device: torch.device) -> int:
+        mine = torch.tensor([-1 if unit is None else unit, _DTYPES.index(dtype) if dtype in _DTYPES else 99,
+                             REDUCE_OPS.index(op), self.fingerprint], dtype=torch.int64, device=device)
+        got = [torch.empty_like(mine) for _ in range(self.world)]
+        try:
+            work = dist.all_gather(got, mine, group=self.group, async_op=True)
+            self._wait_work(work, "the size/dtype check (all_gather) before the schedule")
+        except ScheduleError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the transport's own exception types vary
+            raise ScheduleError(f"rank {self.rank}: the size/dtype check before the schedule failed: "
+                                f"{_first_line(exc)}") from None
+        rows = [[int(x) for x in g.tolist()] for g in got]
+        if any(row[3] != rows[0][3] for row in rows):
+            bad = next(q for q, row in enumerate(rows) if row[3] != rows[0][3])
+            raise ScheduleError(f"ranks 0 and {bad} run different schedules (fingerprints differ): load the "
+                                "same schedule file on every rank", "input")
+        units = {row[0] for row in rows if row[0] >= 0}
+        if len(units) > 1 or {row[1] for row in rows} != {rows[0][1]} or {row[2] for row in rows} != {rows[0][2]}:
+            def show(q: int) -> str:
+                u, d, o, _ = rows[q]
+                dt = _DTYPES[d] if d < len(_DTYPES) else "another dtype"
+                return f"rank {q}: {u} elements per part, {dt}, {REDUCE_OPS[o]}"
+            odd = next(q for q, row in enumerate(rows) if row[:3] != rows[0][:3])
+            raise ScheduleError(f"ranks disagree on the call: {show(0)}; {show(odd)}", "input")
+        if not units:
+            raise ScheduleError("no rank holds data of this collective", "input")
+        return units.pop()
+
+    def plan(self, unit: int, dtype: torch.dtype, device: torch.device) -> _Plan:
+        key = (unit, dtype, device)
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) >= 8:
+                self._plans.pop(next(iter(self._plans)))
+            plan = self._plans[key] = _Plan(self, unit, dtype, device)
+        return plan
+
+    # ------------------------------------------------------------------ running
+    def run(self, input: torch.Tensor, output: torch.Tensor, op: Any = "sum") -> torch.Tensor:
+        """Run the schedule: ``input`` and ``output`` are this rank's flat contiguous tensors
+        (in place when they overlap in the in-place layout). Returns ``output``."""
+        self._check_tensors(input, output)
+        name = reduce_op_name(op)
+        dtype = input.dtype
+        reducer = _reducer(name, dtype) if self.has_reduce else None
+        unit = self.unit_for(input, output)
+        device = input.device if input.numel() else output.device
+        signature = (unit, dtype, name)
+        if self.validate == "always" or (self.validate == "first" and self._validated != signature):
+            agreed = self._handshake(unit, dtype, name, device)
+            self._validated = signature
+            unit = agreed if unit is None else unit
+        if unit is None:
+            raise ScheduleError(f"rank {self.rank} holds no data of this collective: its element count is "
+                                "unknown without validation (validate='first')", "input")
+        plan = self.plan(unit, dtype, device)
+        inp = input.view(-1)
+        out = output.view(-1)
+        layout = self._layout(plan, inp, out)
+        in_place = layout == "in place"
+        if self.writes_input or layout == "overlap" or (in_place and not self.in_place_safe):
+            if plan.private_input is None or plan.private_input.numel() != inp.numel():
+                plan.private_input = torch.empty_like(inp)
+            plan.private_input.copy_(inp)
+            inp = plan.private_input
+        if not in_place:
+            for a, j, c in plan.alias:
+                out[j:j + c].copy_(inp[a:a + c])
+        self._execute(plan, inp, out, reducer)
+        if name == "avg":
+            for j0, j1, terms in plan.reduced:
+                out[j0:j1].div_(terms)
+        return output
+
+    def _layout(self, plan: _Plan, inp: torch.Tensor, out: torch.Tensor) -> str:
+        """"separate" tensors; "in place": they overlap exactly where output slots alias input
+        slots; "overlap": any other overlap (run on a private copy of the input)."""
+        if not inp.numel() or not out.numel():
+            return "separate"
+        size = inp.element_size()
+        a0, a1 = inp.data_ptr(), inp.data_ptr() + inp.numel() * size
+        b0, b1 = out.data_ptr(), out.data_ptr() + out.numel() * size
+        if a1 <= b0 or b1 <= a0:
+            return "separate"
+        aliased = sum(c for _a, _j, c in plan.alias) * size
+        same = all(a0 + a * size == b0 + j * size for a, j, c in plan.alias if c)
+        if aliased and same and min(a1, b1) - max(a0, b0) == aliased:
+            return "in place"
+        return "overlap"
+
+    def _execute(self, plan: _Plan, inp: torch.Tensor, out: torch.Tensor, reducer) -> None:
+        bufs = (inp, out, plan.scratch)
+        works = self._works
+        for i in range(len(works)):
+            works[i] = None
+        group, peers = self.group, self.global_ranks
+        isend, irecv = dist.isend, dist.irecv
+        try:
+            for waits, net, local in plan.steps:
+                for d in waits:
+                    if works[d] is not None:
+                        self._wait(d)
+                if net:
+                    p2p = [dist.P2POp(isend if is_send else irecv, bufs[b][start:stop], peers[peer], group, tag)
+                           for _i, is_send, b, start, stop, peer, tag in net]
+                    try:
+                        got = dist.batch_isend_irecv(p2p)
+                    except Exception as exc:  # noqa: BLE001 - transports raise their own types
+                        raise self._failure(net[0][0], exc, posting=True) from None
+                    if len(got) == len(net):
+                        for (i, *_rest), w in zip(net, got):
+                            works[i] = w
+                    else:  # coalesced (NCCL): one handle for the whole batch
+                        for i, *_rest in net:
+                            works[i] = got
+                for _i, pending, is_reduce, b, start, stop, sb, s0, s1 in local:
+                    for d in pending:
+                        if works[d] is not None:
+                            self._wait(d)
+                    if is_reduce:
+                        reducer(bufs[b][start:stop], bufs[sb][s0:s1])
+                    elif is_reduce is not None:
+                        bufs[b][start:stop].copy_(bufs[sb][s0:s1])
+            for i, w in enumerate(works):
+                if w is not None:
+                    self._wait(i)
+        except BaseException:
+            for i in range(len(works)):
+                works[i] = None
+            raise
+
+    def _wait(self, i: int) -> None:
+        w = self._works[i]
+        handles = w if isinstance(w, list) else [w]
+        try:
+            for h in handles:
+                if self.timeout is None:
+                    h.wait()
+                else:
+                    h.wait(self.timeout)
+        except Exception as exc:  # noqa: BLE001 - transports raise their own types
+            raise self._failure(i, exc) from None
+        if isinstance(w, list):
+            for j, other in enumerate(self._works):
+                if other is w:
+                    self._works[j] = None
+        self._works[i] = None
+
+    def _wait_work(self, work: Any, what: str) -> None:
+        try:
+            if self.timeout is None:
+                work.wait()
+            else:
+                work.wait(self.timeout)
+        except Exception as exc:  # noqa: BLE001
+            raise ScheduleError(f"rank {self.rank}: {what} failed: {_first_line(exc)}") from None
+
+    def describe(self, i: int) -> str:
+        kind, step, buf, index, count, peer, src_buf, src_index, tag, _channel, _deps = self.ops[i]
+        slots = f"{buf}[{index}]" if count == 1 else f"{buf}[{index}..{index + count - 1}]"
+        if kind == "send":
+            return f"step {step} send of {slots} to rank {peer} (tag {tag})"
+        if kind == "recv":
+            return f"step {step} receive into {slots} from rank {peer} (tag {tag})"
+        return f"step {step} {kind} into {slots}"
+
+    def _failure(self, i: int, exc: BaseException, posting: bool = False) -> ScheduleError:
+        text = _first_line(exc)
+        what = self.describe(i)
+        peer = self.ops[i][5]
+        if "imed out" in text or "imeout" in text:
+            limit = f" after {self.timeout_seconds:g} s" if self.timeout_seconds is not None else ""
+            return ScheduleError(f"rank {self.rank}: timed out{limit} waiting for the {what}: rank {peer} never "
+                                 "sent or received it (it may have died, hung, or not called this collective)")
+        if any(word in text for word in ("closed", "closure", "reset", "refused", "broken pipe", "Broken pipe")):
+            return ScheduleError(f"rank {self.rank}: lost rank {peer} during the {what}: {text}")
+        verb = "posting" if posting else "waiting for"
+        return ScheduleError(f"rank {self.rank}: {verb} the {what} failed: {text}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    if line.startswith("[") and "] " in line:  # drop the transport's source-file prefix
+        line = line.split("] ", 1)[1]
+    return line.split(". This is typically", 1)[0]

@@ -1,0 +1,66 @@
+"""The plain-data form of a Program that runtimes read (no torch needed to build it).
+
+``to_spec(program)`` is what the in-process executor hands to ``runtime.ScheduleRunner`` and
+what ``ccl emit torch`` writes into standalone scripts as ``SCHEDULE``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ccl.algorithm import Algorithm
+from ccl.errors import InputError, VerificationError
+from ccl.lower import lower
+from ccl.program import Program
+from ccl.verify import verify
+from ccl.verify_program import verify_program
+
+FORMAT = "ccl-torch-program"  # the runtime checks it (runtime.FORMAT)
+
+
+def to_spec(program: Program, *, checked: bool = False) -> dict[str, Any]:
+    """The plain-data form runtimes read. Verifies the Program (unless ``checked``) and
+    records whether it is also correct in place."""
+    if not checked:
+        verify_program(program)
+    try:
+        verify_program(program, in_place=True)
+        in_place_safe = True
+    except VerificationError:
+        in_place_safe = False
+    coll = program.collective
+    spec = {
+        "format": FORMAT,
+        "version": 1,
+        "name": program.name,
+        "collective": coll.kind,
+        "root": coll.root,
+        "n_ranks": coll.n_ranks,
+        "chunk_factor": coll.chunk_factor,
+        "topology": program.topology.name,
+        "solver": program.solver,
+        "steps": program.steps,
+        "input_slots": [len(x) for x in coll.inputs],
+        "output_slots": [len(x) for x in coll.outputs],
+        "aliases": [[list(run) for run in runs] for runs in program.alias_runs],
+        "reduced": [[list(run) for run in runs] for runs in program.reduced_runs],
+        "scratch": [list(x) for x in program.scratch],
+        "writes_input": [any(op.kind != "send" and op.buf == "input" for op in ops) for ops in program.ranks],
+        "in_place_safe": in_place_safe,
+        "ops": [[[*op[:10], list(op.deps)] for op in ops] for ops in program.ranks],
+    }
+    if coll.n_chunks <= 1 << 16:  # what a check computes outputs from where torch has no collective
+        spec["chunks"] = {"inputs": [list(x) for x in coll.inputs],
+                          "outputs": [[sorted(need) for need in slots] for slots in coll.outputs]}
+    return spec
+
+
+def as_program(schedule: Algorithm | Program, *, channels: int = 1, fuse: bool = True) -> Program:
+    """A verified Program from an Algorithm (verified, then lowered; see ``ccl.lower`` for
+    ``channels`` and ``fuse``) or a Program."""
+    if isinstance(schedule, Program):
+        return schedule
+    if isinstance(schedule, Algorithm):
+        verify(schedule)
+        return lower(schedule, channels=channels, fuse=fuse)
+    raise InputError(f"expected an Algorithm or a Program, got {type(schedule).__name__}")

@@ -1,0 +1,353 @@
+"""The Program verifier: executes a Program symbolically under its execution model.
+
+Independent of the lowering: it re-derives everything from the op lists. Checked, in order:
+
+1. **Level order** (the conditions of the deadlock-freedom theorem in ``ccl.program``): each
+   rank's ops are sorted by step with sends and receives before local ops within a step, and
+   every send or receive depends only on ops of earlier steps.
+2. **Links**: every message goes over a link of the flattened topology.
+3. **Matching**: per ordered pair of ranks and channel, the k-th send matches the k-th receive:
+   same tag, same step, same number of slots of the same size classes (so both sides agree on
+   the message's bytes for every tensor size); tags are unique per pair.
+4. **Races**: on every rank, two accesses to one slot (at least one a write; in place, aliased
+   output and input slots are one slot) are ordered: the earlier op is known to have completed
+   when the later one is issued (see ``ccl.program``).
+5. **Execution**: the ops run under the model (in-order issue, non-blocking posts, rendezvous
+   completion). Ranks left with ops that can never complete are a deadlock, reported with the op
+   every rank is blocked on. Values are multisets of input chunks as in ``ccl.verify``: no read
+   of an empty slot, no reduce into one, every slot holds pieces of its own size class, and at
+   the end every output slot holds exactly its required sum.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from .errors import VerificationError
+from .program import PROLOGUE, RECV, REDUCE, SEND, Op, Program
+from .verify import _check_outputs, _Chunks
+
+Slot = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class ProgramVerification:
+    """What a successful Program verification established."""
+
+    ops: int
+    messages: int
+    steps: int
+    in_place: bool
+    writes_input: bool
+
+
+def verify_program(program: Program, *, in_place: bool = False) -> ProgramVerification:
+    """Raise VerificationError naming the rank, op and slot of the first problem, or return
+    what was checked. ``in_place=True``: aliased output slots are the memory of their input
+    slots."""
+    _check_levels(program)
+    _check_links(program)
+    _check_matching(program)
+    for r in range(program.n_ranks):
+        _check_races(program, r, in_place)
+    writes_input = any(op.kind != SEND and op.buf == "input" for ops in program.ranks for op in ops)
+    _Execution(program, in_place).run()
+    return ProgramVerification(
+        ops=program.n_ops,
+        messages=program.n_messages,
+        steps=program.steps,
+        in_place=in_place,
+        writes_input=writes_input,
+    )
+
+
+def _fail(message: str, rank: int, op: Op | None = None, **kw) -> VerificationError:
+    step = None if op is None or op.step == PROLOGUE else op.step
+    return VerificationError(message, rank=rank, step=step, **kw)
+
+
+def _check_levels(program: Program) -> None:
+    for r, ops in enumerate(program.ranks):
+        last = (PROLOGUE - 1, 0)
+        for i, op in enumerate(ops):
+            key = (op.step, 0 if op.is_network else 1)
+            if key < last:
+                raise _fail(f"rank {r} op {i} ({op.describe()}) is out of level order: ops must be sorted "
+                            "by step, with sends and receives before local ops in a step (the order "
+                            "that rules out deadlock)", r, op)
+            last = key
+            if op.is_network:
+                for d in op.deps:
+                    if ops[d].step >= op.step:
+                        raise _fail(f"rank {r} op {i} ({op.describe()}) depends on op {d} "
+                                    f"({ops[d].describe()}) of the same step: a runtime posting the step's "
+                                    "messages together would deadlock", r, op)
+
+
+def _check_links(program: Program) -> None:
+    topo = program.topology
+    seen: dict[tuple[int, int], bool] = {}
+    for r, ops in enumerate(program.ranks):
+        for i, op in enumerate(ops):
+            if op.kind != SEND:
+                continue
+            pair = (r, op.peer)
+            ok = seen.get(pair)
+            if ok is None:
+                ok = seen[pair] = topo.flat_link(r, op.peer) is not None
+            if not ok:
+                raise _fail(f"rank {r} op {i} ({op.describe()}): topology {topo.name!r} has no link from "
+                            f"rank {r} to rank {op.peer}", r, op)
+
+
+def _classes(program: Program, rank: int, op: Op) -> tuple[int, ...]:
+    return tuple(program.slot_class(rank, op.buf, op.index + j) for j in range(op.count))
+
+
+def _check_matching(program: Program) -> None:
+    sends: dict[tuple[int, int, int], list[int]] = {}
+    recvs: dict[tuple[int, int, int], list[int]] = {}
+    for r, ops in enumerate(program.ranks):
+        tags: dict[tuple[str, int], int] = {}
+        for i, op in enumerate(ops):
+            if op.kind == SEND:
+                sends.setdefault((r, op.peer, op.channel), []).append(i)
+            elif op.kind == RECV:
+                recvs.setdefault((op.peer, r, op.channel), []).append(i)
+            else:
+                continue
+            key = (op.kind, op.peer, op.tag)
+            if key in tags:
+                raise _fail(f"rank {r} ops {tags[key]} and {i} both {op.kind} tag {op.tag} "
+                            f"{'to' if op.kind == SEND else 'from'} rank {op.peer}: tags must be unique "
+                            "per pair of ranks", r, op)
+            tags[key] = i
+    for key in sorted(set(sends) | set(recvs)):
+        a, b, chan = key
+        out, into = sends.get(key, []), recvs.get(key, [])
+        for k in range(max(len(out), len(into))):
+            if k >= len(into):
+                op = program.ranks[a][out[k]]
+                raise _fail(f"rank {a} op {out[k]} ({op.describe()}) has no matching receive on rank {b} "
+                            f"(rank {b} receives {len(into)} message(s) from rank {a} on channel {chan}, "
+                            f"rank {a} sends {len(out)})", a, op)
+            if k >= len(out):
+                op = program.ranks[b][into[k]]
+                raise _fail(f"rank {b} op {into[k]} ({op.describe()}) has no matching send on rank {a} "
+                            f"(rank {a} sends {len(out)} message(s) to rank {b} on channel {chan}, "
+                            f"rank {b} receives {len(into)})", b, op)
+            s, t = program.ranks[a][out[k]], program.ranks[b][into[k]]
+            what = None
+            if s.tag != t.tag:
+                what = f"tags {s.tag} and {t.tag}"
+            elif s.step != t.step:
+                what = f"steps {s.step} and {t.step}"
+            elif s.count != t.count:
+                what = f"{s.count} and {t.count} slots"
+            elif _classes(program, a, s) != _classes(program, b, t):
+                what = "slots of different piece sizes"
+            if what:
+                raise _fail(f"message {k} from rank {a} to rank {b} on channel {chan}: the send (rank {a} op "
+                            f"{out[k]}: {s.describe()}) and the receive (rank {b} op {into[k]}: {t.describe()}) "
+                            f"disagree: {what}", b, t)
+
+
+def _check_races(program: Program, rank: int, in_place: bool) -> None:
+    ops = program.ranks[rank]
+    alias = {j: a for j, a in enumerate(program.collective.aliases[rank]) if a is not None} if in_place else {}
+    known: set[int] = set()
+    last_writer: dict[Slot, int] = {}
+    readers: dict[Slot, list[int]] = {}
+
+    def mem(buf: str, idx: int) -> Slot:
+        if buf == "output" and idx in alias:
+            return ("input", alias[idx])
+        return (buf, idx)
+
+    def unordered(i: int, j: int, slot: Slot, what: str) -> VerificationError:
+        op = ops[i]
+        return _fail(f"rank {rank} op {i} ({op.describe()}) {what} {slot[0]}[{slot[1]}] while op {j} "
+                     f"({ops[j].describe()}) may still be using it: add a dependency on op {j}",
+                     rank, op, buffer=slot[0], index=slot[1])
+
+    for i, op in enumerate(ops):
+        stack = [d for d in op.deps if d not in known]
+        while stack:
+            d = stack.pop()
+            if d not in known:
+                known.add(d)
+                stack.extend(x for x in ops[d].deps if x not in known)
+        if op.kind == SEND:
+            reads, writes = [mem(op.buf, op.index + j) for j in range(op.count)], []
+        elif op.kind == RECV:
+            reads, writes = [], [mem(op.buf, op.index + j) for j in range(op.count)]
+        else:
+            writes = [mem(op.buf, op.index + j) for j in range(op.count)]
+            reads = [mem(op.src_buf, op.src_index + j) for j in range(op.count)]
+            if op.kind == REDUCE:
+                reads = reads + writes
+        for m in reads:
+            w = last_writer.get(m)
+            if w is not None and w not in known:
+                raise unordered(i, w, m, "reads")
+        for m in writes:
+            w = last_writer.get(m)
+            if w is not None and w not in known and w != i:
+                raise unordered(i, w, m, "writes")
+            for x in readers.get(m, ()):
+                if x not in known and x != i:
+                    raise unordered(i, x, m, "writes")
+        for m in reads:
+            readers.setdefault(m, []).append(i)
+        for m in writes:
+            last_writer[m] = i
+            readers[m] = []
+        if not op.is_network:
+            known.add(i)
+
+
+class _Execution:
+    """Runs the Program under the execution model on symbolic values."""
+
+    def __init__(self, program: Program, in_place: bool) -> None:
+        self.program = program
+        coll = program.collective
+        self.chunks = _Chunks(coll)
+        self.alias = [
+            {j: a for j, a in enumerate(coll.aliases[r]) if a is not None} if in_place else {}
+            for r in range(coll.n_ranks)
+        ]
+        chunk_class: dict[int, int] = {}
+        k = coll.chunk_factor
+        for slots in coll.inputs:
+            for i, c in enumerate(slots):
+                chunk_class.setdefault(c, i % k)
+        self.group_class = [chunk_class[cs[0]] for cs in self.chunks.members]
+        self.chunk_class = chunk_class
+        self.state: list[dict[Slot, tuple]] = []
+        for r in range(coll.n_ranks):
+            st: dict[Slot, tuple] = {}
+            for i, c in enumerate(coll.inputs[r]):
+                st[("input", i)] = self.chunks.value(c)
+            if not in_place:
+                for j, a in enumerate(coll.aliases[r]):
+                    if a is not None:
+                        st[("output", j)] = st[("input", a)]
+            self.state.append(st)
+
+    def mem(self, rank: int, buf: str, idx: int) -> Slot:
+        if buf == "output":
+            a = self.alias[rank].get(idx)
+            if a is not None:
+                return ("input", a)
+        return (buf, idx)
+
+    def value_class(self, value: tuple) -> int:
+        if value[0] >= 0:
+            return self.group_class[value[0]]
+        return self.chunk_class[min(value[1])]
+
+    def read(self, rank: int, i: int, op: Op, buf: str, idx: int) -> list:
+        out = []
+        st = self.state[rank]
+        for j in range(op.count):
+            v = st.get(self.mem(rank, buf, idx + j))
+            if v is None:
+                raise _fail(f"rank {rank} op {i} ({op.describe()}) reads {buf}[{idx + j}] before anything "
+                            "was written there", rank, op, buffer=buf, index=idx + j, expected="a value",
+                            found="nothing")
+            out.append(v)
+        return out
+
+    def write(self, rank: int, i: int, op: Op, values: list, reduce: bool) -> None:
+        st = self.state[rank]
+        for j, v in enumerate(values):
+            idx = op.index + j
+            key = self.mem(rank, op.buf, idx)
+            if reduce:
+                cur = st.get(key)
+                if cur is None:
+                    raise _fail(f"rank {rank} op {i} ({op.describe()}) reduces into {op.buf}[{idx}], which "
+                                "holds no value yet", rank, op, buffer=op.buf, index=idx,
+                                expected="a value to reduce into", found="nothing")
+                v = self.chunks.add(cur, v)
+            want = self.program.slot_class(rank, op.buf, idx)
+            got = self.value_class(v)
+            if got != want:
+                raise _fail(f"rank {rank} op {i} ({op.describe()}) puts a piece of size class {got} "
+                            f"({self.chunks.describe(v)}) into {op.buf}[{idx}], whose size class is {want}",
+                            rank, op, buffer=op.buf, index=idx)
+            st[key] = v
+
+    def run(self) -> None:
+        program = self.program
+        n = program.n_ranks
+        ranks = program.ranks
+        done = [[False] * len(ops) for ops in ranks]
+        ptr = [0] * n
+        waiting: dict[tuple[int, int], list[int]] = {}  # (rank, op) -> ranks blocked on it
+        sendq: dict[tuple[int, int, int], deque] = {}
+        recvq: dict[tuple[int, int, int], deque] = {}
+        runnable = deque(range(n))
+        queued = [True] * n
+
+        def complete(r: int, i: int) -> None:
+            done[r][i] = True
+            for q in waiting.pop((r, i), ()):
+                if not queued[q]:
+                    queued[q] = True
+                    runnable.append(q)
+
+        while runnable:
+            r = runnable.popleft()
+            queued[r] = False
+            ops = ranks[r]
+            while ptr[r] < len(ops):
+                i = ptr[r]
+                op = ops[i]
+                blocker = next((d for d in op.deps if not done[r][d]), None)
+                if blocker is not None:
+                    waiting.setdefault((r, blocker), []).append(r)
+                    break
+                ptr[r] += 1
+                if op.kind == SEND:
+                    key = (r, op.peer, op.channel)
+                    sendq.setdefault(key, deque()).append((i, self.read(r, i, op, op.buf, op.index)))
+                    self._match(key, sendq, recvq, complete)
+                elif op.kind == RECV:
+                    key = (op.peer, r, op.channel)
+                    recvq.setdefault(key, deque()).append(i)
+                    self._match(key, sendq, recvq, complete)
+                else:
+                    values = self.read(r, i, op, op.src_buf, op.src_index)
+                    self.write(r, i, op, values, op.kind == REDUCE)
+                    done[r][i] = True
+        stuck = [(r, next(i for i, ok in enumerate(done[r]) if not ok)) for r in range(n) if not all(done[r])]
+        if stuck:
+            parts = []
+            for r, i in stuck[:4]:
+                at = ptr[r] if ptr[r] < len(ranks[r]) else None
+                if at is not None and any(not done[r][d] for d in ranks[r][at].deps):
+                    parts.append(f"rank {r} cannot issue op {at} ({ranks[r][at].describe()})")
+                else:
+                    parts.append(f"rank {r} op {i} ({ranks[r][i].describe()}) never completes")
+            more = f" (and {len(stuck) - 4} more ranks)" if len(stuck) > 4 else ""
+            r, i = stuck[0]
+            raise _fail("deadlock: " + "; ".join(parts) + more, r, ranks[r][i])
+        coll = program.collective
+        _check_outputs(coll, self.chunks, lambda r, j: self.state[r].get(self.mem(r, "output", j)),
+                       max(program.steps - 1, 0))
+
+    def _match(self, key, sendq, recvq, complete) -> None:
+        out, into = sendq.get(key), recvq.get(key)
+        while out and into:
+            i, values = out.popleft()
+            j = into.popleft()
+            a, b, _ = key
+            self.write(b, j, self.program.ranks[b][j], values, False)
+            complete(a, i)
+            complete(b, j)
+
+
+__all__ = ["ProgramVerification", "verify_program"]
