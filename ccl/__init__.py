@@ -8,6 +8,7 @@ the driver functions here (imported lazily, so ``import ccl`` stays cheap).
     problem = ccl.problem("dgx1", "allgather", solver="ring", chunks=2)
     result = ccl.synthesize(problem)          # verified on the way out
     ccl.save(result.algorithm, "ag.json")
+    report = ccl.simulate(result, "64MiB")    # time, busbw, lower bound, NCCL baselines
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from .errors import (
 from .lower import lower
 from .problem import Problem, Request, Sketch
 from .program import Op, Program
+from .report import Report
 from .serialize import load_algorithm as load
 from .serialize import save_algorithm as save
 from .topology import Link, SharedLimit, Switch, Topology
@@ -56,6 +58,7 @@ __all__ = [
     "Problem",
     "Program",
     "ProgramVerification",
+    "Report",
     "Request",
     "SharedLimit",
     "Sketch",
@@ -72,6 +75,7 @@ __all__ = [
     "lower",
     "problem",
     "save",
+    "simulate",
     "synthesize",
     "topology",
     "verify",
@@ -99,3 +103,12 @@ def synthesize(problem: Problem) -> Any:
     from .compiler import synthesize as run
 
     return run(problem)
+
+
+def simulate(schedule: Any, size: int | str, **options: Any) -> Report:
+    """Simulate a schedule (an Algorithm, or a ``SynthesisResult`` whose synthesis time,
+    status and gap then go into the report) called with ``size`` bytes (an int or text such
+    as ``"64MiB"``, nccl-tests convention). Options: see ``backends.sim.simulate``."""
+    from .compiler import simulate as run
+
+    return run(schedule, size, **options)

@@ -7,6 +7,7 @@ This module (and ``cli``) is the only part of ``ccl`` that imports ``topologies`
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -21,9 +22,15 @@ from .verify import VerificationResult, verify
 
 
 def load_topology(spec: str | Topology) -> Topology:
-    """A topology from a library spec (``ring:8``, ``dgx1``, ``ndv2:2``) or a topology JSON file."""
+    """A topology from a library spec (``ring:8``, ``dgx1``, ``ndv2:2``), a topology JSON file,
+    or a description file: ``FILE.ccl``, ``FILE.ccl:NAME``, ``FILE.ccl:NAME:ARGS`` or
+    ``FILE.ccl:NAME(ARGS)`` (see ``dsl.spec``)."""
     if isinstance(spec, Topology):
         return spec
+    if re.search(r"\.ccl(:|$)", spec):
+        import dsl
+
+        return dsl.load_topology(spec)
     if spec.endswith(".json") or (os.path.sep in spec and ":" not in spec) or os.path.isfile(spec):
         if not os.path.exists(spec):
             raise InputError(f"{spec}: no such file")
@@ -95,3 +102,19 @@ def problem_from_options(
     topo = load_topology(topology)
     coll = make_collective(collective, topo.n_ranks, root)
     return Problem(topo, coll, Request(solver=solver, chunks=chunks, **request))
+
+
+def simulate(schedule: Algorithm | SynthesisResult, size: int | str, **options: Any) -> Any:
+    """Simulate an Algorithm (assumed verified) or a SynthesisResult at ``size`` bytes
+    (``64MiB`` style text accepted); returns a ``ccl.report.Report``."""
+    from backends.sim import simulate as run
+
+    from .units import parse_size
+
+    nbytes = parse_size(size) if isinstance(size, str) else size
+    if isinstance(schedule, SynthesisResult):
+        if schedule.algorithm is None:
+            raise InputError("the synthesis produced no schedule to simulate")
+        report = run(schedule.algorithm, nbytes, **options)
+        return report.with_synthesis(schedule.seconds, schedule.status, schedule.gap)
+    return run(schedule, nbytes, **options)

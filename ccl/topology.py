@@ -143,8 +143,9 @@ class Topology:
             raise TopologyError(f"topology {self.name!r}: node indices must be integers >= 0")
         if node_of and sorted(set(node_of)) != list(range(max(node_of) + 1)):
             raise TopologyError(f"topology {self.name!r}: nodes must be numbered 0..N-1 without gaps")
+        last_node = max(node_of)
         for s in self.switches:
-            if s.node is not None and not 0 <= s.node <= max(node_of):
+            if s.node is not None and not 0 <= s.node <= last_node:
                 raise TopologyError(f"switch {s.name!r} is on node {s.node}, which has no ranks")
         object.__setattr__(self, "node_of", node_of)
         object.__setattr__(self, "links", tuple(sorted(self.links)))

@@ -1,1 +1,73 @@
-"""dsl package."""
+"""The description language: topologies, collectives, synthesis requests and hand-written
+algorithms in ``.ccl`` files, lowered to the core IR.
+
+    import dsl
+    module = dsl.load("cluster.ccl")          # parse, resolve imports, register definitions
+    topo = module.topology("ring", 8)         # any topology the file defines or imports
+    topo = module.evaluate("ring(8, bandwidth = 50 GB/s)")   # any expression, in the file's scope
+    for request in module.requests():         # `synthesize` statements -> ccl.Problem
+        print(request.name, request.problem)
+    for item in module.algorithms():          # hand-written algorithms -> ccl.Algorithm
+        dsl.verify_algorithm(item)
+
+Every error is a ``ccl.DslError`` rendered as ``file:line:col: message`` with the source line
+and a caret. The language is described in ``docs/dsl.md``; the grammar is ``dsl/grammar.lark``.
+"""
+
+from __future__ import annotations
+
+from ccl.errors import DslError, InputError
+
+from . import ast
+from .algorithm import HandWritten, verify_algorithm
+from .evaluate import DEFAULT_MAX_STEPS
+from .loader import Loader, Module, library_dir, library_modules
+from .parser import grammar_text, parse, parse_expression
+from .request import LoweredRequest
+from .spec import load_topology, split_spec
+
+__all__ = [
+    "DEFAULT_MAX_STEPS",
+    "HandWritten",
+    "Loader",
+    "LoweredRequest",
+    "Module",
+    "grammar_text",
+    "library_dir",
+    "library_modules",
+    "load",
+    "load_string",
+    "load_topology",
+    "parse",
+    "parse_file",
+    "parse_expression",
+    "split_spec",
+    "verify_algorithm",
+]
+
+
+def load(path: str, *, max_steps: int = DEFAULT_MAX_STEPS) -> Module:
+    """Load a ``.ccl`` file (and its imports)."""
+    return Loader(max_steps).load_file(path)
+
+
+def parse_file(path: str) -> ast.File:
+    """Parse a ``.ccl`` file without lowering it (``--emit ast``)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        return parse(text, path)
+    except DslError as exc:
+        exc.source = text
+        raise
+
+
+def load_string(text: str, filename: str = "<string>", *, base: str | None = None,
+                max_steps: int = DEFAULT_MAX_STEPS) -> Module:
+    """Load description text; ``filename`` names it in errors, imports resolve from ``base``."""
+    return Loader(max_steps).load_text(text, filename, base)

@@ -1,28 +1,67 @@
 """Lower bounds every solver and report uses.
 
+Building blocks:
+
 * ``step_bound``: the hop bound. A chunk crosses one link per step, so a schedule needs at
   least as many steps as the longest shortest path (in hops over the flattened rank graph,
   relaying allowed) from where a chunk starts to a rank that needs it.
 * ``cut_ratio``: the cut bound of allgather-like traffic. Every vertex set S of the topology
-  (switches included) that misses at least one rank must send out the |S ∩ ranks| parts its
-  ranks own, through the capacity leaving S, so per part
+  (switches included) that misses at least one rank (of ``sinks``, default any) must send
+  out the |S ∩ ranks| parts its ranks own, through the capacity leaving S, so per part
   T >= max_S |S ∩ ranks| / capacity_out(S).
-  Computed exactly: Dinkelbach's method on the ratio, each step a minimum cut (one per choice of
-  the rank kept outside S) with integer capacities, so the answer is an exact fraction.
-  Capacities are lanes (chunks per round: SCCL's rounds-per-chunk bound, exact) or bandwidth
-  (GB/s, rounded up to integer units of 10^-6 GB/s or coarser on very large fabrics; rounding
-  up keeps the bound sound).
+  Computed exactly: Dinkelbach's method on the ratio, each step a minimum cut (one per choice
+  of the rank kept outside S, one per orbit of the topology's rank symmetries) with integer
+  capacities, so the answer is an exact fraction. Capacities are lanes (chunks per round:
+  SCCL's rounds-per-chunk bound, exact) or bandwidth (GB/s, rounded up to integer units of
+  10^-6 GB/s or coarser on very large fabrics; rounding up keeps the bound sound).
 * ``rounds_per_chunk_bound``: the cut bound in lanes for allgather, for reducescatter on the
-  reversed topology, and their sum for allreduce.
+  reversed topology, and their sum for allreduce (SCCL's accounting; see ``lower_bound`` for
+  why the sum is not a valid time bound on every topology).
 
-Shared limits declared on rank-to-rank links are not part of the cut (the bound stays valid,
-possibly looser); switch and NIC vertices are.
+``lower_bound(topology, collective, size) -> Bounds``: the bound of one call, in the
+simulator's physics (a transfer pays its link's latency; a link carries at most lanes x
+bandwidth; switches forward but neither combine nor replicate). ``bound = max(latency,
+bandwidth)``:
+
+* latency: the alpha-weighted shortest path (Dijkstra over the flattened rank graph, whose
+  links through switches carry their path's latency) between the farthest pair of ranks that
+  must exchange data: all pairs for allgather/reducescatter/allreduce/alltoall, root to every
+  rank (or back) for the rooted kinds, the needed pairs for custom collectives.
+* bandwidth, with S = size (nccl-tests convention) and n ranks:
+
+  - allgather, reducescatter: cut_ratio x S / n (reducescatter on the reversed graph). Exact
+    in the fluid limit: spanning-tree packings reach it (ForestColl).
+  - gather, scatter: the same with S forced to miss the root. Exact (single-commodity flow).
+  - broadcast, reduce: S / min over ranks t of maxflow(root -> t) (reversed for reduce).
+    Exact in the fluid limit (Edmonds' arborescence packing).
+  - allreduce: the largest of (a) S / (least capacity leaving a vertex set that holds a rank
+    and misses one: 2(n-1) max-flows), and (b) one-way gossip volume: every element must be
+    sent at least 2(k-1) times between k parts (the minimum number of one-way calls for k
+    parties to all learn everything), and a part sends only through the capacity leaving it,
+    so T >= 2(k-1) S / sum of the parts' out- (and in-) capacities, for k = n single ranks and
+    k = the nodes of a multi-node topology. On a uniform fabric (every rank b) (b) is
+    2(n-1) S / (n b): the reducescatter + allgather bound. RS + AG is *not* used in general:
+    on a star (hub linked to k leaves at b) reduce-to-hub-and-broadcast, pipelined, takes
+    about S / b while RS + AG claims 2k/(k+1) S / b. Not exact in general.
+  - alltoall: m = S / n bytes per ordered pair. The product-demand cut bound
+    max_S m |S ∩ R| |R - S| / cap_out(S), every S enumerated when the topology has at most
+    16 vertices, otherwise structured candidate sets (valid, maybe loose); and the LP
+    relaxation (concurrent multicommodity flow, HiGHS via scipy) when it has at most 120k
+    variables: the exact fluid optimum, never below a cut bound (``flows``).
+  - custom: what every rank must send (chunks only it holds that others need) and receive
+    (output slots it cannot fill locally) over its own links.
+
+Shared limits declared on links are not part of cuts or the LP (bounds stay valid, maybe
+looser); switch and NIC vertices are. All bounds are linear in the size: their coefficients
+are computed once per (topology, collective kind, root) and cached.
 """
 
 from __future__ import annotations
 
 import math
+import weakref
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -33,6 +72,8 @@ from scipy.sparse.csgraph import maximum_flow
 from ccl.collective import Collective
 from ccl.errors import CollectiveError
 from ccl.topology import Topology
+
+from .paths import latency_bound
 
 MICRO = 10**6  # finest bandwidth unit of the cut: 1e-6 GB/s
 
@@ -147,71 +188,107 @@ def _capacities(topology: Topology, unit: str, reverse: bool) -> tuple[dict[tupl
     return caps, size
 
 
-def cut_ratio(topology: Topology, unit: str = "lanes", *, reverse: bool = False) -> CutBound:
+def _edge_arrays(caps: dict[tuple[int, int], int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    pairs = sorted(caps)
+    u = np.array([a for a, _ in pairs], dtype=np.int64)
+    v = np.array([b for _, b in pairs], dtype=np.int64)
+    c = np.array([caps[p] for p in pairs], dtype=np.int64)
+    return u, v, c
+
+
+def cut_ratio(topology: Topology, unit: str = "lanes", *, reverse: bool = False,
+              sinks: Sequence[int] | None = None) -> CutBound:
     """The allgather cut bound (reducescatter with ``reverse``: traffic flows the other way).
 
     With ``unit="lanes"`` the ratio is rounds per part (a Fraction). With ``unit="bandwidth"`` it
     is parts per GB/s: every rank's part of b bytes takes at least ``ratio * b / 1e3``
-    microseconds to spread (1 GB/s moves 1e3 bytes per microsecond)."""
+    microseconds to spread (1 GB/s moves 1e3 bytes per microsecond).
+
+    ``sinks`` restricts the ranks S must miss (gather: only the root needs the parts, so S
+    must miss the root); by default any rank. Only one excluded rank per orbit of the
+    topology's rank symmetries is tried (``symmetry.rank_orbits``): symmetric cuts have equal
+    ratios, so the answer is the same, found n times faster on a ring or torus."""
     if unit not in ("lanes", "bandwidth"):
         raise ValueError(unit)
     n, V = topology.n_ranks, topology.n_vertices
-    caps, size = _capacities(topology, unit, reverse)
-    ranks = range(n)
+    out_unit = "lanes" if unit == "lanes" else "GB/s"
     if n < 2:
-        return CutBound(Fraction(0), frozenset(), "lanes" if unit == "lanes" else "GB/s")
+        return CutBound(Fraction(0), frozenset(), out_unit)
+    caps, size = _capacities(topology, unit, reverse)
+    u, v, c = _edge_arrays(caps)
+    if sinks is None:
+        from .symmetry import rank_orbits
 
-    def cut_of(S: frozenset[int]) -> int:
-        return sum(c for (u, v), c in caps.items() if u in S and v not in S)
+        targets = [orbit[0] for orbit in rank_orbits(topology)]
+        all_targets = list(range(n))
+    else:
+        targets = sorted(set(sinks))
+        all_targets = targets
 
-    def ratio_of(S: frozenset[int]) -> Fraction:
-        """Parts per integer capacity unit (lanes, or 1e-6 GB/s)."""
-        k = sum(1 for v in S if v < n)
+    def ratio_of(mask: np.ndarray) -> Fraction:
+        """Parts per integer capacity unit (lanes, or the bandwidth unit)."""
+        k = int(mask[:n].sum())
         if k == 0:
             return Fraction(0)
-        cut = cut_of(S)
+        cut = int(c[mask[u] & ~mask[v]].sum())
         if cut == 0:
             return Fraction(10**18)  # disconnected: no finite schedule
         return Fraction(k, cut)
 
+    def complement(t: int, with_switches: bool) -> np.ndarray:
+        mask = np.zeros(V, dtype=bool)
+        if with_switches:
+            mask[:] = True
+        else:
+            mask[:n] = True
+        mask[t] = False
+        return mask
+
     # Start from the best single-rank complement, then improve by minimum cuts.
-    candidates = [frozenset(range(n)) - {t} for t in ranks]
-    candidates += [frozenset(range(V)) - {t} for t in ranks]
-    best_S = max(candidates, key=lambda S: (ratio_of(S), -len(S)))
-    lam = ratio_of(best_S)
+    best_mask = None
+    lam = Fraction(-1)
+    for t in all_targets:
+        for with_switches in (False, True):
+            mask = complement(t, with_switches)
+            r = ratio_of(mask)
+            if r > lam or (r == lam and best_mask is not None and mask.sum() < best_mask.sum()):
+                lam, best_mask = r, mask
+    assert best_mask is not None
     if lam >= Fraction(10**18):
-        return CutBound(math.inf, best_S, "lanes" if unit == "lanes" else "GB/s")
+        return CutBound(math.inf, frozenset(np.flatnonzero(best_mask).tolist()), out_unit)
     src, sink = V, V + 1
-    rows, cols, base = [], [], []
-    for (u, v), c in caps.items():
-        rows.append(u)
-        cols.append(v)
-        base.append(c)
-    base_arr = np.array(base, dtype=np.int64)
+    rows = np.concatenate([u, np.full(n, src, dtype=np.int64), np.array(targets, dtype=np.int64)])
+    cols = np.concatenate([v, np.arange(n, dtype=np.int64), np.full(len(targets), sink, dtype=np.int64)])
     while True:
         improved = False
-        # minimise q|R \ S| + p cut(S) where lam = p / q; S beats lam iff the minimum < q|R|
+        # minimise q|R \ S| + p cut(S) with t outside S; S beats lam iff the minimum < q|R|
         p, q = lam.numerator, lam.denominator
-        for t in ranks:
-            r_rows = rows + [src] * n + [t]
-            r_cols = cols + list(ranks) + [sink]
-            big = q * n + 1  # more than the whole source capacity: t stays outside S
-            data = np.concatenate([base_arr * p, np.full(n, q, dtype=np.int64), np.array([big], dtype=np.int64)])
-            graph = csr_matrix((data, (r_rows, r_cols)), shape=(V + 2, V + 2))
+        big = q * n + 1  # more than the whole source capacity: t stays outside S
+        data = np.concatenate([c * p, np.full(n, q, dtype=np.int64), np.zeros(len(targets), dtype=np.int64)])
+        graph = csr_matrix((data, (rows, cols)), shape=(V + 2, V + 2))
+        sink_entry = {}
+        for t in targets:
+            lo, hi = graph.indptr[t], graph.indptr[t + 1]
+            sink_entry[t] = lo + int(np.flatnonzero(graph.indices[lo:hi] == sink)[0])
+        for t in targets:
+            graph.data[sink_entry[t]] = big
             flow = maximum_flow(graph, src, sink)
-            if flow.flow_value >= q * n:
-                continue
-            S = _source_side(graph, flow.flow, src) - {src}
-            cand = ratio_of(frozenset(S))
-            if cand >= Fraction(10**18):
-                return CutBound(math.inf, frozenset(S), "lanes" if unit == "lanes" else "GB/s")
-            if cand > lam:
-                lam, best_S, improved = cand, frozenset(S), True
+            if flow.flow_value < q * n:
+                S = _source_side(graph, flow.flow, src) - {src}
+                mask = np.zeros(V, dtype=bool)
+                mask[sorted(S)] = True
+                cand = ratio_of(mask)
+                if cand >= Fraction(10**18):
+                    return CutBound(math.inf, frozenset(S), out_unit)
+                if cand > lam:
+                    lam, best_mask, improved = cand, mask, True
+            graph.data[sink_entry[t]] = 0
+            if improved:
                 break
         if not improved:
             break
     ratio: Fraction | float = lam if unit == "lanes" else float(lam) / size
-    return CutBound(ratio, best_S, "lanes" if unit == "lanes" else "GB/s")
+    return CutBound(ratio, frozenset(np.flatnonzero(best_mask).tolist()), out_unit)
 
 
 def _source_side(graph: csr_matrix, flow: csr_matrix, src: int) -> set[int]:
@@ -232,13 +309,30 @@ def _source_side(graph: csr_matrix, flow: csr_matrix, src: int) -> set[int]:
 
 
 def rounds_per_chunk_bound(topology: Topology, kind: str) -> Fraction | None:
-    """SCCL's bandwidth bound in rounds per chunk (lanes), or None for kinds it does not cover."""
+    """SCCL's bandwidth bound in rounds per chunk (lanes), or None for kinds it does not cover.
+
+    Allgather and reducescatter: the exact cut bound (reducescatter on the reversed topology).
+    Allreduce: reducescatter + allgather is *not* a valid bound when partial sums may be combined
+    on the way (a star reduces to its hub and broadcasts back in less), so it uses what holds for
+    every schedule: the one-way gossip count (every chunk is sent at least 2(n-1) times, over
+    the lanes leaving all ranks per round) and a single rank's own out- and in-lanes (it must send
+    its contribution once and receive the result once)."""
     if kind == "allgather":
         return _fraction(cut_ratio(topology, "lanes").ratio)
     if kind == "reducescatter":
         return _fraction(cut_ratio(topology, "lanes", reverse=True).ratio)
     if kind == "allreduce":
-        return _fraction(cut_ratio(topology, "lanes").ratio) + _fraction(cut_ratio(topology, "lanes", reverse=True).ratio)
+        n = topology.n_ranks
+        if n < 2:
+            return Fraction(0)
+        flat = topology.flat()
+        out_lanes = [sum(link.lanes for link in flat.out_links[r]) for r in range(n)]
+        in_lanes = [sum(link.lanes for link in flat.in_links[r]) for r in range(n)]
+        if min(out_lanes) == 0 or min(in_lanes) == 0:
+            raise CollectiveError("the topology is disconnected: no schedule can finish")
+        gossip = Fraction(2 * (n - 1), sum(out_lanes))
+        single = max(Fraction(1, min(out_lanes)), Fraction(1, min(in_lanes)))
+        return max(gossip, single)
     return None
 
 
@@ -246,3 +340,276 @@ def _fraction(x: Fraction | float) -> Fraction:
     if isinstance(x, Fraction):
         return x
     raise CollectiveError("the topology is disconnected: no schedule can finish")
+
+
+# ---------------------------------------------------------------------- the bound of a run
+# Everything below answers: how fast could *any* schedule of this collective run at this size
+# on this topology, in the simulator's physics (see backends.sim): a transfer between ranks
+# costs at least its link's latency, every link carries at most lanes x bandwidth, and
+# switch vertices forward without combining or replicating data. All bounds are linear in
+# the size, so the size-independent coefficients are computed once per (topology, collective)
+# and cached.
+
+@dataclass(frozen=True)
+class Bounds:
+    """Lower bounds on the time of one collective call of ``size`` bytes (nccl-tests
+    convention, see ``ccl.report``), in microseconds.
+
+    ``latency_us``: the alpha-weighted shortest path between the farthest pair of ranks that
+    must exchange data (``latency_pair``); ``steps``: the hop bound. ``bandwidth_us``: the
+    largest of the bandwidth bounds in ``parts`` (name -> us), computed by ``method``;
+    ``exact`` says whether it is the exact fluid optimum (unlimited chunking, no latency).
+    ``witness``: the vertex set of the binding cut, when one binds."""
+
+    collective: str
+    n_ranks: int
+    size: float
+    latency_us: float
+    bandwidth_us: float
+    steps: int
+    method: str
+    exact: bool
+    witness: tuple[int, ...] = ()
+    latency_pair: tuple[int, int] | None = None
+    parts: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def bound_us(self) -> float:
+        return max(self.latency_us, self.bandwidth_us)
+
+    @property
+    def binding(self) -> str:
+        """Which bound binds: "bandwidth" or "latency"."""
+        return "bandwidth" if self.bandwidth_us >= self.latency_us and self.bandwidth_us > 0 else "latency"
+
+    def to_json(self) -> dict:
+        def num(x: float) -> float | None:
+            return x if math.isfinite(x) else None
+
+        return {
+            "collective": self.collective,
+            "n_ranks": self.n_ranks,
+            "size": self.size,
+            "latency_us": num(self.latency_us),
+            "bandwidth_us": num(self.bandwidth_us),
+            "bound_us": num(self.bound_us),
+            "binding": self.binding,
+            "steps": self.steps,
+            "method": self.method,
+            "exact": self.exact,
+            "witness": list(self.witness),
+            "latency_pair": None if self.latency_pair is None else list(self.latency_pair),
+            "parts": {name: num(us) for name, us in self.parts},
+        }
+
+
+@dataclass(frozen=True)
+class _Model:
+    """Size-independent part of a bound: bandwidth parts in us per byte of ``size``."""
+
+    latency_us: float
+    latency_pair: tuple[int, int] | None
+    steps: int
+    per_byte: tuple[tuple[str, float], ...]
+    method: str
+    exact: bool
+    witness: tuple[int, ...]
+
+
+_MODELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def lower_bound(topology: Topology, collective: Collective, size: float) -> Bounds:
+    """``max(latency, bandwidth)`` lower bounds for one call of ``size`` bytes (see ``Bounds``).
+    Raises CollectiveError when the topology cannot deliver the collective at all."""
+    if collective.n_ranks != topology.n_ranks:
+        raise CollectiveError(
+            f"collective {collective.name!r} has {collective.n_ranks} ranks but topology "
+            f"{topology.name!r} has {topology.n_ranks}"
+        )
+    if isinstance(size, bool) or not isinstance(size, (int, float)) or not size > 0:
+        raise CollectiveError(f"size must be a positive number of bytes, got {size!r}")
+    key = (collective.kind, collective.root) if collective.kind != "custom" else collective
+    models = _MODELS.setdefault(topology, {})
+    model = models.get(key)
+    if model is None:
+        model = models[key] = _model(topology, collective)
+    parts = tuple((name, coef * size) for name, coef in model.per_byte)
+    bandwidth = max((us for _, us in parts), default=0.0)
+    return Bounds(
+        collective=collective.kind,
+        n_ranks=collective.n_ranks,
+        size=size,
+        latency_us=model.latency_us,
+        bandwidth_us=bandwidth,
+        steps=model.steps,
+        method=model.method,
+        exact=model.exact,
+        witness=model.witness,
+        latency_pair=model.latency_pair,
+        parts=parts,
+    )
+
+
+def _model(topology: Topology, collective: Collective) -> _Model:
+    n = topology.n_ranks
+    latency, pair, steps = latency_bound(topology, collective)
+    if n < 2 or not needed_pairs_exist(collective):
+        return _Model(latency, pair, steps, (), "none: nothing moves", True, ())
+    kind = collective.kind
+    root = collective.root
+    per_byte: list[tuple[str, float]] = []
+    method, exact, witness = "", False, frozenset()
+    # 1 GB/s moves 1e3 bytes per us: x bytes over c GB/s take x / (1e3 c) us
+    if kind in ("allgather", "reducescatter"):
+        cut = cut_ratio(topology, "bandwidth", reverse=kind == "reducescatter")
+        per_byte.append(("cut", _per_byte(cut.ratio) / n / 1e3))
+        method, exact, witness = "exact cut bound (max-flow); tight in the fluid limit (ForestColl)", True, cut.witness
+    elif kind in ("gather", "scatter"):
+        cut = cut_ratio(topology, "bandwidth", reverse=kind == "scatter", sinks=[root or 0])
+        per_byte.append(("cut", _per_byte(cut.ratio) / n / 1e3))
+        method, exact, witness = "exact cut bound (max-flow to/from the root)", True, cut.witness
+    elif kind in ("broadcast", "reduce"):
+        mincut, witness = _root_min_cut(topology, root or 0, reverse=kind == "reduce")
+        per_byte.append(("cut", 1.0 / mincut / 1e3 if mincut > 0 else math.inf))
+        method, exact = "exact cut bound (min over ranks of the root's max-flow; Edmonds)", True
+    elif kind == "allreduce":
+        per_byte.extend(_allreduce_parts(topology))
+        mincut, witness = _global_min_cut(topology)
+        per_byte.append(("cut", 1.0 / mincut / 1e3 if mincut > 0 else math.inf))
+        method = "max(one-way gossip volume over ranks and nodes, minimum cut); not exact in general"
+    elif kind == "alltoall":
+        from .flows import alltoall_cut, concurrent_flow_time
+
+        ratio, witness, enumerated = alltoall_cut(topology)
+        # m = size / n bytes per ordered pair
+        per_byte.append(("cut", ratio / n / 1e3))
+        method = "product-demand cut bound, " + ("every cut enumerated" if enumerated else "candidate cuts")
+        lp = concurrent_flow_time(topology)
+        if lp is not None:
+            per_byte.append(("lp", lp / n / 1e3))
+            method, exact = "concurrent-flow LP (HiGHS), exact fluid optimum", True
+    if kind == "custom":
+        # the built-in kinds' cut bounds above already cover every single rank's volume
+        per_byte.extend(_singleton_parts(topology, collective))
+    if not method:
+        method = "per-rank volume (data a rank must send or receive)"
+    binding = max(per_byte, key=lambda x: x[1])[0] if per_byte else ""
+    if binding == "volume":
+        exact = False
+        witness = frozenset()
+    return _Model(latency, pair, steps, tuple(per_byte), method, exact, tuple(sorted(witness)))
+
+
+def needed_pairs_exist(collective: Collective) -> bool:
+    """Whether any data must move between ranks (always, for a built-in on two ranks or more)."""
+    if collective.kind != "custom":
+        return collective.n_ranks > 1
+    return bool(needed_pairs(collective))
+
+
+def _per_byte(ratio: Fraction | float) -> float:
+    return float(ratio)
+
+
+# ---------------------------------------------------------------------- cuts by max-flow
+def _flow_graph(topology: Topology, reverse: bool = False) -> tuple[csr_matrix, float]:
+    caps, size = _capacities(topology, "bandwidth", reverse)
+    u, v, c = _edge_arrays(caps)
+    V = topology.n_vertices
+    return csr_matrix((c, (u, v)), shape=(V, V)), size
+
+
+def _root_min_cut(topology: Topology, root: int, reverse: bool) -> tuple[float, frozenset[int]]:
+    """min over ranks t of maxflow(root -> t) in GB/s (reverse: the flow into the root)."""
+    graph, size = _flow_graph(topology, reverse)
+    best, witness = math.inf, frozenset()
+    for t in range(topology.n_ranks):
+        if t == root:
+            continue
+        flow = maximum_flow(graph, root, t)
+        if flow.flow_value * size < best:
+            best = flow.flow_value * size
+            witness = frozenset(_source_side(graph, flow.flow, root))
+    return best, witness
+
+
+def _global_min_cut(topology: Topology) -> tuple[float, frozenset[int]]:
+    """The least capacity leaving a vertex set that holds a rank and misses a rank, in GB/s:
+    min over ranks t of maxflow(0 -> t) and maxflow(t -> 0)."""
+    graph, size = _flow_graph(topology)
+    best, witness = math.inf, frozenset()
+    for t in range(1, topology.n_ranks):
+        for a, b in ((0, t), (t, 0)):
+            flow = maximum_flow(graph, a, b)
+            if flow.flow_value * size < best:
+                best = flow.flow_value * size
+                witness = frozenset(_source_side(graph, flow.flow, a))
+    return best, witness
+
+
+def _vertex_sets_capacity(topology: Topology, groups: list[set[int]]) -> tuple[float, float]:
+    """Sum over groups of the capacity leaving (entering) each group."""
+    member = {}
+    for g, vs in enumerate(groups):
+        for x in vs:
+            member[x] = g
+    out = inc = 0.0
+    for link in topology.links:
+        a, b = member.get(link.src), member.get(link.dst)
+        if a is not None and a != b:
+            out += link.capacity
+        if b is not None and a != b:
+            inc += link.capacity
+    return out, inc
+
+
+def _allreduce_parts(topology: Topology) -> list[tuple[str, float]]:
+    """One-way gossip volume: every element must be sent at least 2(k-1) times between k parts
+    (the minimum number of one-way calls for everyone to learn everything), and a part can send
+    only through the capacity leaving it (and receive through the capacity entering it).
+    Parts: every rank alone; and every node (with its switches and NICs) when there are several."""
+    n = topology.n_ranks
+    out: list[tuple[str, float]] = []
+    o, i = _vertex_sets_capacity(topology, [{r} for r in range(n)])
+    worst = min(o, i)
+    out.append(("gossip", 2 * (n - 1) / worst / 1e3 if worst > 0 else math.inf))
+    if topology.n_nodes > 1:
+        groups = [set(rs) for rs in topology.node_ranks]
+        for w, sw in enumerate(topology.switches):
+            if sw.node is not None:
+                groups[sw.node].add(n + w)
+        o, i = _vertex_sets_capacity(topology, groups)
+        worst = min(o, i)
+        k = topology.n_nodes
+        out.append(("gossip-nodes", 2 * (k - 1) / worst / 1e3 if worst > 0 else math.inf))
+    return out
+
+
+def _singleton_parts(topology: Topology, collective: Collective) -> list[tuple[str, float]]:
+    """What every rank must send (its chunks that only it holds and others need) and receive
+    (one slot for every output slot it cannot fill locally), over its own links."""
+    n = topology.n_ranks
+    slots = max(collective.max_input_slots, collective.max_output_slots, 1)
+    origins = collective.origins()
+    held = [set(x) for x in collective.inputs]
+    send = [0] * n
+    recv = [0] * n
+    shipped: set[int] = set()
+    for r, outs in enumerate(collective.outputs):
+        for need in outs:
+            if not need <= held[r]:
+                recv[r] += 1
+            for c in need:
+                ranks = {q for q, _ in origins[c]}
+                if r not in ranks and len(ranks) == 1 and c not in shipped:
+                    shipped.add(c)
+                    send[next(iter(ranks))] += 1
+    worst = 0.0
+    for r in range(n):
+        cap_out = topology.total_out_bandwidth(r)
+        cap_in = sum(link.capacity for link in topology.in_links[r])
+        for count, cap in ((send[r], cap_out), (recv[r], cap_in)):
+            if count:
+                worst = max(worst, count / slots / cap / 1e3 if cap > 0 else math.inf)
+    return [("volume", worst)]

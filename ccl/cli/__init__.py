@@ -16,11 +16,11 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import EXIT_INTERNAL, CclError, InfeasibleError, SolverTimeout
-from . import emit, run, solvers, synthesize, topology, verify
+from . import bounds, check, compare, emit, run, simulate, solvers, synthesize, topology, verify
 from .common import Parser
 
 # Command groups in the order `ccl --help` lists them.
-COMMANDS = (topology, solvers, synthesize, verify, emit, run)
+COMMANDS = (topology, solvers, check, synthesize, verify, simulate, bounds, compare, emit, run)
 
 
 def build_parser() -> argparse.ArgumentParser:

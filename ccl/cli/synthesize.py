@@ -10,8 +10,17 @@ from .common import command, emit, positive_int
 
 def cmd_synthesize(args: argparse.Namespace) -> int:
     from .. import compiler
+    from ..errors import InputError
     from ..serialize import save_algorithm
 
+    if args.file:
+        from .check import synthesize_file
+
+        return synthesize_file(args)
+    if not args.topology or not args.collective:
+        raise InputError("give a description FILE.ccl, or both --topology and --collective")
+    if args.emit or args.request:
+        raise InputError("--emit and --request apply to a description FILE.ccl")
     problem = compiler.problem_from_options(
         args.topology, args.collective, root=args.root, solver=args.solver, chunks=args.chunks,
     )
@@ -31,11 +40,16 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
+    from .check import add_emit
+
     syn = command(sub, "synthesize", "synthesize, verify and save a schedule", cmd_synthesize)
-    syn.add_argument("--topology", "-t", required=True, help="NAME, NAME:ARGS or a topology JSON file")
-    syn.add_argument("--collective", "-c", required=True, help="allgather, reducescatter, allreduce, alltoall, "
+    syn.add_argument("file", nargs="?", help="a .ccl description: run its `synthesize` requests")
+    syn.add_argument("--request", action="append", metavar="NAME", help="run only this request of FILE; repeatable")
+    add_emit(syn, "solving (problem) or the summary (algorithm)")
+    syn.add_argument("--topology", "-t", help="NAME, NAME:ARGS, a topology JSON file or FILE.ccl[:NAME[:ARGS]]")
+    syn.add_argument("--collective", "-c", help="allgather, reducescatter, allreduce, alltoall, "
                      "broadcast, reduce, gather, scatter")
     syn.add_argument("--root", type=int, default=None, help="root rank of broadcast, reduce, gather, scatter")
     syn.add_argument("--chunks", "-k", type=positive_int, default=1, help="chunk factor (pieces per rank's part)")
     syn.add_argument("--solver", "-s", default="ring", help="solver name (see `ccl solvers`)")
-    syn.add_argument("-o", "--output", help="write the schedule (JSON) here")
+    syn.add_argument("-o", "--output", help="write the schedule (JSON) here (a folder when FILE has several requests)")

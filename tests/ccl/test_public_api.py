@@ -9,9 +9,9 @@ import ccl
 def test_public_names_are_pinned():
     assert sorted(ccl.__all__) == sorted([
         "BUFFERS", "OPS", "Algorithm", "BackendError", "CclError", "Collective", "CollectiveError",
-        "DslError", "InfeasibleError", "InputError", "Link", "Problem", "Request", "SharedLimit", "Sketch",
+        "DslError", "InfeasibleError", "InputError", "Link", "Problem", "Report", "Request", "SharedLimit", "Sketch",
         "SolverTimeout", "Span", "Switch", "Topology", "TopologyError", "Transfer", "VerificationError",
-        "VerificationResult", "collectives", "load", "problem", "save", "synthesize", "topology", "verify",
+        "VerificationResult", "collectives", "load", "problem", "save", "simulate", "synthesize", "topology", "verify",
         "Op", "Program", "ProgramVerification", "lower", "verify_program",
     ])
     for name in ccl.__all__:
@@ -47,3 +47,11 @@ def test_python_api_quick_start(tmp_path):
     assert result.status == "ok" and result.verification is not None
     ccl.save(result.algorithm, tmp_path / "ag.json")
     assert ccl.verify(ccl.load(tmp_path / "ag.json")).steps == result.algorithm.n_steps
+
+
+def test_python_api_simulate():
+    result = ccl.synthesize(ccl.problem("dgx1", "allgather", solver="ring", chunks=2))
+    report = ccl.simulate(result, "64MiB")
+    assert isinstance(report, ccl.Report) and report.size == 64 * 2**20
+    assert report.time_us >= report.bound_us > 0 and report.synthesis_seconds is not None
+    assert ccl.simulate(result.algorithm, 2**20, mode="step").synthesis_seconds is None

@@ -1,0 +1,217 @@
+"""Side by side: every applicable solver's schedule, simulated, NCCL's cost models and the bound.
+
+``compare(topology, kind, sizes)`` synthesizes (and verifies) one schedule per solver: every
+template that implements the collective (instant) plus the solvers named (``only``: just
+those). Solvers whose ``SolverInfo.template`` is False are slow and run only when named; they get the
+size in their request and run once per size. Each schedule is simulated at every size; NCCL's
+ring/tree (and p2p) models and the lower bound are added, and every row says how it compares
+to NCCL's ring (or the best NCCL model the collective has).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ccl.collective import builtin
+from ccl.errors import CclError, InputError
+from ccl.problem import Problem, Request
+from ccl.report import SIZE_MEANING, Report, bus_factor, format_bytes, format_us
+from ccl.topology import Topology
+
+from .simulator import Simulator
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of a comparison: a simulated schedule, a cost model, or the lower bound."""
+
+    name: str
+    source: str  # "schedule", "model" or "bound"
+    time_us: float | None
+    steps: int | None = None
+    transfers: int | None = None
+    synthesis_seconds: float | None = None
+    detail: str = ""
+    error: str | None = None
+    report: Report | None = field(default=None, compare=False, repr=False)
+
+    def to_json(self, size: float, factor: float, reference: float | None, bound: float) -> dict[str, Any]:
+        ok = self.time_us is not None and self.time_us > 0
+        return {
+            "name": self.name,
+            "source": self.source,
+            "time_us": self.time_us,
+            "algbw_GBps": size / self.time_us / 1e3 if ok else None,
+            "busbw_GBps": size / self.time_us / 1e3 * factor if ok else None,
+            "bound_ratio": self.time_us / bound if ok and bound > 0 else None,
+            "speedup_vs_reference": reference / self.time_us if ok and reference else None,
+            "steps": self.steps,
+            "transfers": self.transfers,
+            "synthesis_seconds": None if self.synthesis_seconds is None else round(self.synthesis_seconds, 6),
+            "detail": self.detail,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class Comparison:
+    topology: str
+    collective: str
+    n_ranks: int
+    size: float
+    mode: str
+    chunks: int
+    rows: tuple[Row, ...]
+    bound: dict[str, Any]
+
+    @property
+    def reference(self) -> Row | None:
+        """The NCCL model every row is compared with: ring where NCCL has it, else the best."""
+        models = [r for r in self.rows if r.source == "model" and r.time_us]
+        for r in models:
+            if r.name == "nccl-ring":
+                return r
+        return min(models, key=lambda r: r.time_us or math.inf, default=None)
+
+    @property
+    def best(self) -> Row | None:
+        done = [r for r in self.rows if r.source == "schedule" and r.time_us is not None]
+        return min(done, key=lambda r: (r.time_us, r.name), default=None)
+
+    def to_json(self) -> dict[str, Any]:
+        factor = bus_factor(self.collective, self.n_ranks)
+        ref = self.reference
+        bound = self.bound.get("bound_us") or 0.0
+        return {
+            "topology": self.topology,
+            "collective": self.collective,
+            "n_ranks": self.n_ranks,
+            "size": self.size,
+            "size_meaning": SIZE_MEANING.get(self.collective, ""),
+            "mode": self.mode,
+            "chunks": self.chunks,
+            "reference": None if ref is None else ref.name,
+            "best": None if self.best is None else self.best.name,
+            "bound": self.bound,
+            "rows": [r.to_json(self.size, factor, ref.time_us if ref else None, bound) for r in self.rows],
+        }
+
+    def text(self) -> str:
+        factor = bus_factor(self.collective, self.n_ranks)
+        ref = self.reference
+        bound = self.bound.get("bound_us") or 0.0
+        head = (f"{self.collective} on {self.topology} ({self.n_ranks} ranks), size {format_bytes(self.size)} "
+                f"({SIZE_MEANING.get(self.collective, '')}), {self.mode} mode, chunks {self.chunks}")
+        ref_name = f"vs {ref.name}" if ref else ""
+        lines = [head, f"  {'':<22}{'steps':>6}{'transfers':>10}{'time':>12}{'busbw GB/s':>12}{'/bound':>8}  {ref_name}"]
+        for r in self.rows:
+            if r.error is not None:
+                continue
+            time_text = format_us(r.time_us) if r.time_us is not None else "-"
+            busbw = f"{self.size / r.time_us / 1e3 * factor:.4g}" if r.time_us else "-"
+            ratio = f"{r.time_us / bound:.3f}" if r.time_us and bound > 0 else "-"
+            versus = ""
+            if ref and ref.time_us and r.time_us and r is not ref and r.source != "bound":
+                s = ref.time_us / r.time_us
+                versus = f"{s:.2f}x faster" if s >= 1 else f"{1 / s:.2f}x slower"
+            label = r.name + (" (model)" if r.source == "model" else "")
+            steps = "" if r.steps is None else str(r.steps)
+            transfers = "" if r.transfers is None else str(r.transfers)
+            lines.append(f"  {label:<22}{steps:>6}{transfers:>10}{time_text:>12}{busbw:>12}{ratio:>8}  {versus}")
+        if self.bound:
+            lines.append(f"  bound: {self.bound.get('binding')} binds; {self.bound.get('method')}")
+        for r in self.rows:
+            if r.error is not None:
+                lines.append(f"  n/a {r.name}: {r.error}")
+        return "\n".join(lines)
+
+
+def solver_names(kind: str, names: Sequence[str] | None = None, *, only: bool = False) -> list[str]:
+    """Solvers to compare: every template implementing ``kind`` (instant; also the baselines)
+    plus the named ones (slow solvers run only when named), or with ``only`` just the named."""
+    import solvers
+
+    names = list(names or ())
+    unknown = [x for x in names if x not in solvers.SOLVERS]
+    if unknown:
+        raise InputError(f"unknown solver {unknown[0]!r}; known: {', '.join(solvers.SOLVERS)}")
+    if only and not names:
+        raise InputError("no solver named to compare")
+    templates = [] if only else [n for n, info in solvers.SOLVERS.items() if kind in info.kinds and info.template]
+    return list(dict.fromkeys(templates + names))
+
+
+def compare(
+    topology: Topology,
+    kind: str,
+    sizes: Sequence[float],
+    *,
+    root: int | None = None,
+    chunks: int = 1,
+    solvers: Sequence[str] | None = None,
+    only: bool = False,
+    mode: str = "dependency",
+    slices: int = 1,
+    time_limit: float | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[Comparison]:
+    """One Comparison per size (see module docstring)."""
+    from ccl.compiler import synthesize
+    from solvers import SOLVERS
+    from solvers.bounds import lower_bound
+
+    from .nccl import baselines
+
+    if not sizes:
+        raise InputError("compare needs at least one size")
+    collective = builtin(kind, topology.n_ranks, root)
+    kind = collective.kind
+    names = solver_names(kind, solvers, only=only)
+    say = progress or (lambda _: None)
+    # (name) -> (simulator, synthesis seconds, steps, transfers) or error, per size for slow solvers
+    fixed: dict[str, tuple[Simulator | None, float | None, str | None]] = {}
+
+    def build(name: str, size: float | None) -> tuple[Simulator | None, float | None, str | None]:
+        info = SOLVERS[name]
+        if kind not in info.kinds:
+            return None, None, f"does not implement {kind}"
+        request = Request(solver=name, chunks=chunks, size=None if size is None else int(math.ceil(size)),
+                          time_limit=time_limit)
+        say(f"synthesizing {kind} with {name}...")
+        start = time.perf_counter()
+        try:
+            result = synthesize(Problem(topology, collective, request))
+        except CclError as exc:
+            return None, None, exc.message
+        assert result.algorithm is not None
+        return Simulator(result.algorithm), time.perf_counter() - start, None
+
+    for name in names:
+        if SOLVERS[name].template:
+            fixed[name] = build(name, None)
+    out = []
+    for size in sizes:
+        bounds = lower_bound(topology, collective, size)
+        rows: list[Row] = []
+        for name in names:
+            sim, seconds, error = fixed[name] if name in fixed else build(name, size)
+            if sim is None:
+                rows.append(Row(name, "schedule", None, error=error))
+                continue
+            say(f"simulating {name} at {format_bytes(size)}...")
+            rep = sim.run(size, mode=mode, slices=slices, baselines=False).report
+            alg = sim.algorithm
+            rows.append(Row(name, "schedule", rep.time_us, alg.n_steps, len(alg.transfers), seconds,
+                            f"{rep.bound_ratio:.3f}x bound", report=rep))
+        for b in baselines(kind, topology, size, bounds.bound_us):
+            rows.append(Row(b.name, "model", b.time_us, detail=b.detail))
+        rows.append(Row("lower bound", "bound", bounds.bound_us, steps=bounds.steps,
+                        detail=f"{bounds.binding}: {bounds.method}"))
+        rows.sort(key=lambda r: (r.error is not None, math.inf if r.time_us is None else r.time_us, r.name))
+        out.append(Comparison(topology.name, kind, topology.n_ranks, size, mode, chunks, tuple(rows),
+                              bounds.to_json()))
+    return out

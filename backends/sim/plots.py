@@ -1,0 +1,177 @@
+"""PNG plots with matplotlib (imported here only, Agg canvas, no pyplot state):
+
+* ``plot_simulation``: the timeline of a run (one row per link lane, a bar per transfer,
+  coloured by step) above a link-utilization heatmap (rank x rank: bytes a link carried over
+  what its capacity could carry in the whole run, like the traffic heatmaps papers show);
+* ``plot_sizes``: time-vs-size curves of several schedules and models against the lower bound,
+  with bus bandwidth below.
+
+Files are written whole or not at all.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ccl.errors import BackendError
+
+from .files import write_atomic
+
+if TYPE_CHECKING:
+    from .simulator import Simulation
+
+MAX_ROWS = 64  # timeline rows (link lanes) shown; the busiest links are kept
+MAX_BARS = 20_000  # above this, bars of a row closer than a pixel are merged
+
+
+def _figure(width: float, height: float) -> Any:
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:  # pragma: no cover - matplotlib is a dev/plot extra
+        raise BackendError("plots need matplotlib: pip install 'ccl-synth[plot]'") from None
+    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Any, path: str | os.PathLike[str]) -> None:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    write_atomic(path, lambda fh: fh.write(buffer.getvalue()), binary=True)
+
+
+def timeline(sim: Simulation, ax: Any) -> None:
+    """Gantt chart of link lanes; transfers coloured by step."""
+    import matplotlib as mpl
+
+    res = sim.resource
+    used = res >= 0
+    if not np.any(used):
+        ax.text(0.5, 0.5, "no link transfers", ha="center", va="center", transform=ax.transAxes)
+        return
+    busy = np.bincount(res[used], weights=(sim.sent - sim.start)[used], minlength=len(sim.resource_pairs))
+    order = sorted(range(len(sim.resource_pairs)), key=lambda k: (-busy[k], sim.resource_pairs[k]))
+    rows: list[tuple[int, int]] = []
+    for k in order:
+        for lane in range(sim.resource_lanes[k]):
+            if len(rows) < MAX_ROWS:
+                rows.append((k, lane))
+    rows.sort(key=lambda x: (sim.resource_pairs[x[0]], x[1]))
+    row_of = {key: i for i, key in enumerate(rows)}
+    steps = np.repeat(sim.graph.step, sim.slices)
+    n_steps = max(1, int(steps.max()) + 1 if len(steps) else 1)
+    cmap = mpl.colormaps["viridis"]
+    end = max(sim.report.time_us, 1e-9)
+    total = int(np.sum(used))
+    for (k, lane), y in row_of.items():
+        sel = np.flatnonzero((res == k) & (sim.lane == lane))
+        if not len(sel):
+            continue
+        starts, ends = sim.start[sel], sim.sent[sel]
+        if total <= MAX_BARS:
+            colors = [cmap(s / max(1, n_steps - 1)) for s in steps[sel]]
+            ax.broken_barh(list(zip(starts, ends - starts)), (y - 0.4, 0.8), facecolors=colors, linewidth=0)
+        else:
+            ax.broken_barh(_merge(starts, ends, end / 2000), (y - 0.4, 0.8), facecolors=cmap(0.5), linewidth=0)
+    labels = []
+    for k, lane in rows:
+        a, b = sim.resource_pairs[k]
+        name = f"{a} copy" if a == b else f"{a}->{b}"
+        labels.append(name + (f" #{lane}" if sim.resource_lanes[k] > 1 else ""))
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(labels, fontsize=6 if len(rows) > 24 else 8)
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    ax.invert_yaxis()
+    ax.set_xlim(0, end)
+    ax.set_xlabel("time (us)")
+    shown = "" if len(rows) == sum(sim.resource_lanes) else f" (busiest {len(rows)} lanes)"
+    ax.set_title(f"timeline{shown}: colour = step (0..{n_steps - 1})", fontsize=9)
+
+
+def _merge(starts: np.ndarray, ends: np.ndarray, gap: float) -> list[tuple[float, float]]:
+    order = np.argsort(starts, kind="stable")
+    out: list[list[float]] = []
+    for s, e in zip(starts[order].tolist(), ends[order].tolist()):
+        if out and s <= out[-1][1] + gap:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e - s) for s, e in out]
+
+
+def heatmap(sim: Simulation, ax: Any, fig: Any) -> None:
+    """Link utilization, rank x rank (blank: no link between the two ranks)."""
+    n = sim.algorithm.collective.n_ranks
+    grid = np.full((n, n), np.nan)
+    for link in sim.algorithm.topology.flat().links:
+        grid[link.src, link.dst] = 0.0
+    for link in sim.report.links:
+        grid[link.src, link.dst] = link.utilization
+    image = ax.imshow(grid, cmap="magma", vmin=0.0, vmax=max(1e-9, float(np.nanmax(grid)) if np.any(~np.isnan(grid)) else 1.0),
+                      interpolation="nearest")
+    ax.set_xlabel("destination rank")
+    ax.set_ylabel("source rank")
+    ax.set_title("link utilization (bytes / capacity x time)", fontsize=9)
+    fig.colorbar(image, ax=ax, shrink=0.8)
+
+
+def rank_traffic(sim: Simulation, ax: Any) -> None:
+    """Bytes every rank sent and received over links."""
+    ranks = sim.report.ranks
+    xs = np.arange(len(ranks))
+    ax.bar(xs - 0.2, [r.bytes_sent for r in ranks], 0.4, label="sent")
+    ax.bar(xs + 0.2, [r.bytes_received for r in ranks], 0.4, label="received")
+    ax.set_xlabel("rank")
+    ax.set_ylabel("bytes over links")
+    ax.set_title("traffic per rank", fontsize=9)
+    ax.legend(fontsize=7)
+
+
+def plot_simulation(sim: Simulation, path: str | os.PathLike[str]) -> None:
+    from ccl.report import format_bytes, format_us
+
+    rep = sim.report
+    rows = min(MAX_ROWS, sum(sim.resource_lanes)) or 1
+    fig = _figure(13, max(2.0, rows * 0.16) + 1.5 + 5.0)
+    grid = fig.add_gridspec(2, 2, height_ratios=[max(2.0, rows * 0.16), 5.0])
+    timeline(sim, fig.add_subplot(grid[0, :]))
+    heatmap(sim, fig.add_subplot(grid[1, 0]), fig)
+    rank_traffic(sim, fig.add_subplot(grid[1, 1]))
+    fig.suptitle(f"{rep.algorithm} ({rep.collective} on {rep.topology}): {format_us(rep.time_us)} at "
+                 f"{format_bytes(rep.size)}, {rep.bound_ratio:.2f}x the lower bound", fontsize=10)
+    _save(fig, path)
+
+
+def plot_sizes(curves: Mapping[str, Sequence[tuple[float, float]]], bound: Sequence[tuple[float, float]],
+               path: str | os.PathLike[str], *, title: str = "", bus_factor: float = 1.0) -> None:
+    """Time (log-log) and bus bandwidth against size, one curve per name, plus the bound."""
+    fig = _figure(10, 8)
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    markers = "os^vDPX*<>"
+    for i, (name, points) in enumerate(sorted(curves.items())):
+        if not points:
+            continue
+        xs, ys = zip(*points)
+        style = ("--" if name.startswith("nccl-") else "-") + markers[i % len(markers)]
+        top.loglog(xs, ys, style, label=name, markersize=3)
+        bottom.semilogx(xs, [x / y / 1e3 * bus_factor for x, y in zip(xs, ys)], style, label=name, markersize=3)
+    if bound:
+        xs, ys = zip(*bound)
+        top.loglog(xs, ys, "k-", linewidth=2.5, alpha=0.5, label="lower bound")
+        bottom.semilogx(xs, [x / y / 1e3 * bus_factor for x, y in zip(xs, ys)], "k-", linewidth=2.5, alpha=0.5,
+                        label="lower bound")
+    top.set_ylabel("time (us)")
+    top.grid(True, which="both", alpha=0.3)
+    top.legend(fontsize=7)
+    bottom.set_ylabel("bus bandwidth (GB/s)")
+    bottom.set_xlabel("size (bytes, nccl-tests convention)")
+    bottom.grid(True, which="both", alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    _save(fig, path)

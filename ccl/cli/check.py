@@ -1,0 +1,273 @@
+"""``ccl check FILE.ccl``: parse, lower and verify a description; ``ccl synthesize FILE.ccl``
+runs its requests (the file half of ``ccl synthesize`` lives here).
+
+Both take ``--emit ast|problem|algorithm`` to print a stage instead of the summary:
+
+* ``ast``: the syntax tree, one node per line with its position (JSON with ``--json``);
+* ``problem``: the lowered requests as a flat, self-contained description (every link spelled
+  out) that lowers to the same Problem; a file without requests shows its topologies instead;
+* ``algorithm``: the hand-written algorithms (``check``) or the synthesized schedules
+  (``synthesize``) as a hand-written algorithm; with ``--json``, schedule files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from typing import Any
+
+from .common import command, emit
+
+EMITS = ("ast", "problem", "algorithm")
+
+
+def _load(path: str):
+    import dsl
+
+    return dsl.load(path)
+
+
+def _default_topologies(module: Any) -> list[tuple[str, Any]]:
+    """(name, Topology or None) for the file's topologies; None when parameters lack defaults."""
+    out = []
+    for name, definition in module.topologies().items():
+        if all(p.default is not None for p in definition.params):
+            out.append((name, module.topology(name)))
+        else:
+            out.append((name, None))
+    return out
+
+
+def _emit_ast(args: argparse.Namespace, path: str) -> int:
+    import dsl
+    from dsl.printer import ast_to_json, dump_ast
+
+    tree = dsl.parse_file(path)
+    emit(args, {"ast": ast_to_json(tree)}, dump_ast(tree).rstrip("\n"))
+    return 0
+
+
+def _emit_problems(args: argparse.Namespace, module: Any, requests: list) -> int:
+    from dsl.printer import format_problem, format_topology
+
+    from ..serialize import collective_to_json, topology_to_json
+
+    if requests:
+        texts = [f"# request {r.name} ({r.span})\n" + format_problem(r.problem, r.name) for r in requests]
+        data = {"problems": [{"name": r.name, "topology": topology_to_json(r.problem.topology),
+                              "collective": collective_to_json(r.problem.collective),
+                              "request": _request_json(r.problem.request)} for r in requests]}
+    else:
+        topos = [(name, t) for name, t in _default_topologies(module) if t is not None]
+        texts = [format_topology(t) for _, t in topos]
+        data = {"topologies": [topology_to_json(t) for _, t in topos]}
+    emit(args, data, "\n".join(texts).rstrip("\n"))
+    return 0
+
+
+def _request_json(request: Any) -> dict[str, Any]:
+    sketch = request.sketch
+    return {
+        "solver": request.solver, "chunks": request.chunks, "steps": request.steps, "rounds": request.rounds,
+        "size": request.size, "time_limit": request.time_limit, "objective": request.objective,
+        "sketch": None if sketch is None else {
+            "relays": None if sketch.relays is None else list(sketch.relays),
+            "internode": None if sketch.internode is None else [list(p) for p in sketch.internode],
+            "switch_policy": sketch.switch_policy, "symmetry": list(sketch.symmetry),
+            "chunk_partition": sketch.chunk_partition,
+        },
+        "options": {k: list(v) if isinstance(v, tuple) else v for k, v in request.options},
+    }
+
+
+def _emit_algorithms(args: argparse.Namespace, algorithms: list) -> int:
+    from dsl.printer import format_algorithm
+
+    from ..serialize import algorithm_to_json
+
+    text = "\n".join(format_algorithm(a) for a in algorithms).rstrip("\n")
+    emit(args, {"algorithms": [algorithm_to_json(a) for a in algorithms]}, text)
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    import dsl
+    from solvers import SOLVERS
+
+    from ..errors import InputError
+    from ..serialize import save_algorithm
+    from ..verify import VerificationError
+
+    if args.emit == "ast":
+        return _emit_ast(args, args.file)
+    module = _load(args.file)
+    topologies = _default_topologies(module)
+    requests = module.requests()
+    items = module.algorithms()
+    if args.algorithm:
+        names = [item.name for item in items] + [d for d in module.algorithm_definitions()]
+        items = [item for item in items if item.name in args.algorithm or item.name.split("(")[0] in args.algorithm]
+        if not items:
+            raise InputError(f"{args.file} has no algorithm {', '.join(args.algorithm)} "
+                             f"(algorithms: {', '.join(names) or 'none'})")
+    rows = []
+    for item in items:
+        result = dsl.verify_algorithm(item)
+        try:
+            dsl.verify_algorithm(item, in_place=True)
+            in_place = True
+        except VerificationError:
+            in_place = False
+        alg = item.algorithm
+        rows.append({"name": alg.name, "line": item.span.line, "topology": alg.topology.name,
+                     "collective": alg.collective.kind, "ranks": alg.collective.n_ranks,
+                     "chunks": alg.collective.chunk_factor, "steps": result.steps, "transfers": result.transfers,
+                     "verified": True, "in_place_ok": in_place})
+    if args.output:
+        if len(items) != 1:
+            raise InputError(f"-o writes one schedule, but {args.file} has {len(items)} algorithms; "
+                             "pick one with --algorithm NAME")
+        save_algorithm(items[0].algorithm, args.output)
+    if args.emit == "problem":
+        return _emit_problems(args, module, requests)
+    if args.emit == "algorithm":
+        return _emit_algorithms(args, [item.algorithm for item in items])
+    topo_rows = []
+    for name, topo in topologies:
+        definition = module.topologies()[name]
+        row: dict[str, Any] = {"name": name, "params": [p.name for p in definition.params],
+                               "line": definition.node.span.line}
+        if topo is not None:
+            row.update(lowered=topo.name, ranks=topo.n_ranks, nodes=topo.n_nodes, switches=len(topo.switches),
+                       links=len(topo.links), limits=len(topo.limits))
+        topo_rows.append(row)
+    req_rows = []
+    for r in requests:
+        p = r.problem
+        req_rows.append({"name": r.name, "line": r.span.line, "collective": p.collective.kind,
+                         "topology": p.topology.name, "ranks": p.topology.n_ranks, "solver": p.request.solver,
+                         "solver_available": p.request.solver in SOLVERS, "chunks": p.request.chunks})
+    checked = {item.name.split("(")[0] for item in module.algorithms()}
+    unchecked = [name for name in module.algorithm_definitions() if name not in checked]
+    collectives = [name for name, d in module.definitions.items() if d.kind == "collective"]
+    fabrics = [name for name, d in module.definitions.items() if d.kind == "fabric"]
+    data = {"ok": True, "file": args.file, "topologies": topo_rows, "collectives": collectives,
+            "fabrics": fabrics, "algorithms": rows, "unchecked_algorithms": unchecked, "requests": req_rows,
+            "output": args.output}
+    text = _summary(args.file, topo_rows, collectives, fabrics, rows, req_rows, args.output)
+    if unchecked:
+        text += (f"\n  not checked (parameters without defaults; add `verify NAME(args)`): {', '.join(unchecked)}")
+    emit(args, data, text)
+    return 0
+
+
+def _summary(path: str, topos: list, collectives: list, fabrics: list, algs: list, reqs: list,
+             output: str | None) -> str:
+    lines = [f"ok: {path}"]
+    if topos:
+        lines.append(f"  topologies ({len(topos)}):")
+        for t in topos:
+            params = f"({', '.join(t['params'])})" if t["params"] else ""
+            if "ranks" in t:
+                lines.append(f"    {t['name']}{params}: {t['lowered']}, {t['ranks']} ranks on {t['nodes']} node(s), "
+                             f"{t['switches']} switch vertices, {t['links']} links")
+            else:
+                lines.append(f"    {t['name']}{params}: needs arguments (try --topology {path}:{t['name']}:...)")
+    if collectives:
+        lines.append(f"  collectives: {', '.join(collectives)}")
+    if fabrics:
+        lines.append(f"  fabrics: {', '.join(fabrics)}")
+    if algs:
+        lines.append(f"  algorithms ({len(algs)}), verified:")
+        for a in algs:
+            place = "also in place" if a["in_place_ok"] else "out of place only"
+            lines.append(f"    {a['name']}: {a['collective']} on {a['topology']}, {_count(a['steps'], 'step')}, "
+                         f"{_count(a['transfers'], 'transfer')}, {place}")
+    if reqs:
+        lines.append(f"  requests ({len(reqs)}):")
+        for r in reqs:
+            note = "" if r["solver_available"] else " (solver not available in this installation)"
+            lines.append(f"    {r['name']}: {r['collective']} on {r['topology']} with {r['solver']}{note}")
+    if not (topos or collectives or fabrics or algs or reqs):
+        lines.append("  (defines nothing)")
+    if output:
+        lines.append(f"  schedule written to {output}")
+    return "\n".join(lines)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def synthesize_file(args: argparse.Namespace) -> int:
+    """``ccl synthesize FILE.ccl``: run the file's requests (all, or those named by --request),
+    verify every schedule, and write them only when all succeed."""
+    from .. import compiler
+    from ..errors import InputError
+    from ..serialize import save_algorithm
+
+    for flag, default in (("topology", None), ("collective", None), ("root", None), ("chunks", 1), ("solver", "ring")):
+        if getattr(args, flag, default) != default:
+            raise InputError(f"--{flag} does not combine with a description file: set it in {args.file}")
+    if args.emit == "ast":
+        return _emit_ast(args, args.file)
+    module = _load(args.file)
+    requests = module.requests()
+    if args.request:
+        known = [r.name for r in requests]
+        missing = [n for n in args.request if n not in known]
+        if missing:
+            raise InputError(f"{args.file} has no request {missing[0]!r} (requests: {', '.join(known) or 'none'})")
+        requests = [r for r in requests if r.name in args.request]
+    if not requests:
+        raise InputError(f"{args.file} has no `synthesize` requests (or give --topology and --collective)")
+    if args.emit == "problem":
+        return _emit_problems(args, module, requests)
+    if args.output and len(requests) > 1 and not os.path.isdir(args.output):
+        raise InputError(f"{len(requests)} requests write {len(requests)} schedules: -o must be an existing folder")
+    results = []
+    for k, request in enumerate(requests):
+        if sys.stderr.isatty():
+            print(f"ccl: [{k + 1}/{len(requests)}] {request.name}: {request.problem.request.solver} ...",
+                  file=sys.stderr, flush=True)
+        results.append(compiler.synthesize(request.problem))
+    if args.emit == "algorithm":
+        return _emit_algorithms(args, [r.algorithm for r in results])
+    outputs: list[str | None] = []
+    for request in requests:
+        target = None
+        if args.output:
+            safe = re.sub(r"[^A-Za-z0-9_.()=,+-]", "_", request.name)
+            target = os.path.join(args.output, f"{safe}.json") if len(requests) > 1 else args.output
+        outputs.append(target)
+    for result, target in zip(results, outputs):
+        if target:
+            save_algorithm(result.algorithm, target)
+    rows, lines = [], []
+    for request, result, target in zip(requests, results, outputs):
+        alg = result.algorithm
+        rows.append({"request": request.name, **result.to_json(), "output": target})
+        where = f" -> {target}" if target else ""
+        lines.append(f"{result.status}: {request.name}: {alg.collective} on {alg.topology.name}\n"
+                     f"  solver {alg.solver}, {alg.n_steps} steps, {len(alg.transfers)} transfers, verified, "
+                     f"{result.seconds:.3f} s{where}")
+    if not args.output:
+        lines.append("(not written: no -o given)")
+    emit(args, {"status": "ok", "file": args.file, "requests": rows}, "\n".join(lines))
+    return 0
+
+
+def add_emit(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--emit", choices=EMITS, help=f"print a stage instead of {what}: the syntax tree, the "
+                        "lowered problem(s) as a flat description, or the algorithm(s) as a hand-written one")
+
+
+def register(sub: Any) -> None:
+    chk = command(sub, "check", "parse and lower a description file, verify its hand-written algorithms", cmd_check)
+    chk.add_argument("file", help="a .ccl description")
+    add_emit(chk, "the summary")
+    chk.add_argument("--algorithm", action="append", metavar="NAME",
+                     help="check only this algorithm (NAME or NAME(args) as the summary shows it); repeatable")
+    chk.add_argument("-o", "--output", help="write the (single or selected) hand-written schedule here (JSON)")

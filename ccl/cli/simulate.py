@@ -1,0 +1,72 @@
+"""``ccl simulate``: verify a schedule, simulate it, print its report; trace and plot on request."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .bounds import size_arg
+from .common import command, emit
+
+
+def bandwidth_arg(text: str) -> float:
+    from ..errors import InputError
+    from ..units import parse_bandwidth
+
+    try:
+        value = parse_bandwidth(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"bandwidth must be positive, got {text!r}")
+    return value
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from ..serialize import load_algorithm
+    from ..verify import verify
+
+    alg = load_algorithm(args.file)
+    verify(alg, in_place=args.in_place)
+    from backends.sim import run
+
+    sim = run(alg, args.size, mode=args.mode, slices=args.slices, in_place=args.in_place,
+              overlap_latency=args.overlap_latency, local_bandwidth=args.local_bandwidth)
+    if args.trace:
+        sim.write_trace(args.trace)
+    if args.plot:
+        sim.plot(args.plot)
+    report = sim.report
+    data = {"file": args.file, "verified": True, **report.to_json(links=not args.summary),
+            "trace": args.trace, "plot": args.plot}
+    text = report.text()
+    for what, path in (("trace", args.trace), ("plot", args.plot)):
+        if path:
+            text += f"\n  {what} written to {path}"
+    emit(args, data, text)
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = command(sub, "simulate", "verify and simulate a schedule: time, bandwidth, bound, trace, plots", cmd_simulate)
+    p.add_argument("file", help="schedule JSON written by `ccl synthesize`")
+    p.add_argument("--size", required=True, type=size_arg,
+                   help="bytes the collective is called with, nccl-tests convention (64MiB, 1GB, 4096)")
+    p.add_argument("--mode", choices=("dependency", "step"), default="dependency",
+                   help="dependency: transfers start when their data is there (default); step: a barrier after "
+                        "every step")
+    p.add_argument("--slices", type=_positive, default=1, help="cut every transfer into this many pipelined slices")
+    p.add_argument("--in-place", action="store_true", help="aliased output slots are their input slots (no copy)")
+    p.add_argument("--overlap-latency", action="store_true",
+                   help="a lane is busy for bytes/bandwidth only; latency overlaps the next transfer")
+    p.add_argument("--local-bandwidth", type=bandwidth_arg, default=None,
+                   help="charge local copies at this bandwidth (e.g. 1500GB/s); free by default")
+    p.add_argument("--trace", help="write a Chrome trace (open in https://ui.perfetto.dev)")
+    p.add_argument("--plot", help="write a PNG: timeline and link-utilization heatmap")
+    p.add_argument("--summary", action="store_true", help="with --json: leave out the per-link and per-rank lists")
+
+
+def _positive(text: str) -> int:
+    from .common import positive_int
+
+    return positive_int(text)

@@ -1,0 +1,230 @@
+"""lower_bound: latency and bandwidth bounds for every collective, their exactness claims, and
+the alltoall cut/LP machinery against brute force."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import solvers
+import topologies as T
+from backends.sim import simulate
+from ccl import (
+    Algorithm,
+    CollectiveError,
+    Link,
+    Problem,
+    Request,
+    Switch,
+    Topology,
+    Transfer,
+    verify,
+)
+from ccl.collective import builtin, custom
+from solvers.bounds import cut_ratio, lower_bound
+from solvers.flows import alltoall_cut, concurrent_flow_time
+from solvers.symmetry import rank_orbits
+
+M = 3 * 2**26 + 12
+
+
+@pytest.mark.parametrize("n", [2, 3, 8, 16])
+@pytest.mark.parametrize("b", [25.0, 300.0])
+def test_switch_allgather_is_n_minus_one_over_n_m_over_b(n, b):
+    bound = lower_bound(T.switch(n, bandwidth=b), builtin("allgather", n), M)
+    assert bound.bandwidth_us == pytest.approx((n - 1) * M / (n * b * 1e3), rel=1e-12)
+    assert bound.exact and bound.binding == "bandwidth"
+    rs = lower_bound(T.switch(n, bandwidth=b), builtin("reducescatter", n), M)
+    assert rs.bandwidth_us == pytest.approx(bound.bandwidth_us, rel=1e-12)
+
+
+def test_dgx1_bandwidth_bound_is_seven_chunks_over_six_lanes():
+    # every GPU must receive 7 of the 8 parts through its 6 NVLink lanes of 25 GB/s
+    bound = lower_bound(T.dgx1(), builtin("allgather", 8), M)
+    assert bound.bandwidth_us == pytest.approx(Fraction(7, 6) * (M / 8) / 25e3, rel=1e-12)
+    # and SCCL's bandwidth-optimal schedules meet it: a schedule in the same physics that
+    # reaches it exists; the ring (one lane per GPU) is 6x off
+    ring = solvers.synthesize(Problem(T.dgx1(), builtin("allgather", 8), Request("ring")))
+    assert simulate(ring, M).bound_ratio == pytest.approx(6.0, rel=0.01)
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_allreduce_on_uniform_fabric_is_two_n_minus_one_over_n(n):
+    b = 40.0
+    bound = lower_bound(T.switch(n, bandwidth=b), builtin("allreduce", n), M)
+    assert bound.bandwidth_us == pytest.approx(2 * (n - 1) * M / (n * b * 1e3), rel=1e-12)
+    assert not bound.exact
+
+
+def test_reducescatter_plus_allgather_is_not_a_bound_on_a_star():
+    # Hub 0 with k leaves, every link b both ways. Reduce to the hub and broadcast back,
+    # pipelined: every leaf link carries M up and M down at once, so about M / b. RS + AG
+    # cut bounds would claim 2 k / (k + 1) M / b: more than a schedule achieves. The gossip
+    # bound (2 (n-1) M over the total send capacity) stays below it.
+    k, b, pieces = 4, 10.0, 64
+    n = k + 1
+    topo = T.star(n, bandwidth=b, latency=0.0)
+    coll = builtin("allreduce", n).chunk_up(pieces)
+    transfers = []
+    for j in range(pieces):
+        for leaf in range(1, n):
+            transfers.append(Transfer(j, leaf, "input", j, 0, "output", j, 1, "reduce"))
+            transfers.append(Transfer(j + 1, 0, "output", j, leaf, "output", j))
+    alg = Algorithm("star-pipeline", coll, topo, tuple(transfers))
+    verify(alg)
+    time = simulate(alg, M).time_us
+    rs_ag = lower_bound(topo, builtin("reducescatter", n), M).bandwidth_us + \
+        lower_bound(topo, builtin("allgather", n), M).bandwidth_us
+    bound = lower_bound(topo, builtin("allreduce", n), M)
+    assert time < rs_ag  # RS + AG would overstate the bound
+    assert bound.bound_us <= time
+    assert time == pytest.approx(M / (b * 1e3) * (1 + 1 / pieces), rel=1e-9)
+
+
+def test_multinode_allreduce_and_alltoall_bounds_are_the_nic():
+    topo = T.ndv2(2)
+    nic = 1e6 / 105 / 1e3
+    ar = lower_bound(topo, builtin("allreduce", 16), M)
+    assert ar.bandwidth_us == pytest.approx(M / (nic * 1e3), rel=1e-5)
+    a2a = lower_bound(topo, builtin("alltoall", 16), M)
+    # 8 x 8 pairs of M/16 bytes cross the NIC each way
+    assert a2a.bandwidth_us == pytest.approx(64 * (M / 16) / (nic * 1e3), rel=1e-5)
+    assert a2a.exact and "LP" in a2a.method
+
+
+def test_latency_bound_is_the_alpha_weighted_path():
+    topo = T.line(5, bandwidth=10.0, latency=1.5)
+    assert lower_bound(topo, builtin("allgather", 5), 1).latency_us == pytest.approx(4 * 1.5)
+    assert lower_bound(topo, builtin("broadcast", 5, 2), 1).latency_us == pytest.approx(2 * 1.5)
+    b = lower_bound(topo, builtin("gather", 5, 0), 1)
+    assert b.latency_us == pytest.approx(6.0) and b.latency_pair == (4, 0) and b.steps == 4
+    # a flattened link through a switch pays its path: 2 x half the latency
+    assert lower_bound(T.switch(4, latency=3.0), builtin("alltoall", 4), 1).latency_us == pytest.approx(3.0)
+    # tiny sizes: latency binds
+    tiny = lower_bound(T.dgx1(), builtin("allreduce", 8), 8)
+    assert tiny.binding == "latency" and tiny.bound_us == tiny.latency_us == pytest.approx(1.4)
+
+
+def test_rooted_bounds():
+    topo = T.line(4, bandwidth=10.0, latency=0.0)
+    # broadcast from an end: every link of the path carries M
+    assert lower_bound(topo, builtin("broadcast", 4, 0), M).bandwidth_us == pytest.approx(M / 10e3, rel=1e-12)
+    # gather to an end: the last link carries 3 parts of M/4
+    assert lower_bound(topo, builtin("gather", 4, 0), M).bandwidth_us == pytest.approx(0.75 * M / 10e3, rel=1e-12)
+    assert lower_bound(topo, builtin("scatter", 4, 3), M).bandwidth_us == pytest.approx(0.75 * M / 10e3, rel=1e-12)
+    # gather to the middle: two sides
+    assert lower_bound(topo, builtin("gather", 4, 1), M).bandwidth_us == pytest.approx(0.5 * M / 10e3, rel=1e-12)
+
+
+def test_custom_collective_bound():
+    topo = T.ring(4, bandwidth=10.0, latency=1.0)
+    shift = custom("shift", 4, pre=[(r, r) for r in range(4)], post=[(r, (r + 1) % 4) for r in range(4)])
+    b = lower_bound(topo, shift, 4000)
+    # one slot (4000 B, the largest buffer has one slot) must leave every rank: 4000 / 20 GB/s
+    assert b.bandwidth_us == pytest.approx(4000 / 20e3)
+    assert b.latency_us == pytest.approx(1.0) and b.steps == 1
+
+
+def test_errors():
+    split = Topology("split", 4, (Link(0, 1, 1.0, 1.0), Link(1, 0, 1.0, 1.0), Link(2, 3, 1.0, 1.0), Link(3, 2, 1.0, 1.0)))
+    with pytest.raises(CollectiveError):
+        lower_bound(split, builtin("allgather", 4), 10)
+    with pytest.raises(CollectiveError):
+        lower_bound(T.ring(4), builtin("allgather", 5), 10)
+    with pytest.raises(CollectiveError):
+        lower_bound(T.ring(4), builtin("allgather", 4), 0)
+
+
+def test_bounds_json():
+    data = lower_bound(T.dgx1(), builtin("alltoall", 8), 2**20).to_json()
+    for key in ("latency_us", "bandwidth_us", "bound_us", "binding", "method", "exact", "steps", "parts"):
+        assert key in data
+    assert data["bound_us"] == max(data["latency_us"], data["bandwidth_us"])
+
+
+# ------------------------------------------------------------------ cut machinery vs brute force
+def brute_alltoall(topo: Topology) -> float:
+    n, V = topo.n_ranks, topo.n_vertices
+    best = 0.0
+    for size in range(1, V):
+        for S in itertools.combinations(range(V), size):
+            S = set(S)
+            k = sum(1 for v in S if v < n)
+            if k in (0, n):
+                continue
+            cut = sum(x.capacity for x in topo.links if x.src in S and x.dst not in S)
+            best = max(best, k * (n - k) / cut if cut else math.inf)
+    return best
+
+
+@st.composite
+def small_topologies(draw, max_ranks: int = 4):
+    n = draw(st.integers(2, max_ranks))
+    s = draw(st.integers(0, 2))
+    V = n + s
+    order = draw(st.permutations(range(V)))
+    pairs = {(order[i], order[(i + 1) % V]) for i in range(V)}
+    extra = draw(st.lists(st.tuples(st.integers(0, V - 1), st.integers(0, V - 1)), max_size=V))
+    pairs |= {(a, b) for a, b in extra if a != b}
+    links = tuple(Link(a, b, draw(st.sampled_from([1.0, 2.0, 5.0])), 0.5, draw(st.integers(1, 3))) for a, b in sorted(pairs))
+    return Topology("random", n, links, tuple(Switch(f"s{i}") for i in range(s)))
+
+
+@settings(max_examples=60)
+@given(small_topologies())
+def test_alltoall_cut_enumeration_and_lp(topo):
+    value, witness, exact = alltoall_cut(topo)
+    assert exact and value == pytest.approx(brute_alltoall(topo), rel=1e-12)
+    lp = concurrent_flow_time(topo)
+    assert lp is not None and lp >= value * (1 - 1e-5)  # the LP is at least every cut
+
+
+def brute_gather(topo: Topology, root: int, reverse: bool) -> Fraction:
+    n, V = topo.n_ranks, topo.n_vertices
+    best = Fraction(0)
+    for size in range(1, V):
+        for S in itertools.combinations([v for v in range(V) if v != root], size):
+            S = set(S)
+            k = sum(1 for v in S if v < n)
+            if not k:
+                continue
+            cut = sum(x.lanes for x in topo.links
+                      if ((x.dst in S and x.src not in S) if reverse else (x.src in S and x.dst not in S)))
+            best = max(best, Fraction(k, cut) if cut else Fraction(10**18))
+    return best
+
+
+@settings(max_examples=60)
+@given(small_topologies(), st.booleans(), st.integers(0, 3))
+def test_cut_ratio_with_sinks_matches_brute_force(topo, reverse, root):
+    root %= topo.n_ranks
+    got = cut_ratio(topo, "lanes", reverse=reverse, sinks=[root]).ratio
+    want = brute_gather(topo, root, reverse)
+    assert got == (math.inf if want == Fraction(10**18) else want)
+
+
+@pytest.mark.parametrize("spec", ["ring:12", "torus:3x4", "hypercube:16", "dgx-a100:2", "dgx2:2", "ndv2:2",
+                                  "dgx-h100:2,fabric=leafspine", "star:6", "amd8"])
+def test_orbit_pruning_gives_the_exact_answer(spec, monkeypatch):
+    topo = T.build(spec)
+    fast = cut_ratio(topo, "bandwidth").ratio
+    import solvers.symmetry as sym
+
+    monkeypatch.setattr(sym, "rank_orbits", lambda t: [[r] for r in range(t.n_ranks)])
+    topo2 = T.build(spec)
+    slow = cut_ratio(topo2, "bandwidth").ratio
+    assert fast == pytest.approx(slow, rel=1e-12)
+
+
+def test_orbits_are_automorphism_orbits():
+    assert len(rank_orbits(T.ring(16))) == 1
+    assert len(rank_orbits(T.torus((4, 4)))) == 1
+    assert len(rank_orbits(T.dgx_a100(4))) == 1
+    star = rank_orbits(T.star(5))
+    assert [0] in star  # the hub is alone
+    assert len(rank_orbits(T.line(5))) >= 3  # ends, next, middle are different
