@@ -1,22 +1,28 @@
-"""MILP synthesis (TACCL class), on open solvers: PuLP with HiGHS (default) or CBC.
+"""MILP synthesis (TACCL and TE-CCL class), on open solvers: PuLP with HiGHS (default) or CBC.
 
-``synthesize(problem)`` runs, in memory, one command:
+``synthesize(problem)`` runs, in memory, in one call:
 
 1. the logical topology the sketch leaves, with alpha-beta costs at the target size
    (``logical``);
-2. the routing MILP (``routing``);
+2. routing: the routing MILP (``routing``; solver ``milp``) or the time-expanded model
+   (``teccl``; solver ``teccl``), warm-started from routing heuristics;
 3. the ordering heuristic, a list schedule of the routes (``ordering``);
 4. the scheduling / contiguity MILP that may batch consecutive slots on a lane (``contiguity``);
 5. conversion to the Algorithm IR (``emit``), verified by the caller.
+
+Every candidate set of routes (the MILP's, the heuristics', the templates' where they can be
+read off, ``seeds``) goes through stages 3 and 5 and is judged by the simulator at the target
+size (``backends.sim``, its default alpha-beta model); the fastest is batched by stage 4 and kept
+if batching makes it faster still. Progress lines on stderr say how each candidate did.
 
 Collectives: allgather, alltoall, broadcast directly; reducescatter as the time reversal of an
 allgather on the reversed topology; allreduce as reducescatter then allgather.
 
 Request fields used: ``size`` (bytes, nccl-tests convention, default 1 MiB), ``chunks`` (pieces
 per part; the sketch's ``chunk_partition`` overrides), ``time_limit`` (seconds for the whole
-synthesis, default 60), ``sketch`` (default: rails between nodes and rotational symmetry by the
-node size), option ``backend`` ("highs" or "cbc"). When a stage stops at its time limit the best
-schedule found is returned through ``SolverTimeout`` with the routing gap.
+synthesis, default 60), ``sketch`` (default: every link, rotational symmetry by the node size),
+option ``backend`` ("highs" or "cbc"). When a MILP stops at its time limit the best schedule
+found is returned through ``SolverTimeout`` with the largest MILP gap.
 """
 
 from __future__ import annotations
@@ -35,19 +41,24 @@ from .emit import Batch, emit, reverse, scratch_slots
 from .logical import LogicalTopology, default_sketch
 from .lp import BACKENDS, Solved, progress
 from .ordering import Plan, build_hops, list_schedule
-from .routing import Commodity, commodities, route
+from .routing import Commodity, Routes, commodities, route
+from .seeds import template_routes
 
 KINDS = ("allgather", "alltoall", "reducescatter", "allreduce", "broadcast")
 DEFAULT_SIZE = 1 << 20
 DEFAULT_TIME_LIMIT = 60.0
 
+SlotFn = Callable[[Commodity, int], tuple[str, int]]
+Build = Callable[[Plan, list[Batch], SlotFn], list[Transfer]]
+
 
 class _Run:
-    """One synthesis: settings, the time budget and the record of every solve."""
+    """One synthesis: settings, the time budget, the judge and the record of every solve."""
 
-    def __init__(self, problem: Problem) -> None:
+    def __init__(self, problem: Problem, collective: Collective) -> None:
         req = problem.request
         self.problem = problem
+        self.collective = collective
         self.variant = req.solver
         self.size = req.size or DEFAULT_SIZE
         self.sketch = default_sketch(problem.topology, req.sketch)
@@ -68,61 +79,75 @@ class _Run:
             if solved.status != "optimal":
                 self.limited = True
 
+    def judge(self, transfers: list[Transfer]) -> float:
+        """Simulated time (us) of ``transfers`` at the target size."""
+        from backends.sim import simulate
+
+        algorithm = Algorithm("candidate", self.collective, self.problem.topology, tuple(transfers))
+        return simulate(algorithm, self.size, bound=False, baselines=False).time_us
+
 
 def synthesize(problem: Problem) -> Algorithm:
     kind = problem.collective.kind
     if kind not in KINDS:
-        raise CollectiveError(f"the MILP solver implements {', '.join(KINDS)}, not {kind}")
-    run = _Run(problem)
+        raise CollectiveError(f"the MILP solvers implement {', '.join(KINDS)}, not {kind}")
     n = problem.topology.n_ranks
-    P = run.pieces
-    if kind in ("allgather", "broadcast", "alltoall"):
-        coll = collective_for(problem, P)
-    elif kind == "reducescatter":
-        coll = collective_for(problem, P)
-    else:
-        coll = collective_for(problem, n * P)
+    probe = default_sketch(problem.topology, problem.request.sketch)
+    P = probe.chunk_partition or pieces(problem)
+    coll = collective_for(problem, n * P if kind == "allreduce" else P)
+    run = _Run(problem, coll)
     slot_bytes = run.size / max(coll.max_input_slots, coll.max_output_slots, 1)
-    progress(f"{run.variant}: {kind} on {problem.topology.name}, {slot_bytes:.6g} bytes per slot, {P} piece(s) per part")
-    if kind == "allgather":
-        transfers = _allgather(run, coll, slot_bytes)
-    elif kind == "broadcast":
-        transfers = _broadcast(run, coll, slot_bytes)
+    progress(f"{run.variant}: {kind} on {problem.topology.name}, {slot_bytes:.6g} bytes per slot, "
+             f"{P} piece(s) per part")
+    if kind in ("allgather", "broadcast"):
+        logical = LogicalTopology(problem.topology, run.sketch, slot_bytes)
+        transfers = _multicast(run, logical, kind, coll.root or 0)
     elif kind == "alltoall":
-        transfers = _alltoall(run, coll, slot_bytes)
+        transfers = _alltoall(run, LogicalTopology(problem.topology, run.sketch, slot_bytes))
     elif kind == "reducescatter":
-        transfers = _reducescatter(run, coll, slot_bytes)
+        transfers = _reducescatter(run, slot_bytes)
     else:
-        transfers = _allreduce(run, coll, slot_bytes)
+        transfers = _allreduce(run, slot_bytes)
     algorithm = Algorithm(f"{run.variant}-{kind}-{problem.topology.name}", coll, problem.topology,
                           tuple(transfers), solver=run.variant)
     if run.limited:
         gaps = [s.gap for s in run.solves if s.gap is not None]
-        raise SolverTimeout("the MILP time limit was reached before optimality was proven",
+        raise SolverTimeout("a MILP reached its time limit before proving optimality",
                             best=algorithm, gap=max(gaps) if gaps else None)
     return algorithm
 
 
-# ---------------------------------------------------------------------- pipelines
-SlotFn = Callable[[Commodity, int], tuple[str, int]]
-
-
-def _schedule(run: _Run, logical: LogicalTopology, items: list[Commodity],
-              final_slot: SlotFn | Callable[[Plan], SlotFn]) -> tuple[Plan, list[Batch], SlotFn]:
-    """Stages 1 to 3 for ``items``. ``final_slot`` gives where a commodity sits on a rank in the
-    schedule that will be emitted (or builds that function from the plan, for relays' scratch);
-    it decides which hops may merge."""
+# ---------------------------------------------------------------------- stages 2 to 5
+def _schedule(run: _Run, logical: LogicalTopology, items: list[Commodity], seeds: list[tuple[str, Routes]],
+              final_slot: SlotFn | Callable[[Plan], SlotFn], build: Build) -> list[Transfer]:
+    """Route ``items``, play every candidate out, judge, batch the best; returns its transfers.
+    ``final_slot`` gives where a commodity sits on a rank in the emitted schedule (or builds that
+    function from a plan, for relays' scratch); ``build`` turns a plan into transfers."""
     if run.variant == "teccl":
         from .teccl import route_time_expanded
 
         multicast = any(len(c.dests) > 1 for c in items)
-        routes, solved = route_time_expanded(logical, items, run.backend, run.budget(0.6), lp=not multicast)
+        routes, solved, extras = route_time_expanded(logical, items, run.backend, run.budget(0.6), lp=not multicast)
     else:
-        routes, solved = route(logical, items, run.backend, run.budget(0.6))
+        routes, solved, extras = route(logical, items, run.backend, run.budget(0.6))
     run.record(solved)
-    plan = list_schedule(routes)
-    progress(f"ordering heuristic: {len(plan.hops)} hops, planned makespan {plan.makespan:.3f} us")
-    slot = final_slot(plan) if getattr(final_slot, "needs_plan", False) else final_slot
+    label = "routing MILP" if run.variant == "milp" else "time-expanded model"
+    candidates = [(f"{label}'s routes", routes)] + extras + seeds
+
+    def slots_of(plan: Plan) -> SlotFn:
+        return final_slot(plan) if getattr(final_slot, "needs_plan", False) else final_slot  # type: ignore[return-value]
+
+    best = None
+    for name, cand in candidates:
+        plan = list_schedule(cand)
+        slot = slots_of(plan)
+        transfers = build(plan, [Batch((h.id,)) for h in plan.hops], slot)
+        simulated = run.judge(transfers)
+        progress(f"candidate {name}: planned {plan.makespan:.4g} us, simulated {simulated:.4g} us")
+        if best is None or simulated < best[0] - 1e-9:
+            best = (simulated, name, cand, plan, slot, transfers)
+    assert best is not None
+    simulated, name, cand, plan, slot, transfers = best
     by_id = {c.id: c for c in items}
     links = logical.links
 
@@ -135,69 +160,67 @@ def _schedule(run: _Run, logical: LogicalTopology, items: list[Commodity],
                 return False
         return True
 
-    stage2 = plan.makespan
     proposed, _, solved = merge(logical, plan, mergeable, run.backend, run.budget(0.5))
     run.record(solved)
-    batched = [b for b in proposed if len(b.hops) > 1]
-    if batched:
-        # replay the proposal with the list scheduler (which knows shared limits) and keep it
-        # only if it beats one hop per transfer
-        trial = list_schedule(routes, build_hops(routes), [b.hops for b in proposed])
-        if trial.makespan < stage2 - 1e-9:
-            plan, batches = trial, proposed
-        else:
-            batches = [Batch((h.id,)) for h in plan.hops]
-    else:
-        batches = [Batch((h.id,)) for h in plan.hops]
-    merged = sum(1 for b in batches if len(b.hops) > 1)
-    progress(f"contiguity: {len(batches)} transfers ({merged} batched), planned makespan "
-             f"{plan.makespan:.3f} us (one hop per transfer: {stage2:.3f} us)")
-    return plan, batches, slot
+    if any(len(b.hops) > 1 for b in proposed):
+        trial = list_schedule(cand, build_hops(cand), [b.hops for b in proposed])
+        batched = build(trial, proposed, slot)
+        faster = run.judge(batched)
+        merged = sum(1 for b in proposed if len(b.hops) > 1)
+        progress(f"contiguity: {merged} batches, simulated {faster:.4g} us (unbatched {simulated:.4g} us)")
+        if faster < simulated - 1e-9:
+            return batched
+    progress(f"chosen: {name}, simulated {simulated:.4g} us")
+    return transfers
 
 
-def _multicast(run: _Run, logical: LogicalTopology, kind: str, root: int,
-               final_slot: SlotFn) -> list[Transfer]:
-    items = commodities(kind, logical.n, run.pieces, root)
-    plan, batches, slot = _schedule(run, logical, items, final_slot)
+def _ends(logical: LogicalTopology):
     links = logical.links
-    by_id = {c.id: c for c in items}
-    return emit(plan, batches, by_id, lambda e: (links[e].src, links[e].dst), slot)
+    return lambda e: (links[e].src, links[e].dst)
 
 
-def _allgather(run: _Run, coll: Collective, slot_bytes: float) -> list[Transfer]:
-    logical = LogicalTopology(run.problem.topology, run.sketch, slot_bytes)
+def _multicast(run: _Run, logical: LogicalTopology, kind: str, root: int) -> list[Transfer]:
+    """Allgather (every rank's pieces to everyone) or broadcast (the root's pieces)."""
     P = run.pieces
-    return _multicast(run, logical, "allgather", 0, lambda c, r: ("output", c.source * P + c.piece))
+    items = commodities(kind, logical.n, P, root)
+    by_id = {c.id: c for c in items}
+    seeds = template_routes(run.problem, logical, items, kind, P, root) if not logical.reverse else []
 
+    def slot(c: Commodity, rank: int) -> tuple[str, int]:
+        return ("output", c.source * P + c.piece) if kind == "allgather" else ("output", c.piece)
 
-def _broadcast(run: _Run, coll: Collective, slot_bytes: float) -> list[Transfer]:
-    logical = LogicalTopology(run.problem.topology, run.sketch, slot_bytes)
-    return _multicast(run, logical, "broadcast", coll.root or 0, lambda c, r: ("output", c.piece))
+    def build(plan: Plan, batches: list[Batch], slot_fn: SlotFn) -> list[Transfer]:
+        return emit(plan, batches, by_id, _ends(logical), slot_fn)
+
+    return _schedule(run, logical, items, seeds, slot, build)
 
 
 def _reduce_scatter_like(run: _Run, slot_bytes: float, accumulate: Callable[[int, str, int], tuple[str, int]]
                          ) -> tuple[list[Transfer], LogicalTopology]:
-    """Reducescatter of pieces ``P`` per block as the time reversal of an allgather on the reversed
-    topology (the topology itself when it is its own reverse). Returns the transfers and the
-    logical topology used, so an allreduce can reuse it."""
+    """Reducescatter of P pieces per block as the time reversal of an allgather on the reversed
+    topology (on the topology itself when it is its own reverse). Candidates are judged as the
+    reduction they become. Returns the transfers and the logical topology used."""
     forward = LogicalTopology(run.problem.topology, run.sketch, slot_bytes)
     backward = LogicalTopology(run.problem.topology, run.sketch, slot_bytes, reverse=True)
     logical = forward if forward.signature() == backward.signature() else backward
     P = run.pieces
+    items = commodities("allgather", logical.n, P)
+    by_id = {c.id: c for c in items}
+    seeds = template_routes(run.problem, logical, items, "allgather", P) if not logical.reverse else []
+
+    def ag_slot(c: Commodity, rank: int) -> tuple[str, int]:
+        return ("output", c.source * P + c.piece)
 
     def final(c: Commodity, rank: int) -> tuple[str, int]:
-        return accumulate(rank, "output", c.source * P + c.piece)
+        return accumulate(rank, *ag_slot(c, rank))
 
-    items = commodities("allgather", logical.n, P)
-    plan, batches, _ = _schedule(run, logical, items, final)
-    links = logical.links
-    by_id = {c.id: c for c in items}
-    ag = emit(plan, batches, by_id, lambda e: (links[e].src, links[e].dst),
-              lambda c, r: ("output", c.source * P + c.piece))
-    return reverse(ag, accumulate), logical
+    def build(plan: Plan, batches: list[Batch], slot_fn: SlotFn) -> list[Transfer]:
+        return reverse(emit(plan, batches, by_id, _ends(logical), ag_slot), accumulate)
+
+    return _schedule(run, logical, items, seeds, final, build), logical
 
 
-def _reducescatter(run: _Run, coll: Collective, slot_bytes: float) -> list[Transfer]:
+def _reducescatter(run: _Run, slot_bytes: float) -> list[Transfer]:
     P = run.pieces
 
     def accumulate(rank: int, buf: str, idx: int) -> tuple[str, int]:
@@ -207,21 +230,18 @@ def _reducescatter(run: _Run, coll: Collective, slot_bytes: float) -> list[Trans
     return _reduce_scatter_like(run, slot_bytes, accumulate)[0]
 
 
-def _allreduce(run: _Run, coll: Collective, slot_bytes: float) -> list[Transfer]:
+def _allreduce(run: _Run, slot_bytes: float) -> list[Transfer]:
     rs, used = _reduce_scatter_like(run, slot_bytes, lambda rank, buf, idx: ("output", idx))
+    last = max((t.step for t in rs), default=-1)
     if not used.reverse:  # the topology is its own reverse: the allgather is the mirror image
-        last = max((t.step for t in rs), default=-1)
         ag = [t._replace(step=2 * last + 1 - t.step, src=t.dst, dst=t.src, op="copy") for t in reversed(rs)]
         return rs + ag
     logical = LogicalTopology(run.problem.topology, run.sketch, slot_bytes)
-    P = run.pieces
-    ag = _multicast(run, logical, "allgather", 0, lambda c, r: ("output", c.source * P + c.piece))
-    offset = 1 + max((t.step for t in rs), default=-1)
-    return rs + [t._replace(step=t.step + offset) for t in ag]
+    ag = _multicast(run, logical, "allgather", 0)
+    return rs + [t._replace(step=t.step + last + 1) for t in ag]
 
 
-def _alltoall(run: _Run, coll: Collective, slot_bytes: float) -> list[Transfer]:
-    logical = LogicalTopology(run.problem.topology, run.sketch, slot_bytes)
+def _alltoall(run: _Run, logical: LogicalTopology) -> list[Transfer]:
     P = run.pieces
     items = commodities("alltoall", logical.n, P)
     by_id = {c.id: c for c in items}
@@ -245,5 +265,9 @@ def _alltoall(run: _Run, coll: Collective, slot_bytes: float) -> list[Transfer]:
         return slot
 
     slots_for.needs_plan = True  # type: ignore[attr-defined]
-    plan, batches, slot = _schedule(run, logical, items, slots_for)
-    return emit(plan, batches, by_id, lambda e: (links[e].src, links[e].dst), slot)
+
+    def build(plan: Plan, batches: list[Batch], slot_fn: SlotFn) -> list[Transfer]:
+        return emit(plan, batches, by_id, _ends(logical), slot_fn)
+
+    seeds = template_routes(run.problem, logical, items, "alltoall", P)
+    return _schedule(run, logical, items, seeds, slots_for, build)

@@ -9,8 +9,8 @@ Cost model (the simulator's default alpha-beta model): a transfer of k slots on 
 busy alpha + k beta and lands at its end; a link with L lanes serves L transfers at once; the
 links under a shared limit share its bandwidth.
 
-Default sketch on a multi-node topology of equal nodes: inter-node traffic only along rails
-(local i to local i), every rank a relay, and rotational symmetry by the node size.
+Default sketch: every link of the flattened view (no restriction), and on a multi-node topology
+of equal nodes rotational symmetry by the node size. A sketch narrows it, e.g. to rails.
 """
 
 from __future__ import annotations
@@ -151,6 +151,5 @@ def default_sketch(topology: Topology, sketch: Sketch | None) -> Sketch:
     if sketch is not None:
         return sketch
     if topology.n_nodes > 1 and topology.uniform_nodes:
-        size = len(topology.node_ranks[0])
-        return Sketch(internode=tuple((i, i) for i in range(size)), symmetry=(size,))
+        return Sketch(symmetry=(len(topology.node_ranks[0]),))
     return Sketch()

@@ -49,8 +49,29 @@ def progress(message: str) -> None:
     print(f"ccl: {message}", file=sys.stderr, flush=True)
 
 
-def solve(model, name: str, backend: str, time_limit: float, *, verbose: bool = True) -> Solved:
-    """Solve a ``pulp.LpProblem`` with HiGHS (default) or CBC within ``time_limit`` seconds."""
+def _warm_highs(pulp):
+    """HiGHS through PuLP, handing the variables' initial values to HiGHS as a starting solution
+    (PuLP's HiGHS class has no warm start of its own)."""
+
+    class WarmHiGHS(pulp.HiGHS):
+        def callSolver(self, lp):
+            variables = lp.variables()
+            if any(v.varValue is not None for v in variables):
+                import highspy
+
+                start = highspy.HighsSolution()
+                start.col_value = [float(v.varValue or 0.0) for v in sorted(variables, key=lambda v: v.index)]
+                start.value_valid = True
+                lp.solverModel.setSolution(start)
+            lp.solverModel.run()
+
+    return WarmHiGHS
+
+
+def solve(model, name: str, backend: str, time_limit: float, *, verbose: bool = True,
+          start: dict | None = None) -> Solved:
+    """Solve a ``pulp.LpProblem`` with HiGHS (default) or CBC within ``time_limit`` seconds,
+    starting from ``start`` (variable -> value, a feasible solution) when given."""
     import pulp
 
     if backend not in BACKENDS:
@@ -62,10 +83,13 @@ def solve(model, name: str, backend: str, time_limit: float, *, verbose: bool = 
         progress(f"{name}: {len(variables)} variables ({n_bin} integer), {n_con} constraints, "
                  f"{backend}, limit {time_limit:.0f} s")
     limit = max(1.0, time_limit)
+    if start:
+        for var, value in start.items():
+            var.setInitialValue(value)
     if backend == "highs":
-        solver = pulp.HiGHS(msg=False, timeLimit=limit, threads=1)
+        solver = _warm_highs(pulp)(msg=False, timeLimit=limit, threads=1)
     else:
-        solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, threads=1)
+        solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, threads=1, warmStart=bool(start))
     start = time.perf_counter()
     try:
         model.solve(solver)
@@ -78,12 +102,16 @@ def solve(model, name: str, backend: str, time_limit: float, *, verbose: bool = 
     sol = getattr(model, "sol_status", None)
     objective = pulp.value(model.objective)
     bound = gap = None
+    found = objective is not None and all(v.varValue is not None for v in variables)
     if backend == "highs" and getattr(model, "solverModel", None) is not None:
         info = model.solverModel.getInfo()
+        found = found and info.primal_solution_status == 2  # a feasible point, not our start echoed
         if n_bin:
             bound = float(info.mip_dual_bound)
             gap = float(info.mip_gap) if info.mip_gap < 1e300 else None
-    if status_code == pulp.LpStatusOptimal and sol in (None, pulp.LpSolutionOptimal):
+    if not found:
+        status = "infeasible" if status_code == pulp.LpStatusInfeasible else "none"
+    elif status_code == pulp.LpStatusOptimal and sol in (None, pulp.LpSolutionOptimal):
         status = "optimal"
         gap = 0.0 if gap is None or gap < 1e-9 else gap
     elif sol == pulp.LpSolutionIntegerFeasible or (status_code == pulp.LpStatusOptimal and objective is not None):

@@ -2,8 +2,10 @@
 
 A commodity is one slot's data: a source rank and the ranks that need it (every other rank for
 allgather and broadcast, one rank for alltoall). Its route is a tree (a path for one
-destination) in the hop-shortest-path DAG of the logical topology from its source: the DAG keeps
-the model small, as TACCL's shortest-path sets do, and rules out cycles.
+destination) over the links of paths at most one hop longer than the shortest from its source
+(``_allowed``): that keeps the model small, as TACCL's shortest-path sets do, while letting a
+slot cross the network once and spread inside a node. Where the model would grow past
+MAX_ROUTING_BINARIES the shortest paths alone are used. The timing constraints rule out cycles.
 
 Variables: x[c, e] (commodity c uses link e), t[c, v] (when c reaches v without contention), T.
 Constraints: every destination receives c exactly once and any other rank at most once; a rank
@@ -22,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .logical import LogicalTopology
-from .lp import Solved, solve
+from .lp import Solved, progress, solve
 
 EPSILON = 1e-3  # price of link time in the objective, relative to the makespan
 
@@ -69,18 +71,27 @@ class Routes:
         self.links = links
 
 
-def _allowed(logical: LogicalTopology, c: Commodity, dist_from: list[int], dist_to: dict[int, list[int]]) -> list[int]:
-    """Links of the hop-shortest-path DAG from c's source towards c's destinations."""
+def _allowed(logical: LogicalTopology, c: Commodity, dist_from: list[int], dist_to: dict[int, list[int]],
+             slack: int = 0) -> list[int]:
+    """Links on paths from c's source towards its destinations at most ``slack`` hops longer than
+    the shortest (slack 0: the hop-shortest-path DAG; slack 1 also lets a slot cross to a rank
+    as far from the source as the sender, e.g. over the network once and then inside the node)."""
     out = []
+    single = len(c.dests) == 1
     for x in logical.links:
-        if dist_from[x.src] + 1 != dist_from[x.dst] or x.dst == c.source:
+        if x.dst == c.source or (single and x.src == c.dests[0]):
             continue
-        if len(c.dests) == 1:
+        if dist_from[x.src] + 1 > dist_from[x.dst] + slack:
+            continue
+        if single:
             d = c.dests[0]
-            if dist_from[x.src] + 1 + dist_to[d][x.dst] != dist_from[d]:
+            if dist_from[x.src] + 1 + dist_to[d][x.dst] > dist_from[d] + slack:
                 continue
         out.append(x.index)
     return out
+
+
+MAX_ROUTING_BINARIES = 25_000  # above this, slack 0 keeps the routing model small
 
 
 def _representatives(logical: LogicalTopology, items: list[Commodity]) -> tuple[list[Commodity], int, dict]:
@@ -107,41 +118,93 @@ def rotate(c: Commodity, a: int, k: int, n: int, key: dict) -> Commodity:
     return key[((c.source + a * k) % n, dests, c.piece)]
 
 
-def heuristic_tree(logical: LogicalTopology, c: Commodity, allowed: list[int]) -> list[int]:
-    """Cheapest tree within the DAG (each rank takes its cheapest incoming DAG link from a rank
-    already reached; a link costs alpha plus the slot time of its narrowest part, shared limits
-    included, so crossing a NIC once and spreading inside the node wins), pruned to what the
-    destinations need."""
+def _slot_time(logical: LogicalTopology, allowed: list[int]) -> dict[int, float]:
+    """Per-slot time of each link including the shared limits it crosses."""
     slow = {e: logical.links[e].beta for e in allowed}
     for limit in logical.limits:
         for e in limit.links:
             if e in slow:
                 slow[e] = max(slow[e], limit.beta)
-    best: dict[int, tuple[float, int]] = {c.source: (0.0, -1)}
-    by_layer = sorted(allowed, key=lambda e: (logical.links[e].src != c.source, logical.links[e].dst))
+    return slow
+
+
+def _cheapest(logical: LogicalTopology, links: list[int], sources: dict[int, float], cost) -> dict[int, tuple[float, int]]:
+    """Bellman-Ford from ``sources`` (rank -> cost) over ``links``: rank -> (cost, incoming link)."""
+    best: dict[int, tuple[float, int]] = {v: (c0, -1) for v, c0 in sources.items()}
     changed = True
     while changed:
         changed = False
-        for e in by_layer:
+        for e in links:
             x = logical.links[e]
             if x.src not in best:
                 continue
-            cost = best[x.src][0] + x.alpha + slow[e] * (1.0 + 1e-6 * x.internode)
-            if x.dst not in best or cost < best[x.dst][0] - 1e-12:
-                best[x.dst] = (cost, e)
+            total = best[x.src][0] + cost(e)
+            if x.dst not in best or total < best[x.dst][0] - 1e-12:
+                best[x.dst] = (total, e)
                 changed = True
+    return best
+
+
+def _tree_from(logical: LogicalTopology, c: Commodity, best: dict[int, tuple[float, int]]) -> list[int] | None:
     needed: set[int] = set()
     for d in c.dests:
         v = d
         while v != c.source:
-            if v not in best:
-                raise ValueError(f"rank {d} unreachable from {c.source}")
+            if v not in best or best[v][1] < 0:
+                return None
             e = best[v][1]
             if e in needed:
                 break
             needed.add(e)
             v = logical.links[e].src
     return sorted(needed)
+
+
+def heuristic_tree(logical: LogicalTopology, c: Commodity, allowed: list[int]) -> list[int]:
+    """Least-latency tree over the allowed links (a link costs alpha plus the slot time of its
+    narrowest part, shared limits included), pruned to what the destinations need."""
+    slow = _slot_time(logical, allowed)
+    best = _cheapest(logical, allowed, {c.source: 0.0}, lambda e: logical.links[e].alpha + slow[e])
+    tree = _tree_from(logical, c, best)
+    if tree is None:
+        raise ValueError(f"a destination of commodity {c.id} is unreachable from rank {c.source}")
+    return tree
+
+
+def hierarchical_tree(logical: LogicalTopology, c: Commodity, allowed: list[int], entry_load: dict[int, int]
+                      ) -> list[int] | None:
+    """A tree that crosses into every other node once: least-latency inside the source's node, one
+    entry link per other node (between the ranks used least so far as senders or receivers of
+    crossings, which spreads the traffic over NICs and forwarding ranks), least-latency inside
+    that node from its entry rank. None when the allowed links do not permit it."""
+    node = logical.topology.node_of
+    slow = _slot_time(logical, allowed)
+    home = node[c.source]
+    inside = [e for e in allowed if node[logical.links[e].src] == node[logical.links[e].dst]]
+
+    def cost(e: int) -> float:
+        return logical.links[e].alpha + slow[e]
+
+    best = _cheapest(logical, [e for e in inside if node[logical.links[e].src] == home], {c.source: 0.0}, cost)
+    for target in sorted({node[d] for d in c.dests} - {home}):
+        entries = [e for e in allowed if logical.links[e].src in best and node[logical.links[e].src] == home
+                   and node[logical.links[e].dst] == target]
+        if not entries:
+            return None
+        def load(e: int) -> int:
+            return entry_load.get(logical.links[e].src, 0) + entry_load.get(logical.links[e].dst, 0)
+
+        e = min(entries, key=lambda e: (load(e), best[logical.links[e].src][0] + cost(e), e))
+        entry_load[logical.links[e].src] = entry_load.get(logical.links[e].src, 0) + 1
+        entry_load[logical.links[e].dst] = entry_load.get(logical.links[e].dst, 0) + 1
+        x = logical.links[e]
+        here = _cheapest(logical, [f for f in inside if node[logical.links[f].src] == target],
+                         {x.dst: best[x.src][0] + cost(e)}, cost)
+        here[x.dst] = (here[x.dst][0], e)
+        for v, val in here.items():
+            if v not in best:
+                best[v] = val
+    return _tree_from(logical, c, best)
 
 
 def _prune(logical: LogicalTopology, c: Commodity, chosen: list[int]) -> list[int]:
@@ -161,7 +224,7 @@ def _prune(logical: LogicalTopology, c: Commodity, chosen: list[int]) -> list[in
 
 
 def route(logical: LogicalTopology, items: list[Commodity], backend: str, time_limit: float,
-          *, verbose: bool = True) -> tuple[Routes, Solved | None]:
+          *, verbose: bool = True) -> tuple[Routes, Solved | None, list[tuple[str, Routes]]]:
     """Solve the routing MILP (see module docstring); returns the routes and the solve record
     (None when the model was trivial)."""
     import pulp
@@ -172,8 +235,22 @@ def route(logical: LogicalTopology, items: list[Commodity], backend: str, time_l
     dist_from = {c.source: logical.hops_from(c.source) for c in reps}
     dests_all = {d for c in reps for d in c.dests}
     dist_to = {d: logical.hops_to(d) for d in dests_all} if any(len(c.dests) == 1 for c in reps) else {}
-    allowed = {c.id: _allowed(logical, c, dist_from[c.source], dist_to) for c in reps}
-    heuristic = {c.id: heuristic_tree(logical, c, allowed[c.id]) for c in reps}
+    allowed = {c.id: _allowed(logical, c, dist_from[c.source], dist_to, 1) for c in reps}
+    if sum(len(v) for v in allowed.values()) > MAX_ROUTING_BINARIES:
+        allowed = {c.id: _allowed(logical, c, dist_from[c.source], dist_to, 0) for c in reps}
+    def expand(trees: dict[int, list[int]]) -> Routes:
+        links: dict[int, list[int]] = {}
+        for c in reps:
+            for a in range(rotations):
+                rc = rotate(c, a, k, n, key) if rotations > 1 else c
+                links[rc.id] = sorted(logical.rotate_link(e, a) if rotations > 1 else e for e in trees[c.id])
+        return Routes(logical, items, links)
+
+    heuristics = heuristic_candidates(logical, reps, allowed, expand)
+    start_name, start_trees, start_routes, start_time = min(heuristics, key=lambda h: h[3])
+    extras = [(name, routes) for name, _, routes, _ in heuristics]
+    if verbose:
+        progress(f"routing heuristics: {start_name} plans best, {start_time:.3f} us")
 
     model = pulp.LpProblem("routing", pulp.LpMinimize)
     T = pulp.LpVariable("T", lowBound=0)
@@ -182,10 +259,11 @@ def route(logical: LogicalTopology, items: list[Commodity], backend: str, time_l
         for e in allowed[c.id]:
             x[(c.id, e)] = pulp.LpVariable(f"x_{c.id}_{e}", cat="Binary")
     hop = max((x.alpha + x.beta for x in logical.links), default=1.0)
-    depth = max((max(d for d in dist_from[c.source] if d <= n) for c in reps), default=1)
-    big_m = (depth + 1) * hop
+    big_m = n * hop  # no path is longer than n - 1 hops
     load: dict[int, list] = {}
     cost_terms = []
+    bounds_on_T = []  # right-hand sides of T >= ..., to value the warm start
+    start: dict = {}
     for c in reps:
         into: dict[int, list] = {}
         for e in allowed[c.id]:
@@ -203,6 +281,7 @@ def route(logical: LogicalTopology, items: list[Commodity], backend: str, time_l
             if d not in reached:
                 raise ValueError(f"rank {d} cannot be reached from rank {c.source} in the logical topology")
             model += T >= t[d]
+            bounds_on_T.append(t[d])
         for e in allowed[c.id]:
             link = logical.links[e]
             var = x[(c.id, e)]
@@ -213,25 +292,62 @@ def route(logical: LogicalTopology, items: list[Commodity], backend: str, time_l
             for a in range(rotations):
                 target = logical.rotate_link(e, a) if rotations > 1 else e
                 load.setdefault(target, []).append(var)
+        # warm start: the chosen heuristic tree, arrival times along it
+        chosen = set(start_trees[c.id])
+        arrival = {c.source: 0.0}
+        for e in sorted(chosen, key=lambda e: _hops_from_source(logical, chosen, c.source, logical.links[e].src)):
+            link = logical.links[e]
+            arrival[link.dst] = arrival[link.src] + link.alpha + link.beta
+        for e in allowed[c.id]:
+            start[x[(c.id, e)]] = 1.0 if e in chosen else 0.0
+        for v in into:
+            start[t[v]] = arrival.get(v, 0.0)
     for e, vs in load.items():
         link = logical.links[e]
-        model += T >= pulp.lpSum(vs) * (link.beta / link.lanes)
+        rhs = pulp.lpSum(vs) * (link.beta / link.lanes)
+        model += T >= rhs
+        bounds_on_T.append(rhs)
     for limit in logical.limits:
         terms = [v for e in limit.links for v in load.get(e, ())]
         if terms:
-            model += T >= pulp.lpSum(terms) * limit.beta
+            rhs = pulp.lpSum(terms) * limit.beta
+            model += T >= rhs
+            bounds_on_T.append(rhs)
     model += T + EPSILON * pulp.lpSum(cost_terms) / max(1, len(reps))
-    solved = solve(model, "routing MILP", backend, time_limit, verbose=verbose)
-    trees: dict[int, list[int]] = {}
-    for c in reps:
-        if solved.has_solution:
-            chosen = [e for e in allowed[c.id] if (x[(c.id, e)].value() or 0) > 0.5]
-            trees[c.id] = _prune(logical, c, chosen)
-        else:
-            trees[c.id] = heuristic[c.id]
-    links: dict[int, list[int]] = {}
-    for c in reps:
-        for a in range(rotations):
-            rc = rotate(c, a, k, n, key) if rotations > 1 else c
-            links[rc.id] = sorted(logical.rotate_link(e, a) if rotations > 1 else e for e in trees[c.id])
-    return Routes(logical, items, links), solved
+    for var, value in start.items():
+        var.setInitialValue(value)
+    start[T] = max((pulp.value(b) if not isinstance(b, float) else b) for b in bounds_on_T)
+    solved = solve(model, "routing MILP", backend, time_limit, verbose=verbose, start=start)
+    if not solved.has_solution:
+        return start_routes, solved, extras
+    trees = {c.id: _prune(logical, c, [e for e in allowed[c.id] if (x[(c.id, e)].value() or 0) > 0.5]) for c in reps}
+    return expand(trees), solved, extras
+
+
+def _hops_from_source(logical: LogicalTopology, tree: set[int], source: int, v: int) -> int:
+    into = {logical.links[e].dst: e for e in tree}
+    d = 0
+    while v != source:
+        v = logical.links[into[v]].src
+        d += 1
+    return d
+
+
+def heuristic_candidates(logical: LogicalTopology, reps: list[Commodity], allowed: dict[int, list[int]], expand):
+    """(name, trees, routes, planned makespan) of the heuristics: least-latency trees and, on
+    multi-node topologies, trees that cross into each node once."""
+    from .ordering import list_schedule
+
+    candidates = [("least-latency trees", {c.id: heuristic_tree(logical, c, allowed[c.id]) for c in reps})]
+    if logical.topology.n_nodes > 1 and any(len(c.dests) > 1 for c in reps):
+        entry_load: dict[int, int] = {}
+        spread = {}
+        for c in reps:
+            tree = hierarchical_tree(logical, c, allowed[c.id], entry_load)
+            spread[c.id] = tree if tree is not None else candidates[0][1][c.id]
+        candidates.append(("node-crossing trees", spread))
+    out = []
+    for name, trees in candidates:
+        routes = expand(trees)
+        out.append((name, trees, routes, list_schedule(routes).makespan))
+    return out

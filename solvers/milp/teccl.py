@@ -32,6 +32,7 @@ from .lp import Solved, progress, solve
 from .routing import Commodity, Routes, _allowed, _prune, _representatives, heuristic_tree, rotate
 
 MAX_EPOCHS = 40
+MAX_VARIABLES = 120_000  # send variables per model; beyond it the shortest paths alone are used
 
 
 TARGET_EPOCHS = 16  # the heuristic schedule's makespan is cut into about this many epochs
@@ -45,7 +46,7 @@ def epoch_length(logical: LogicalTopology, estimate: float) -> float:
 
 
 def route_time_expanded(logical: LogicalTopology, items: list[Commodity], backend: str, time_limit: float,
-                        *, lp: bool, verbose: bool = True) -> tuple[Routes, Solved | None]:
+                        *, lp: bool, verbose: bool = True) -> tuple[Routes, Solved | None, list[tuple[str, Routes]]]:
     import time
 
     n = logical.n
@@ -54,30 +55,40 @@ def route_time_expanded(logical: LogicalTopology, items: list[Commodity], backen
     dist_from = {c.source: logical.hops_from(c.source) for c in reps}
     dests = {d for c in reps for d in c.dests}
     dist_to = {d: logical.hops_to(d) for d in dests} if any(len(c.dests) == 1 for c in reps) else {}
-    allowed = {c.id: _allowed(logical, c, dist_from[c.source], dist_to) for c in reps}
+    allowed = {c.id: _allowed(logical, c, dist_from[c.source], dist_to, 1) for c in reps}
+    if sum(map(len, allowed.values())) * TARGET_EPOCHS > MAX_VARIABLES:
+        allowed = {c.id: _allowed(logical, c, dist_from[c.source], dist_to, 0) for c in reps}
     heuristic = {c.id: heuristic_tree(logical, c, allowed[c.id]) for c in reps}
     estimate = _estimate(logical, items, reps, rotations, k_rot, key, heuristic)
     tau = epoch_length(logical, estimate)
     delta = {x.index: math.ceil(x.alpha / tau - 1e-9) for x in logical.links}
     cap = {x.index: max(1, int(tau / x.beta + 1e-9)) * x.lanes for x in logical.links}
     per_epoch = {i: tau / lim.beta for i, lim in enumerate(logical.limits)}
-    # earliest epoch a commodity can cross a link: hops so far, each at least 1 + delta epochs
+    # earliest epoch a commodity can be at a rank: hops so far, each at least 1 + delta epochs
     earliest = {}
     for c in reps:
         reach = {c.source: 0}
-        for e in sorted(allowed[c.id], key=lambda e: dist_from[c.source][logical.links[e].src]):
-            x = logical.links[e]
-            if x.src in reach:
-                t = reach[x.src] + 1 + delta[e]
-                reach[x.dst] = min(reach.get(x.dst, t), t)
+        changed = True
+        while changed:
+            changed = False
+            for e in allowed[c.id]:
+                x = logical.links[e]
+                if x.src in reach:
+                    t = reach[x.src] + 1 + delta[e]
+                    if t < reach.get(x.dst, t + 1):
+                        reach[x.dst] = t
+                        changed = True
         earliest[c.id] = reach
     k_min = max(max(earliest[c.id][d] for d in c.dests) for c in reps)
     deadline = time.perf_counter() + time_limit
     last: Solved | None = None
     K = max(k_min, math.ceil(0.75 * estimate / tau))
     while K <= MAX_EPOCHS and time.perf_counter() < deadline:
-        left = max(1.0, deadline - time.perf_counter())
-        result = _solve(logical, reps, rotations, allowed, earliest, delta, cap, per_epoch, K, backend, left, lp,
+        if sum(map(len, allowed.values())) * K > MAX_VARIABLES:
+            if verbose:
+                progress(f"time-expanded model: {K} epochs would exceed {MAX_VARIABLES} send variables")
+            break
+        result = _solve(logical, reps, rotations, allowed, earliest, delta, cap, per_epoch, K, backend, deadline, lp,
                         verbose)
         last, flows = result
         if last.has_solution:
@@ -94,7 +105,8 @@ def route_time_expanded(logical: LogicalTopology, items: list[Commodity], backen
         trees = heuristic
     elif verbose:
         progress(f"time-expanded model: {K} epochs of {tau:.4g} us")
-    return _expand(logical, items, reps, rotations, k_rot, key, trees), last
+    extras = [("least-latency trees", _expand(logical, items, reps, rotations, k_rot, key, heuristic))]
+    return _expand(logical, items, reps, rotations, k_rot, key, trees), last, extras
 
 
 def _expand(logical, items, reps, rotations, k_rot, key, trees) -> Routes:
@@ -113,7 +125,9 @@ def _estimate(logical, items, reps, rotations, k_rot, key, trees) -> float:
     return list_schedule(_expand(logical, items, reps, rotations, k_rot, key, trees)).makespan
 
 
-def _solve(logical, reps, rotations, allowed, earliest, delta, cap, per_epoch, K, backend, time_limit, lp, verbose):
+def _solve(logical, reps, rotations, allowed, earliest, delta, cap, per_epoch, K, backend, deadline, lp, verbose):
+    import time
+
     import pulp
 
     model = pulp.LpProblem("time_expanded", pulp.LpMaximize)
@@ -189,6 +203,7 @@ def _solve(logical, reps, rotations, allowed, earliest, delta, cap, per_epoch, K
             if vs:
                 model += pulp.lpSum(vs) <= per_epoch[i]
     model += pulp.lpSum(value) - 1e-3 * pulp.lpSum(sends)
+    time_limit = max(1.0, deadline - time.perf_counter())  # what building the model left
     solved = solve(model, f"time-expanded {'LP' if lp else 'MILP'} (K={K})", backend, time_limit, verbose=verbose)
     flows = {key: (var.value() or 0.0) for key, var in F.items()} if solved.has_solution else {}
     return solved, flows
