@@ -68,6 +68,7 @@ class _Run:
             raise InputError(f"unknown MILP backend {self.backend!r}; known: {', '.join(BACKENDS)}")
         self.deadline = time.perf_counter() + (req.time_limit or DEFAULT_TIME_LIMIT)
         self.solves: list[Solved] = []
+        self.candidates: list[dict] = []
         self.limited = False
 
     def budget(self, share: float) -> float:
@@ -110,11 +111,36 @@ def synthesize(problem: Problem) -> Algorithm:
         transfers = _allreduce(run, slot_bytes)
     algorithm = Algorithm(f"{run.variant}-{kind}-{problem.topology.name}", coll, problem.topology,
                           tuple(transfers), solver=run.variant)
+    details = _details(run, algorithm)
     if run.limited:
         gaps = [s.gap for s in run.solves if s.gap is not None]
         raise SolverTimeout("a MILP reached its time limit before proving optimality",
-                            best=algorithm, gap=max(gaps) if gaps else None)
-    return algorithm
+                            best=algorithm, gap=max(gaps) if gaps else None, details=details)
+    from .. import Outcome
+
+    return Outcome(algorithm, details)
+
+
+def _details(run: _Run, algorithm: Algorithm) -> dict:
+    """What the solver reports: settings, every MILP/LP solve with its size and gap, the
+    candidates and their simulated times, the schedule's simulated time and the lower bound."""
+    from solvers.bounds import lower_bound
+
+    simulated = run.judge(list(algorithm.transfers))
+    bound = lower_bound(run.problem.topology, run.problem.collective, run.size).bound_us
+    sketch = run.sketch
+    return {
+        "size": run.size,
+        "pieces": run.pieces,
+        "backend": run.backend,
+        "sketch": {"relays": sketch.relays, "internode": sketch.internode, "switch_policy": sketch.switch_policy,
+                   "symmetry": list(sketch.symmetry), "chunk_partition": sketch.chunk_partition},
+        "solves": [s.to_json() for s in run.solves],
+        "candidates": run.candidates,
+        "simulated_us": simulated,
+        "bound_us": bound,
+        "bound_ratio": simulated / bound if bound > 0 else None,
+    }
 
 
 # ---------------------------------------------------------------------- stages 2 to 5
@@ -143,6 +169,7 @@ def _schedule(run: _Run, logical: LogicalTopology, items: list[Commodity], seeds
         slot = slots_of(plan)
         transfers = build(plan, [Batch((h.id,)) for h in plan.hops], slot)
         simulated = run.judge(transfers)
+        run.candidates.append({"routes": name, "planned_us": plan.makespan, "simulated_us": simulated})
         progress(f"candidate {name}: planned {plan.makespan:.4g} us, simulated {simulated:.4g} us")
         if best is None or simulated < best[0] - 1e-9:
             best = (simulated, name, cand, plan, slot, transfers)

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from .emit import Batch
 from .logical import LogicalTopology
-from .lp import Solved, solve
+from .lp import Solved, new_var, solve
 from .ordering import Plan
 
 
@@ -51,10 +51,10 @@ def merge(logical: LogicalTopology, plan: Plan, mergeable: Callable[[int, int], 
     if not any(ok for _, _, ok in pairs):
         return single, plan.makespan, None
     model = pulp.LpProblem("contiguity", pulp.LpMinimize)
-    T = pulp.LpVariable("T", lowBound=0)
-    s = [pulp.LpVariable(f"s_{h.id}", lowBound=0) for h in hops]
-    e = [pulp.LpVariable(f"e_{h.id}", lowBound=0) for h in hops]
-    d = [pulp.LpVariable(f"d_{h.id}", lowBound=0) for h in hops]
+    T = new_var(model, "T", lowBound=0)
+    s = [new_var(model, f"s_{h.id}", lowBound=0) for h in hops]
+    e = [new_var(model, f"e_{h.id}", lowBound=0) for h in hops]
+    d = [new_var(model, f"d_{h.id}", lowBound=0) for h in hops]
     big = 2.0 * plan.makespan + sum(logical.links[h.link].alpha + hop_duration(logical, h.link) for h in hops)
     for h in hops:
         link = logical.links[h.link]
@@ -68,7 +68,7 @@ def merge(logical: LogicalTopology, plan: Plan, mergeable: Callable[[int, int], 
         if not ok:
             model += s[b] >= e[a]
             continue
-        var = pulp.LpVariable(f"m_{a}_{b}", cat="Binary")
+        var = new_var(model, f"m_{a}_{b}", cat="Binary")
         m[(a, b)] = var
         model += s[b] >= e[a] - big * var
         model += s[b] <= s[a] + big * (1 - var)

@@ -49,6 +49,18 @@ def progress(message: str) -> None:
     print(f"ccl: {message}", file=sys.stderr, flush=True)
 
 
+def _cbc_path() -> str:
+    """The CBC binary: one on PATH, else the one PuLP ships."""
+    import shutil
+
+    found = shutil.which("cbc")
+    if found:
+        return found
+    from pulp.apis import coin_api
+
+    return coin_api.pulp_cbc_path
+
+
 def _warm_highs(pulp):
     """HiGHS through PuLP, handing the variables' initial values to HiGHS as a starting solution
     (PuLP's HiGHS class has no warm start of its own)."""
@@ -78,7 +90,7 @@ def solve(model, name: str, backend: str, time_limit: float, *, verbose: bool = 
         raise InputError(f"unknown MILP backend {backend!r}; known: {', '.join(BACKENDS)}")
     variables = model.variables()
     n_bin = sum(1 for v in variables if v.cat == pulp.LpInteger)
-    n_con = len(model.constraints)
+    n_con = model.numConstraints()
     if verbose:
         progress(f"{name}: {len(variables)} variables ({n_bin} integer), {n_con} constraints, "
                  f"{backend}, limit {time_limit:.0f} s")
@@ -89,7 +101,7 @@ def solve(model, name: str, backend: str, time_limit: float, *, verbose: bool = 
     if backend == "highs":
         solver = _warm_highs(pulp)(msg=False, timeLimit=limit, threads=1)
     else:
-        solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, threads=1, warmStart=bool(start))
+        solver = pulp.COIN_CMD(msg=False, timeLimit=limit, threads=1, warmStart=bool(start), path=_cbc_path())
     start = time.perf_counter()
     try:
         model.solve(solver)
@@ -128,3 +140,14 @@ def solve(model, name: str, backend: str, time_limit: float, *, verbose: bool = 
         obj_text = "" if objective is None else f", objective {objective:.6g}"
         progress(f"{name}: {status} in {seconds:.2f} s{obj_text}{gap_text}")
     return result
+
+
+def new_var(model, name: str, lowBound: float | None = None, upBound: float | None = None,  # noqa: N803
+            cat: str = "Continuous"):
+    """A variable of ``model`` (PuLP 3.3+ attaches variables to their problem; older PuLP
+    creates free-standing ones)."""
+    import pulp
+
+    if hasattr(model, "add_variable"):
+        return model.add_variable(name, lowBound, upBound, cat=cat)
+    return pulp.LpVariable(name, lowBound, upBound, cat=cat)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .logical import LogicalTopology
-from .lp import Solved, progress, solve
+from .lp import Solved, new_var, progress, solve
 
 EPSILON = 1e-3  # price of link time in the objective, relative to the makespan
 
@@ -103,13 +103,19 @@ def _representatives(logical: LogicalTopology, items: list[Commodity]) -> tuple[
         return items, 1, key
     n = logical.n
     reps = [c for c in items if c.source < k]
-    # every commodity must be a rotation of a representative
-    for c in items:
-        a = c.source // k
-        src = c.source % k
-        dests = tuple(sorted((d - a * k) % n for d in c.dests))
-        if (src, dests, c.piece) not in key:
-            return items, 1, key
+    rotations = n // k
+    # the rotations of the representatives must be exactly the commodities (a broadcast's
+    # single root, for one, is not symmetric)
+    seen = set()
+    for c in reps:
+        for a in range(rotations):
+            dests = tuple(sorted((d + a * k) % n for d in c.dests))
+            image = ((c.source + a * k) % n, dests, c.piece)
+            if image not in key or image in seen:
+                return items, 1, key
+            seen.add(image)
+    if len(seen) != len(items):
+        return items, 1, key
     return reps, n // k, key
 
 
@@ -253,11 +259,11 @@ def route(logical: LogicalTopology, items: list[Commodity], backend: str, time_l
         progress(f"routing heuristics: {start_name} plans best, {start_time:.3f} us")
 
     model = pulp.LpProblem("routing", pulp.LpMinimize)
-    T = pulp.LpVariable("T", lowBound=0)
+    T = new_var(model, "T", lowBound=0)
     x: dict[tuple[int, int], pulp.LpVariable] = {}
     for c in reps:
         for e in allowed[c.id]:
-            x[(c.id, e)] = pulp.LpVariable(f"x_{c.id}_{e}", cat="Binary")
+            x[(c.id, e)] = new_var(model, f"x_{c.id}_{e}", cat="Binary")
     hop = max((x.alpha + x.beta for x in logical.links), default=1.0)
     big_m = n * hop  # no path is longer than n - 1 hops
     load: dict[int, list] = {}
@@ -271,7 +277,7 @@ def route(logical: LogicalTopology, items: list[Commodity], backend: str, time_l
         reached = {v: pulp.lpSum(vs) for v, vs in into.items()}
         t = {c.source: 0.0}
         for v in into:
-            t[v] = pulp.LpVariable(f"t_{c.id}_{v}", lowBound=0)
+            t[v] = new_var(model, f"t_{c.id}_{v}", lowBound=0)
         for v, total in reached.items():
             if v in c.dests:
                 model += total == 1

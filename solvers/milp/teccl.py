@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 
 from .logical import LogicalTopology
-from .lp import Solved, progress, solve
+from .lp import Solved, new_var, progress, solve
 from .routing import Commodity, Routes, _allowed, _prune, _representatives, heuristic_tree, rotate
 
 MAX_EPOCHS = 40
@@ -147,7 +147,7 @@ def _solve(logical, reps, rotations, allowed, earliest, delta, cap, per_epoch, K
                 t = k + 1 + delta[e]
                 if t > K:
                     continue
-                var = pulp.LpVariable(f"F_{c.id}_{e}_{k}", lowBound=0, upBound=1, cat=cat)
+                var = new_var(model, f"F_{c.id}_{e}_{k}", lowBound=0, upBound=1, cat=cat)
                 F[(c.id, e, k)] = var
                 arrive.setdefault((x.dst, t), []).append(var)
                 sends.append(var)
@@ -160,7 +160,7 @@ def _solve(logical, reps, rotations, allowed, earliest, delta, cap, per_epoch, K
             for v in ranks:
                 for k in range(K + 1):
                     S[(v, k)] = 1.0 if (v == c.source and k == 0) else (0.0 if k == 0 else
-                                                                        pulp.LpVariable(f"S_{c.id}_{v}_{k}", lowBound=0))
+                                                                        new_var(model, f"S_{c.id}_{v}_{k}", lowBound=0))
             for v in ranks:
                 for k in range(K):
                     out = [F[(c.id, e, k)] for e in allowed[c.id] if logical.links[e].src == v and (c.id, e, k) in F]
@@ -179,7 +179,7 @@ def _solve(logical, reps, rotations, allowed, earliest, delta, cap, per_epoch, K
                     elif k == 0 or k < earliest[c.id].get(v, K + 1):
                         B[(v, k)] = 0
                     else:
-                        B[(v, k)] = pulp.LpVariable(f"B_{c.id}_{v}_{k}", cat="Binary")
+                        B[(v, k)] = new_var(model, f"B_{c.id}_{v}_{k}", cat="Binary")
             for v in ranks:
                 if v == c.source:
                     continue
