@@ -11,7 +11,9 @@ Variables: x[c, e] (commodity c uses link e), t[c, v] (when c reaches v without 
 Constraints: every destination receives c exactly once and any other rank at most once; a rank
 forwards only what it received; t[c, v] >= t[c, u] + alpha + beta where x[c, (u, v)] (big-M);
 T >= t[c, d]; and the relaxed bandwidth: T >= the load of every link (slots x beta / lanes) and
-of every shared limit. Objective: T plus a small price on beta to avoid needless hops.
+of every shared limit. Objective: T plus a small price on beta to avoid needless hops, plus the
+sketch's switch policy: a small price (``fewest``) or reward (``most``) per distinct
+rank-to-rank connection used through switch vertices (TACCL's uc-min / uc-max).
 
 Rotational symmetry (the sketch's): only the commodities whose source is below the rotation k
 get variables; commodity c rotated a times uses link e rotated a times, which is how loads are
@@ -319,7 +321,28 @@ def route(logical: LogicalTopology, items: list[Commodity], backend: str, time_l
             rhs = pulp.lpSum(terms) * limit.beta
             model += T >= rhs
             bounds_on_T.append(rhs)
-    model += T + EPSILON * pulp.lpSum(cost_terms) / max(1, len(reps))
+    # switch policy (TACCL's uc-min / uc-max): fewest or most distinct rank-to-rank connections
+    # through switch vertices; y_e = 1 when any commodity uses switched link e
+    def through_switch(e: int) -> bool:
+        link = logical.links[e]
+        a, b = (link.dst, link.src) if logical.reverse else (link.src, link.dst)
+        return logical.topology.link(a, b) is None
+
+    switched = [e for e in load if through_switch(e)]
+    policy_terms = []
+    if switched:
+        price = EPSILON * min(x.alpha + x.beta for x in logical.links)
+        sign = 1.0 if logical.sketch.switch_policy == "fewest" else -1.0
+        for e in switched:
+            y = new_var(model, f"y_{e}", cat="Binary")
+            if sign > 0:
+                for v in load[e]:
+                    model += y >= v
+            else:
+                model += y <= pulp.lpSum(load[e])
+            policy_terms.append(sign * price * y)
+            start[y] = 1.0 if any(start.get(v, 0.0) > 0.5 for v in load[e]) else 0.0
+    model += T + EPSILON * pulp.lpSum(cost_terms) / max(1, len(reps)) + pulp.lpSum(policy_terms)
     for var, value in start.items():
         var.setInitialValue(value)
     start[T] = max((pulp.value(b) if not isinstance(b, float) else b) for b in bounds_on_T)

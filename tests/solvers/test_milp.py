@@ -160,3 +160,12 @@ def test_bad_sketch_files(tmp_path, capsys, content, needle):
     code = main(["synthesize", "-t", "dgx1", "-c", "allgather", "-s", "milp", "--sketch", str(sketch)])
     err = capsys.readouterr().err
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_switch_policy_changes_how_many_connections_are_used():
+    topo = T.switch(4, bandwidth=100.0)
+    counts = {}
+    for policy in ("fewest", "most"):
+        algorithm, _ = run(topo, "allgather", size=1 << 20, sketch=Sketch(switch_policy=policy), time_limit=10)
+        counts[policy] = len({(t.src, t.dst) for t in algorithm.transfers})
+    assert counts["fewest"] <= counts["most"]
