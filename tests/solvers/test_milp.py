@@ -56,11 +56,11 @@ def test_multinode_machines(spec, kind):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec", ["ndv2:2", "dgx2:2", "dgx-a100:2", "dgx-h100:2", "ndv2:4"])
+@pytest.mark.parametrize("spec", ["ndv2:2", "dgx2:2", "dgx-h100:2", "ndv2:4"])
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("solver", ["milp", "teccl"])
 def test_multinode_machines_every_kind(spec, kind, solver):
-    run(T.build(spec), kind, solver, size=1 << 20, time_limit=30)
+    run(T.build(spec), kind, solver, size=1 << 20, time_limit=10)
 
 
 def best_template_time(topo, kind, size):
