@@ -62,6 +62,7 @@ class _Run:
         self.variant = req.solver
         self.size = req.size or DEFAULT_SIZE
         self.sketch = default_sketch(problem.topology, req.sketch)
+        self.switch_policy = req.sketch.switch_policy if req.sketch is not None else None
         self.pieces = self.sketch.chunk_partition or pieces(problem)
         self.backend = str(req.option("backend", "highs"))
         if self.backend not in BACKENDS:
@@ -101,10 +102,10 @@ def synthesize(problem: Problem) -> Algorithm:
     progress(f"{run.variant}: {kind} on {problem.topology.name}, {slot_bytes:.6g} bytes per slot, "
              f"{P} piece(s) per part")
     if kind in ("allgather", "broadcast"):
-        logical = LogicalTopology(problem.topology, run.sketch, slot_bytes)
+        logical = LogicalTopology(problem.topology, run.sketch, slot_bytes, switch_policy=run.switch_policy)
         transfers = _multicast(run, logical, kind, coll.root or 0)
     elif kind == "alltoall":
-        transfers = _alltoall(run, LogicalTopology(problem.topology, run.sketch, slot_bytes))
+        transfers = _alltoall(run, LogicalTopology(problem.topology, run.sketch, slot_bytes, switch_policy=run.switch_policy))
     elif kind == "reducescatter":
         transfers = _reducescatter(run, slot_bytes)
     else:
@@ -227,8 +228,8 @@ def _reduce_scatter_like(run: _Run, slot_bytes: float, accumulate: Callable[[int
     """Reducescatter of P pieces per block as the time reversal of an allgather on the reversed
     topology (on the topology itself when it is its own reverse). Candidates are judged as the
     reduction they become. Returns the transfers and the logical topology used."""
-    forward = LogicalTopology(run.problem.topology, run.sketch, slot_bytes)
-    backward = LogicalTopology(run.problem.topology, run.sketch, slot_bytes, reverse=True)
+    forward = LogicalTopology(run.problem.topology, run.sketch, slot_bytes, switch_policy=run.switch_policy)
+    backward = LogicalTopology(run.problem.topology, run.sketch, slot_bytes, reverse=True, switch_policy=run.switch_policy)
     logical = forward if forward.signature() == backward.signature() else backward
     P = run.pieces
     items = commodities("allgather", logical.n, P)
@@ -263,7 +264,7 @@ def _allreduce(run: _Run, slot_bytes: float) -> list[Transfer]:
     if not used.reverse:  # the topology is its own reverse: the allgather is the mirror image
         ag = [t._replace(step=2 * last + 1 - t.step, src=t.dst, dst=t.src, op="copy") for t in reversed(rs)]
         return rs + ag
-    logical = LogicalTopology(run.problem.topology, run.sketch, slot_bytes)
+    logical = LogicalTopology(run.problem.topology, run.sketch, slot_bytes, switch_policy=run.switch_policy)
     ag = _multicast(run, logical, "allgather", 0)
     return rs + [t._replace(step=t.step + last + 1) for t in ag]
 

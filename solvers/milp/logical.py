@@ -45,9 +45,11 @@ class LogicalTopology:
     rotation that maps the topology onto itself (if the sketch asks for symmetry), and
     hop-shortest-path DAGs used to prune routing variables."""
 
-    def __init__(self, topology: Topology, sketch: Sketch, slot_bytes: float, *, reverse: bool = False) -> None:
+    def __init__(self, topology: Topology, sketch: Sketch, slot_bytes: float, *, reverse: bool = False,
+                 switch_policy: str | None = None) -> None:
         self.topology = topology
         self.reverse = reverse
+        self.switch_policy = switch_policy  # None: no preference (the sketch's applies when one is given)
         self.sketch = sketch
         flat = topology.flat()
         self.flat = flat

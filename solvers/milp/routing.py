@@ -328,11 +328,11 @@ def route(logical: LogicalTopology, items: list[Commodity], backend: str, time_l
         a, b = (link.dst, link.src) if logical.reverse else (link.src, link.dst)
         return logical.topology.link(a, b) is None
 
-    switched = [e for e in load if through_switch(e)]
+    switched = [e for e in load if through_switch(e)] if logical.switch_policy else []
     policy_terms = []
     if switched:
         price = EPSILON * min(x.alpha + x.beta for x in logical.links)
-        sign = 1.0 if logical.sketch.switch_policy == "fewest" else -1.0
+        sign = 1.0 if logical.switch_policy == "fewest" else -1.0
         for e in switched:
             y = new_var(model, f"y_{e}", cat="Binary")
             if sign > 0:
