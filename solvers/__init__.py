@@ -13,7 +13,7 @@ from ccl.algorithm import Algorithm
 from ccl.errors import CollectiveError, InputError
 from ccl.problem import Problem
 
-__all__ = ["SOLVERS", "Outcome", "SolverInfo", "solve", "solvers_for", "synthesize"]
+__all__ = ["SOLVERS", "TEMPLATES", "Outcome", "SolverInfo", "solve", "solvers_for", "synthesize"]
 
 ALL_BUILTIN = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce", "gather", "scatter")
 
@@ -61,6 +61,9 @@ SOLVERS: dict[str, SolverInfo] = {
                    "solvers.milp", template=False),
     )
 }
+
+# The instant constructive algorithms (baselines, swept by the template tests); the others search.
+TEMPLATES: tuple[str, ...] = tuple(name for name, info in SOLVERS.items() if info.template)
 
 
 @dataclass(frozen=True)
