@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .algorithm import Algorithm
 from .collective import Collective, builtin
 from .errors import InputError, SolverTimeout
-from .problem import Problem, Request
+from .problem import Problem, Request, Sketch
 from .serialize import read_json, topology_from_json
 from .topology import Topology
 from .verify import VerificationResult, verify
@@ -48,6 +48,30 @@ def load_topology(spec: str | Topology) -> Topology:
     return topologies.build(spec)
 
 
+def load_sketch(path: str) -> Sketch:
+    """A sketch from a JSON file: {"relays": [..], "internode": [[a, b], ..], "switch_policy":
+    "fewest"|"most", "symmetry": [k, ..], "chunk_partition": k}, every field optional."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: a sketch is a JSON object")
+    known = {"relays", "internode", "switch_policy", "symmetry", "chunk_partition"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise InputError(f"{path}: unknown sketch field {unknown[0]!r} (known: {', '.join(sorted(known))})")
+    try:
+        return Sketch(
+            relays=None if data.get("relays") is None else tuple(data["relays"]),
+            internode=None if data.get("internode") is None else tuple(tuple(p) for p in data["internode"]),
+            switch_policy=data.get("switch_policy", "fewest"),
+            symmetry=tuple(data.get("symmetry", ())),
+            chunk_partition=data.get("chunk_partition"),
+        )
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{path}: malformed sketch: {exc}") from None
+    except InputError as exc:
+        raise InputError(f"{path}: {exc.message}") from None
+
+
 def make_collective(kind: str, n_ranks: int, root: int | None = None) -> Collective:
     return builtin(kind, n_ranks, root)
 
@@ -62,12 +86,15 @@ class SynthesisResult:
     seconds: float
     gap: float | None
     verification: VerificationResult | None
+    details: dict[str, Any] = field(default_factory=dict)  # the solver's own account (model sizes...)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": self.status, "synthesis_seconds": round(self.seconds, 6), "gap": self.gap}
         if self.algorithm is not None:
             out.update(self.algorithm.summary())
             out["verified"] = self.verification is not None
+        if self.details:
+            out["details"] = self.details
         return out
 
 
@@ -79,15 +106,17 @@ def synthesize(problem: Problem) -> SynthesisResult:
     start = time.perf_counter()
     status, gap = "ok", None
     try:
-        algorithm: Algorithm | None = solvers.synthesize(problem)
+        outcome = solvers.solve(problem)
+        algorithm: Algorithm | None = outcome.algorithm
+        details = outcome.details
     except SolverTimeout as exc:
         if exc.best is None:
             raise
-        algorithm, status, gap = exc.best, "timeout", exc.gap
+        algorithm, status, gap, details = exc.best, "timeout", exc.gap, exc.details
     seconds = time.perf_counter() - start
     assert algorithm is not None
     checked = verify(algorithm)
-    return SynthesisResult(algorithm, status, seconds, gap, checked)
+    return SynthesisResult(algorithm, status, seconds, gap, checked, details)
 
 
 def problem_from_options(

@@ -128,10 +128,12 @@ class SolverTimeout(CclError):
     exit_code = EXIT_TIMEOUT
     kind = "time limit"
 
-    def __init__(self, message: str, best: Any = None, gap: float | None = None) -> None:
+    def __init__(self, message: str, best: Any = None, gap: float | None = None,
+                 details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.best = best
         self.gap = gap
+        self.details = details or {}
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()

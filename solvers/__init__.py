@@ -7,13 +7,13 @@ when their solver runs, so heavy dependencies (z3, pulp) load on demand.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ccl.algorithm import Algorithm
 from ccl.errors import CollectiveError, InputError
 from ccl.problem import Problem
 
-__all__ = ["SOLVERS", "SolverInfo", "solvers_for", "synthesize"]
+__all__ = ["SOLVERS", "TEMPLATES", "Outcome", "SolverInfo", "solve", "solvers_for", "synthesize"]
 
 ALL_BUILTIN = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce", "gather", "scatter")
 
@@ -56,8 +56,26 @@ SOLVERS: dict[str, SolverInfo] = {
         SolverInfo("smt", ALL_BUILTIN + ("custom",),
                    "exact z3 synthesis (SCCL class): least steps, least rounds, instances (--steps/--rounds); "
                    "`ccl pareto` for frontiers", "solvers.smt", template=False),
+        SolverInfo("milp", ("allgather", "alltoall", "reducescatter", "allreduce", "broadcast"),
+                   "sketch-guided routing MILP, ordering heuristic, contiguity MILP (PuLP: HiGHS or CBC)",
+                   "solvers.milp", template=False),
+        SolverInfo("teccl", ("allgather", "alltoall", "reducescatter", "allreduce", "broadcast"),
+                   "time-expanded routing (MILP with copies; LP for alltoall), then ordering and contiguity",
+                   "solvers.milp", template=False),
     )
 }
+
+# The instant constructive algorithms (baselines, swept by the template tests); the others search.
+TEMPLATES: tuple[str, ...] = tuple(name for name, info in SOLVERS.items() if info.template)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A solver's schedule and what it has to say about how it got there (JSON-able details:
+    model sizes, gaps, candidates, bounds), reported by ``ccl synthesize --json``."""
+
+    algorithm: Algorithm
+    details: dict = field(default_factory=dict)
 
 
 def solvers_for(kind: str) -> list[str]:
@@ -66,6 +84,12 @@ def solvers_for(kind: str) -> list[str]:
 
 def synthesize(problem: Problem) -> Algorithm:
     """Run the solver the problem's request names. Raises the project's errors only."""
+    return solve(problem).algorithm
+
+
+def solve(problem: Problem) -> Outcome:
+    """``synthesize`` with the solver's details. A solver module's ``synthesize`` returns an
+    Algorithm or an Outcome."""
     name = problem.request.solver
     info = SOLVERS.get(name)
     if info is None:
@@ -74,4 +98,5 @@ def synthesize(problem: Problem) -> Algorithm:
     if kind not in info.kinds:
         others = ", ".join(solvers_for(kind)) or "none"
         raise CollectiveError(f"solver {name!r} does not implement {kind}; solvers that do: {others}")
-    return info.load()(problem)
+    result = info.load()(problem)
+    return result if isinstance(result, Outcome) else Outcome(result)

@@ -22,7 +22,8 @@ DEFAULT_SIZES = ("64KiB", "256MiB")
 def add_exact_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--roots", help="several roots (comma-separated) for a multi-root broadcast, gather, scatter or "
                    "reduce (a custom collective; exact solvers only)")
-    p.add_argument("--time-limit", help="stop after this long (e.g. 60, 60s, 2ms); the best schedule so far is kept")
+    p.add_argument("--time-limit", help="stop after this long (e.g. 60, 60s, 2ms; the MILP solvers default to 60 s); the best "
+                   "schedule so far is kept")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="solver option, repeatable (smt: method=auto|routing|dual|combining|compose, scratch=K, "
                    "symmetry=false, max_steps=S)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..units import parse_seconds, parse_size
 from .common import command, emit, positive_int
 from .pareto import add_exact_arguments
 
@@ -14,7 +15,6 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     from ..errors import InputError
     from ..problem import Problem, Request
     from ..serialize import save_algorithm
-    from ..units import parse_seconds
     from .pareto import collective_from_args, parse_options, progress_on_stderr
 
     if args.file:
@@ -26,9 +26,14 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     if args.emit or args.request:
         raise InputError("--emit and --request apply to a description FILE.ccl")
     topo = compiler.load_topology(args.topology)
+    options = dict(parse_options(args.option))
+    if args.backend is not None:
+        options["backend"] = args.backend
     request = Request(solver=args.solver, chunks=args.chunks, steps=args.steps, rounds=args.rounds,
+                      size=parse_size(args.size) if args.size is not None else None,
                       time_limit=parse_seconds(args.time_limit) if args.time_limit else None,
-                      options=parse_options(args.option))
+                      sketch=compiler.load_sketch(args.sketch) if args.sketch is not None else None,
+                      options=tuple(options.items()))
     problem = Problem(topo, collective_from_args(args, topo.n_ranks), request)
     with progress_on_stderr():
         result = compiler.synthesize(problem)
@@ -43,6 +48,12 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     text = (f"{result.status}: {alg.name}: {alg.collective} on {alg.topology.name}\n"
             f"  solver {alg.solver}, {alg.n_steps} steps, {rounds}{len(alg.transfers)} transfers, "
             f"verified, {result.seconds:.3f} s{where}")
+    details = result.details
+    if result.gap is not None:
+        text += f"\n  time limit reached: gap {100 * result.gap:.1f}% to the solver's own bound"
+    if "simulated_us" in details and "bound_us" in details:
+        text += (f"\n  simulated {details['simulated_us']:.4g} us at {details['size']} bytes, lower bound "
+                 f"{details['bound_us']:.4g} us (ratio {details['simulated_us'] / details['bound_us']:.3f})")
     emit(args, data, text)
     return 0
 
@@ -60,6 +71,10 @@ def register(sub: Any) -> None:
     syn.add_argument("--root", type=int, default=None, help="root rank of broadcast, reduce, gather, scatter")
     syn.add_argument("--chunks", "-k", type=positive_int, default=1, help="chunk factor (pieces per rank's part)")
     syn.add_argument("--solver", "-s", default="ring", help="solver name (see `ccl solvers`)")
+    syn.add_argument("--size", help="target buffer size for cost-aware solvers (nccl-tests convention: 1KiB, 64MiB)")
+    syn.add_argument("--sketch", help="a sketch JSON file for the MILP solvers (relays, internode, switch_policy, "
+                     "symmetry, chunk_partition)")
+    syn.add_argument("--backend", choices=("highs", "cbc"), help="MILP solver backend (default highs)")
     syn.add_argument("-o", "--output", help="write the schedule (JSON) here (a folder when FILE has several requests)")
     syn.add_argument("--steps", type=positive_int, help="exact solvers: number of steps S")
     syn.add_argument("--rounds", type=positive_int, help="exact solvers: at most R rounds in all (R >= S)")

@@ -18,7 +18,8 @@ SPECS = ["ring:5", "dgx1", "torus:2x3", "line:4", "amd8", "hypercube:8", "star:5
 def schedules(spec: str):
     topo = T.build(spec)
     n = topo.n_ranks
-    for name, info in solvers.SOLVERS.items():
+    for name in solvers.TEMPLATES:
+        info = solvers.SOLVERS[name]
         for kind in info.kinds:
             root = n - 1 if kind in ROOTED_KINDS else None
             try:

@@ -14,7 +14,7 @@ from ccl.collective import ROOTED_KINDS, builtin
 from ccl.topology import Topology
 from topologies.multinode import Nic, multinode
 
-FLAT_SOLVERS = [name for name in solvers.SOLVERS if name != "hierarchical"]
+FLAT_SOLVERS = [name for name in solvers.TEMPLATES if name != "hierarchical"]
 
 
 def families(n: int) -> list[Topology]:

@@ -38,7 +38,8 @@ def template_jobs(n: int, chunk_factors=(3,), extra: bool = False, modes=None) -
     modes = modes or [(unit, in_place) for unit in SIZES for in_place in (False, True)]
     labels, jobs = [], []
     for topo in TOPOLOGIES[n]:
-        for name, info in solvers.SOLVERS.items():
+        for name in solvers.TEMPLATES:
+            info = solvers.SOLVERS[name]
             for kind in info.kinds:
                 root = n - 1 if kind in ROOTED_KINDS else None
                 for k in chunk_factors:

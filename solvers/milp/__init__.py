@@ -1,0 +1,301 @@
+"""MILP synthesis (TACCL and TE-CCL class), on open solvers: PuLP with HiGHS (default) or CBC.
+
+``synthesize(problem)`` runs, in memory, in one call:
+
+1. the logical topology the sketch leaves, with alpha-beta costs at the target size
+   (``logical``);
+2. routing: the routing MILP (``routing``; solver ``milp``) or the time-expanded model
+   (``teccl``; solver ``teccl``), warm-started from routing heuristics;
+3. the ordering heuristic, a list schedule of the routes (``ordering``);
+4. the scheduling / contiguity MILP that may batch consecutive slots on a lane (``contiguity``);
+5. conversion to the Algorithm IR (``emit``), verified by the caller.
+
+Every candidate set of routes (the MILP's, the heuristics', the templates' where they can be
+read off, ``seeds``) goes through stages 3 and 5 and is judged by the simulator at the target
+size (``backends.sim``, its default alpha-beta model); the fastest is batched by stage 4 and kept
+if batching makes it faster still. Progress lines on stderr say how each candidate did.
+
+Collectives: allgather, alltoall, broadcast directly; reducescatter as the time reversal of an
+allgather on the reversed topology; allreduce as reducescatter then allgather.
+
+Request fields used: ``size`` (bytes, nccl-tests convention, default 1 MiB), ``chunks`` (pieces
+per part; the sketch's ``chunk_partition`` overrides), ``time_limit`` (seconds for the whole
+synthesis, default 60), ``sketch`` (default: every link, rotational symmetry by the node size),
+option ``backend`` ("highs" or "cbc"). When a MILP stops at its time limit the best schedule
+found is returned through ``SolverTimeout`` with the largest MILP gap.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from ccl.algorithm import Algorithm, Transfer
+from ccl.collective import Collective
+from ccl.errors import CollectiveError, InputError, SolverTimeout
+from ccl.problem import Problem
+
+from ..common import collective_for, pieces
+from .contiguity import merge
+from .emit import Batch, emit, reverse, scratch_slots
+from .logical import LogicalTopology, default_sketch
+from .lp import BACKENDS, Solved, progress
+from .ordering import Plan, build_hops, list_schedule
+from .routing import Commodity, Routes, commodities, route
+from .seeds import template_routes
+
+KINDS = ("allgather", "alltoall", "reducescatter", "allreduce", "broadcast")
+DEFAULT_SIZE = 1 << 20
+DEFAULT_TIME_LIMIT = 60.0
+
+SlotFn = Callable[[Commodity, int], tuple[str, int]]
+Build = Callable[[Plan, list[Batch], SlotFn], list[Transfer]]
+
+
+class _Run:
+    """One synthesis: settings, the time budget, the judge and the record of every solve."""
+
+    def __init__(self, problem: Problem, collective: Collective) -> None:
+        req = problem.request
+        self.problem = problem
+        self.collective = collective
+        self.variant = req.solver
+        self.size = req.size or DEFAULT_SIZE
+        self.sketch = default_sketch(problem.topology, req.sketch)
+        self.switch_policy = req.sketch.switch_policy if req.sketch is not None else None
+        self.pieces = self.sketch.chunk_partition or pieces(problem)
+        self.backend = str(req.option("backend", "highs"))
+        if self.backend not in BACKENDS:
+            raise InputError(f"unknown MILP backend {self.backend!r}; known: {', '.join(BACKENDS)}")
+        self.deadline = time.perf_counter() + (req.time_limit or DEFAULT_TIME_LIMIT)
+        self.solves: list[Solved] = []
+        self.candidates: list[dict] = []
+        self.limited = False
+
+    def budget(self, share: float) -> float:
+        return max(1.0, (self.deadline - time.perf_counter()) * share)
+
+    def record(self, solved: Solved | None) -> None:
+        if solved is not None:
+            self.solves.append(solved)
+            if solved.status != "optimal":
+                self.limited = True
+
+    def judge(self, transfers: list[Transfer]) -> float:
+        """Simulated time (us) of ``transfers`` at the target size."""
+        from backends.sim import simulate
+
+        algorithm = Algorithm("candidate", self.collective, self.problem.topology, tuple(transfers))
+        return simulate(algorithm, self.size, bound=False, baselines=False).time_us
+
+
+def synthesize(problem: Problem) -> Algorithm:
+    kind = problem.collective.kind
+    if kind not in KINDS:
+        raise CollectiveError(f"the MILP solvers implement {', '.join(KINDS)}, not {kind}")
+    n = problem.topology.n_ranks
+    probe = default_sketch(problem.topology, problem.request.sketch)
+    P = probe.chunk_partition or pieces(problem)
+    coll = collective_for(problem, n * P if kind == "allreduce" else P)
+    run = _Run(problem, coll)
+    slot_bytes = run.size / max(coll.max_input_slots, coll.max_output_slots, 1)
+    progress(f"{run.variant}: {kind} on {problem.topology.name}, {slot_bytes:.6g} bytes per slot, "
+             f"{P} piece(s) per part")
+    if kind in ("allgather", "broadcast"):
+        logical = LogicalTopology(problem.topology, run.sketch, slot_bytes, switch_policy=run.switch_policy)
+        transfers = _multicast(run, logical, kind, coll.root or 0)
+    elif kind == "alltoall":
+        transfers = _alltoall(run, LogicalTopology(problem.topology, run.sketch, slot_bytes, switch_policy=run.switch_policy))
+    elif kind == "reducescatter":
+        transfers = _reducescatter(run, slot_bytes)
+    else:
+        transfers = _allreduce(run, slot_bytes)
+    algorithm = Algorithm(f"{run.variant}-{kind}-{problem.topology.name}", coll, problem.topology,
+                          tuple(transfers), solver=run.variant)
+    details = _details(run, algorithm)
+    if run.limited:
+        gaps = [s.gap for s in run.solves if s.gap is not None]
+        raise SolverTimeout("a MILP reached its time limit before proving optimality",
+                            best=algorithm, gap=max(gaps) if gaps else None, details=details)
+    from .. import Outcome
+
+    return Outcome(algorithm, details)
+
+
+def _details(run: _Run, algorithm: Algorithm) -> dict:
+    """What the solver reports: settings, every MILP/LP solve with its size and gap, the
+    candidates and their simulated times, the schedule's simulated time and the lower bound."""
+    from solvers.bounds import lower_bound
+
+    simulated = run.judge(list(algorithm.transfers))
+    bound = lower_bound(run.problem.topology, run.problem.collective, run.size).bound_us
+    sketch = run.sketch
+    return {
+        "size": run.size,
+        "pieces": run.pieces,
+        "backend": run.backend,
+        "sketch": {"relays": sketch.relays, "internode": sketch.internode, "switch_policy": sketch.switch_policy,
+                   "symmetry": list(sketch.symmetry), "chunk_partition": sketch.chunk_partition},
+        "solves": [s.to_json() for s in run.solves],
+        "candidates": run.candidates,
+        "simulated_us": simulated,
+        "bound_us": bound,
+        "bound_ratio": simulated / bound if bound > 0 else None,
+    }
+
+
+# ---------------------------------------------------------------------- stages 2 to 5
+def _schedule(run: _Run, logical: LogicalTopology, items: list[Commodity], seeds: list[tuple[str, Routes]],
+              final_slot: SlotFn | Callable[[Plan], SlotFn], build: Build) -> list[Transfer]:
+    """Route ``items``, play every candidate out, judge, batch the best; returns its transfers.
+    ``final_slot`` gives where a commodity sits on a rank in the emitted schedule (or builds that
+    function from a plan, for relays' scratch); ``build`` turns a plan into transfers."""
+    if run.variant == "teccl":
+        from .teccl import route_time_expanded
+
+        multicast = any(len(c.dests) > 1 for c in items)
+        routes, solved, extras = route_time_expanded(logical, items, run.backend, run.budget(0.6), lp=not multicast)
+    else:
+        routes, solved, extras = route(logical, items, run.backend, run.budget(0.6))
+    run.record(solved)
+    label = "routing MILP" if run.variant == "milp" else "time-expanded model"
+    candidates = [(f"{label}'s routes", routes)] + extras + seeds
+
+    def slots_of(plan: Plan) -> SlotFn:
+        return final_slot(plan) if getattr(final_slot, "needs_plan", False) else final_slot  # type: ignore[return-value]
+
+    best = None
+    for name, cand in candidates:
+        plan = list_schedule(cand)
+        slot = slots_of(plan)
+        transfers = build(plan, [Batch((h.id,)) for h in plan.hops], slot)
+        simulated = run.judge(transfers)
+        run.candidates.append({"routes": name, "planned_us": plan.makespan, "simulated_us": simulated})
+        progress(f"candidate {name}: planned {plan.makespan:.4g} us, simulated {simulated:.4g} us")
+        if best is None or simulated < best[0] - 1e-9:
+            best = (simulated, name, cand, plan, slot, transfers)
+    assert best is not None
+    simulated, name, cand, plan, slot, transfers = best
+    by_id = {c.id: c for c in items}
+    links = logical.links
+
+    def mergeable(a: int, b: int) -> bool:
+        ha, hb = plan.hops[a], plan.hops[b]
+        ca, cb = by_id[ha.commodity], by_id[hb.commodity]
+        for rank in (links[ha.link].src, links[ha.link].dst):
+            (buf_a, idx_a), (buf_b, idx_b) = slot(ca, rank), slot(cb, rank)
+            if buf_a != buf_b or idx_b != idx_a + 1:
+                return False
+        return True
+
+    proposed, _, solved = merge(logical, plan, mergeable, run.backend, run.budget(0.5))
+    run.record(solved)
+    if any(len(b.hops) > 1 for b in proposed):
+        trial = list_schedule(cand, build_hops(cand), [b.hops for b in proposed])
+        batched = build(trial, proposed, slot)
+        faster = run.judge(batched)
+        merged = sum(1 for b in proposed if len(b.hops) > 1)
+        progress(f"contiguity: {merged} batches, simulated {faster:.4g} us (unbatched {simulated:.4g} us)")
+        if faster < simulated - 1e-9:
+            return batched
+    progress(f"chosen: {name}, simulated {simulated:.4g} us")
+    return transfers
+
+
+def _ends(logical: LogicalTopology):
+    links = logical.links
+    return lambda e: (links[e].src, links[e].dst)
+
+
+def _multicast(run: _Run, logical: LogicalTopology, kind: str, root: int) -> list[Transfer]:
+    """Allgather (every rank's pieces to everyone) or broadcast (the root's pieces)."""
+    P = run.pieces
+    items = commodities(kind, logical.n, P, root)
+    by_id = {c.id: c for c in items}
+    seeds = template_routes(run.problem, logical, items, kind, P, root) if not logical.reverse else []
+
+    def slot(c: Commodity, rank: int) -> tuple[str, int]:
+        return ("output", c.source * P + c.piece) if kind == "allgather" else ("output", c.piece)
+
+    def build(plan: Plan, batches: list[Batch], slot_fn: SlotFn) -> list[Transfer]:
+        return emit(plan, batches, by_id, _ends(logical), slot_fn)
+
+    return _schedule(run, logical, items, seeds, slot, build)
+
+
+def _reduce_scatter_like(run: _Run, slot_bytes: float, accumulate: Callable[[int, str, int], tuple[str, int]]
+                         ) -> tuple[list[Transfer], LogicalTopology]:
+    """Reducescatter of P pieces per block as the time reversal of an allgather on the reversed
+    topology (on the topology itself when it is its own reverse). Candidates are judged as the
+    reduction they become. Returns the transfers and the logical topology used."""
+    forward = LogicalTopology(run.problem.topology, run.sketch, slot_bytes, switch_policy=run.switch_policy)
+    backward = LogicalTopology(run.problem.topology, run.sketch, slot_bytes, reverse=True, switch_policy=run.switch_policy)
+    logical = forward if forward.signature() == backward.signature() else backward
+    P = run.pieces
+    items = commodities("allgather", logical.n, P)
+    by_id = {c.id: c for c in items}
+    seeds = template_routes(run.problem, logical, items, "allgather", P) if not logical.reverse else []
+
+    def ag_slot(c: Commodity, rank: int) -> tuple[str, int]:
+        return ("output", c.source * P + c.piece)
+
+    def final(c: Commodity, rank: int) -> tuple[str, int]:
+        return accumulate(rank, *ag_slot(c, rank))
+
+    def build(plan: Plan, batches: list[Batch], slot_fn: SlotFn) -> list[Transfer]:
+        return reverse(emit(plan, batches, by_id, _ends(logical), ag_slot), accumulate)
+
+    return _schedule(run, logical, items, seeds, final, build), logical
+
+
+def _reducescatter(run: _Run, slot_bytes: float) -> list[Transfer]:
+    P = run.pieces
+
+    def accumulate(rank: int, buf: str, idx: int) -> tuple[str, int]:
+        owner, piece = divmod(idx, P)
+        return ("output", piece) if owner == rank else ("input", idx)
+
+    return _reduce_scatter_like(run, slot_bytes, accumulate)[0]
+
+
+def _allreduce(run: _Run, slot_bytes: float) -> list[Transfer]:
+    rs, used = _reduce_scatter_like(run, slot_bytes, lambda rank, buf, idx: ("output", idx))
+    last = max((t.step for t in rs), default=-1)
+    if not used.reverse:  # the topology is its own reverse: the allgather is the mirror image
+        ag = [t._replace(step=2 * last + 1 - t.step, src=t.dst, dst=t.src, op="copy") for t in reversed(rs)]
+        return rs + ag
+    logical = LogicalTopology(run.problem.topology, run.sketch, slot_bytes, switch_policy=run.switch_policy)
+    ag = _multicast(run, logical, "allgather", 0)
+    return rs + [t._replace(step=t.step + last + 1) for t in ag]
+
+
+def _alltoall(run: _Run, logical: LogicalTopology) -> list[Transfer]:
+    P = run.pieces
+    items = commodities("alltoall", logical.n, P)
+    by_id = {c.id: c for c in items}
+    links = logical.links
+
+    def fixed(c: Commodity, rank: int) -> tuple[str, int] | None:
+        d = c.dests[0]
+        if rank == c.source:
+            return ("input", d * P + c.piece)
+        if rank == d:
+            return ("output", c.source * P + c.piece)
+        return None
+
+    def slots_for(plan: Plan) -> SlotFn:
+        relay = scratch_slots(plan, by_id, lambda e: links[e].src, fixed)
+
+        def slot(c: Commodity, rank: int) -> tuple[str, int]:
+            where = fixed(c, rank)
+            return where if where is not None else relay[(c.id, rank)]
+
+        return slot
+
+    slots_for.needs_plan = True  # type: ignore[attr-defined]
+
+    def build(plan: Plan, batches: list[Batch], slot_fn: SlotFn) -> list[Transfer]:
+        return emit(plan, batches, by_id, _ends(logical), slot_fn)
+
+    seeds = template_routes(run.problem, logical, items, "alltoall", P)
+    return _schedule(run, logical, items, seeds, slots_for, build)

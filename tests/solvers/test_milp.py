@@ -1,0 +1,171 @@
+"""The MILP and time-expanded solvers: every schedule verified, sketches honoured, time limits
+kept, never slower in simulation than the best template whose routes it could read."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import solvers
+import topologies as T
+from backends.sim import simulate
+from ccl import InputError, Problem, Request, Sketch, SolverTimeout, verify
+from ccl.cli import main
+from ccl.collective import builtin
+from topologies.multinode import Nic, multinode
+
+KINDS = ("allgather", "alltoall", "reducescatter", "allreduce", "broadcast")
+
+
+def run(topo, kind, solver="milp", **request):
+    root = 1 if kind == "broadcast" else None
+    request.setdefault("time_limit", 8)
+    problem = Problem(topo, builtin(kind, topo.n_ranks, root), Request(solver, **request))
+    try:
+        outcome = solvers.solve(problem)
+        algorithm, details = outcome.algorithm, outcome.details
+    except SolverTimeout as exc:
+        assert exc.best is not None, "a time limit with no schedule"
+        algorithm, details = exc.best, exc.details
+    verify(algorithm)
+    verify(algorithm, in_place=True)
+    return algorithm, details
+
+
+SMALL = [T.ring(4), T.dgx1(), T.switch(4),
+         multinode(T.ring(2), 2, [Nic((0, 1), 10.0, 20.0)], name="ring2x2")]
+
+
+@pytest.mark.parametrize("topo", SMALL, ids=lambda t: t.name)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("solver", ["milp", "teccl"])
+def test_every_schedule_verifies_on_small_topologies(topo, kind, solver):
+    algorithm, details = run(topo, kind, solver, size=64 * 1024)
+    assert algorithm.solver == solver
+    assert details["solves"], "no model was solved"
+    assert details["simulated_us"] >= details["bound_us"] * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("spec", ["ndv2:2", "dgx-a100:2", "dgx-h100:2"])
+@pytest.mark.parametrize("kind", ["allgather", "alltoall", "allreduce"])
+def test_multinode_machines(spec, kind):
+    algorithm, details = run(T.build(spec), kind, size=1024, time_limit=6)
+    for solve in details["solves"]:
+        assert solve["variables"] > 0 and solve["constraints"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", ["ndv2:2", "dgx2:2", "dgx-h100:2", "ndv2:4"])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("solver", ["milp", "teccl"])
+def test_multinode_machines_every_kind(spec, kind, solver):
+    run(T.build(spec), kind, solver, size=1 << 20, time_limit=10)
+
+
+def best_template_time(topo, kind, size):
+    best = None
+    for name, info in solvers.SOLVERS.items():
+        if not info.template or kind not in info.kinds:
+            continue
+        try:
+            algorithm = solvers.synthesize(Problem(topo, builtin(kind, topo.n_ranks), Request(name)))
+        except Exception:  # noqa: BLE001 - templates that do not apply
+            continue
+        t = simulate(algorithm, size).time_us
+        best = t if best is None else min(best, t)
+    return best
+
+
+@pytest.mark.parametrize(("spec", "kind", "size"), [("ndv2:2", "allgather", 1 << 20), ("dgx-h100:2", "alltoall", 1024),
+                                                    ("dgx-h100:2", "allgather", 1 << 20)])
+def test_never_slower_than_the_templates_it_reads(spec, kind, size):
+    topo = T.build(spec)
+    algorithm, details = run(topo, kind, size=size, time_limit=10)
+    assert simulate(algorithm, size).time_us <= best_template_time(topo, kind, size) * (1 + 1e-9)
+
+
+def test_rails_sketch_keeps_traffic_on_rails():
+    topo = T.dgx_a100(2)
+    sketch = Sketch(internode=tuple((i, i) for i in range(8)))
+    algorithm, details = run(topo, "alltoall", size=1 << 20, sketch=sketch)
+    for t in algorithm.transfers:
+        if topo.node_of[t.src] != topo.node_of[t.dst]:
+            assert topo.local_index(t.src) == topo.local_index(t.dst), t
+    assert details["sketch"]["internode"] == [[i, i] for i in range(8)] or details["sketch"]["internode"] == tuple(
+        (i, i) for i in range(8))
+
+
+def test_relays_sketch():
+    topo = T.ndv2(2)
+    algorithm, _ = run(topo, "allgather", size=1 << 20, sketch=Sketch(relays=(0, 1)))
+    for t in algorithm.transfers:
+        if topo.node_of[t.src] != topo.node_of[t.dst]:
+            assert topo.local_index(t.src) in (0, 1) and topo.local_index(t.dst) in (0, 1)
+
+
+def test_cbc_backend():
+    algorithm, details = run(T.dgx1(), "allgather", size=1 << 20, options=(("backend", "cbc"),))
+    assert details["backend"] == "cbc"
+
+
+def test_unknown_backend_is_bad_input():
+    with pytest.raises(InputError, match="unknown MILP backend"):
+        run(T.dgx1(), "allgather", options=(("backend", "gurobi"),))
+
+
+def test_time_limit_returns_the_best_schedule_with_its_gap():
+    topo = T.ndv2(2)
+    problem = Problem(topo, builtin("allgather", 16), Request("milp", size=1 << 20, time_limit=2))
+    with pytest.raises(SolverTimeout) as info:
+        solvers.solve(problem)
+    exc = info.value
+    assert exc.best is not None and exc.gap is not None and exc.gap > 0
+    verify(exc.best)
+    assert exc.details["solves"][0]["status"] in ("feasible", "none")
+
+
+def test_chunk_partition_from_the_sketch():
+    algorithm, details = run(T.ring(4), "allgather", size=1 << 16, sketch=Sketch(chunk_partition=3))
+    assert algorithm.collective.chunk_factor == 3 and details["pieces"] == 3
+
+
+def test_custom_and_unsupported_collectives_are_refused():
+    from ccl import CollectiveError
+
+    with pytest.raises(CollectiveError, match="does not implement gather"):
+        solvers.synthesize(Problem(T.ring(4), builtin("gather", 4, 0), Request("milp")))
+
+
+def test_cli_options(tmp_path, capsys):
+    sketch = tmp_path / "rails.json"
+    sketch.write_text(json.dumps({"internode": [[i, i] for i in range(8)]}))
+    out = tmp_path / "s.json"
+    code = main(["synthesize", "-t", "dgx-h100:2", "-c", "allgather", "-s", "milp", "--size", "1MiB",
+                 "--time-limit", "20", "--sketch", str(sketch), "-o", str(out), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["status"] in ("ok", "timeout") and out.exists()
+    assert data["details"]["bound_us"] > 0 and data["details"]["simulated_us"] >= data["details"]["bound_us"]
+
+
+@pytest.mark.parametrize(("content", "needle"), [
+    ("[1, 2]", "a sketch is a JSON object"),
+    ('{"relay": [0]}', "unknown sketch field 'relay'"),
+    ('{"switch_policy": "all"}', "switch policy must be one of"),
+    ('{"chunk_partition": 0}', "chunk partition must be a positive integer"),
+])
+def test_bad_sketch_files(tmp_path, capsys, content, needle):
+    sketch = tmp_path / "bad.json"
+    sketch.write_text(content)
+    code = main(["synthesize", "-t", "dgx1", "-c", "allgather", "-s", "milp", "--sketch", str(sketch)])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_switch_policy_changes_how_many_connections_are_used():
+    topo = T.switch(4, bandwidth=100.0)
+    counts = {}
+    for policy in ("fewest", "most"):
+        algorithm, _ = run(topo, "allgather", size=1 << 20, sketch=Sketch(switch_policy=policy), time_limit=10)
+        counts[policy] = len({(t.src, t.dst) for t in algorithm.transfers})
+    assert counts["fewest"] <= counts["most"]
