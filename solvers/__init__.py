@@ -53,6 +53,9 @@ SOLVERS: dict[str, SolverInfo] = {
         SolverInfo("hierarchical", ("allreduce", "allgather", "reducescatter", "alltoall"),
                    "multi-node: intra-node phase, inter-node phase across same-index ranks, intra-node phase",
                    "solvers.hierarchical"),
+        SolverInfo("smt", ALL_BUILTIN + ("custom",),
+                   "exact z3 synthesis (SCCL class): least steps, least rounds, instances (--steps/--rounds); "
+                   "`ccl pareto` for frontiers", "solvers.smt", template=False),
         SolverInfo("milp", ("allgather", "alltoall", "reducescatter", "allreduce", "broadcast"),
                    "sketch-guided routing MILP, ordering heuristic, contiguity MILP (PuLP: HiGHS or CBC)",
                    "solvers.milp", template=False),

@@ -16,11 +16,23 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import EXIT_INTERNAL, CclError, InfeasibleError, SolverTimeout
-from . import bounds, check, compare, emit, run, simulate, solvers, synthesize, topology, verify
+from . import (
+    bounds,
+    check,
+    compare,
+    emit,
+    pareto,
+    run,
+    simulate,
+    solvers,
+    synthesize,
+    topology,
+    verify,
+)
 from .common import Parser
 
 # Command groups in the order `ccl --help` lists them.
-COMMANDS = (topology, solvers, check, synthesize, verify, simulate, bounds, compare, emit, run)
+COMMANDS = (topology, solvers, check, synthesize, verify, simulate, bounds, compare, emit, run, pareto)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,12 +7,15 @@ from typing import Any
 
 from ..units import parse_seconds, parse_size
 from .common import command, emit, positive_int
+from .pareto import add_exact_arguments
 
 
 def cmd_synthesize(args: argparse.Namespace) -> int:
     from .. import compiler
     from ..errors import InputError
+    from ..problem import Problem, Request
     from ..serialize import save_algorithm
+    from .pareto import collective_from_args, parse_options, progress_on_stderr
 
     if args.file:
         from .check import synthesize_file
@@ -22,19 +25,18 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
         raise InputError("give a description FILE.ccl, or both --topology and --collective")
     if args.emit or args.request:
         raise InputError("--emit and --request apply to a description FILE.ccl")
-    request: dict[str, Any] = {}
-    if args.size is not None:
-        request["size"] = parse_size(args.size)
-    if args.time_limit is not None:
-        request["time_limit"] = parse_seconds(args.time_limit)
-    if args.sketch is not None:
-        request["sketch"] = compiler.load_sketch(args.sketch)
+    topo = compiler.load_topology(args.topology)
+    options = dict(parse_options(args.option))
     if args.backend is not None:
-        request["options"] = (("backend", args.backend),)
-    problem = compiler.problem_from_options(
-        args.topology, args.collective, root=args.root, solver=args.solver, chunks=args.chunks, **request,
-    )
-    result = compiler.synthesize(problem)
+        options["backend"] = args.backend
+    request = Request(solver=args.solver, chunks=args.chunks, steps=args.steps, rounds=args.rounds,
+                      size=parse_size(args.size) if args.size is not None else None,
+                      time_limit=parse_seconds(args.time_limit) if args.time_limit else None,
+                      sketch=compiler.load_sketch(args.sketch) if args.sketch is not None else None,
+                      options=tuple(options.items()))
+    problem = Problem(topo, collective_from_args(args, topo.n_ranks), request)
+    with progress_on_stderr():
+        result = compiler.synthesize(problem)
     alg = result.algorithm
     assert alg is not None
     if args.output:
@@ -42,12 +44,13 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     data = result.to_json()
     data["output"] = args.output
     where = f" -> {args.output}" if args.output else " (not written: no -o given)"
+    rounds = f"{alg.total_rounds} rounds, " if alg.rounds is not None else ""
     text = (f"{result.status}: {alg.name}: {alg.collective} on {alg.topology.name}\n"
-            f"  solver {alg.solver}, {alg.n_steps} steps, {len(alg.transfers)} transfers, "
+            f"  solver {alg.solver}, {alg.n_steps} steps, {rounds}{len(alg.transfers)} transfers, "
             f"verified, {result.seconds:.3f} s{where}")
     details = result.details
     if result.gap is not None:
-        text += f"\n  time limit reached: MILP gap {100 * result.gap:.1f}%"
+        text += f"\n  time limit reached: gap {100 * result.gap:.1f}% to the solver's own bound"
     if "simulated_us" in details and "bound_us" in details:
         text += (f"\n  simulated {details['simulated_us']:.4g} us at {details['size']} bytes, lower bound "
                  f"{details['bound_us']:.4g} us (ratio {details['simulated_us'] / details['bound_us']:.3f})")
@@ -69,8 +72,10 @@ def register(sub: Any) -> None:
     syn.add_argument("--chunks", "-k", type=positive_int, default=1, help="chunk factor (pieces per rank's part)")
     syn.add_argument("--solver", "-s", default="ring", help="solver name (see `ccl solvers`)")
     syn.add_argument("--size", help="target buffer size for cost-aware solvers (nccl-tests convention: 1KiB, 64MiB)")
-    syn.add_argument("--time-limit", help="seconds the solver may take (default 60 for the MILP solvers)")
     syn.add_argument("--sketch", help="a sketch JSON file for the MILP solvers (relays, internode, switch_policy, "
                      "symmetry, chunk_partition)")
     syn.add_argument("--backend", choices=("highs", "cbc"), help="MILP solver backend (default highs)")
     syn.add_argument("-o", "--output", help="write the schedule (JSON) here (a folder when FILE has several requests)")
+    syn.add_argument("--steps", type=positive_int, help="exact solvers: number of steps S")
+    syn.add_argument("--rounds", type=positive_int, help="exact solvers: at most R rounds in all (R >= S)")
+    add_exact_arguments(syn)

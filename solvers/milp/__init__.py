@@ -64,6 +64,14 @@ class _Run:
         self.sketch = default_sketch(problem.topology, req.sketch)
         self.switch_policy = req.sketch.switch_policy if req.sketch is not None else None
         self.pieces = self.sketch.chunk_partition or pieces(problem)
+        unknown = sorted(key for key, _ in req.options if key != "backend")
+        if unknown:
+            raise InputError(f"the {req.solver} solver has no option {unknown[0]!r}; options: backend")
+        if req.objective not in (None, "time"):
+            raise InputError(f"the {req.solver} solver minimises the simulated time (objective \"time\"), "
+                             f"not {req.objective!r}")
+        if req.steps is not None or req.rounds is not None:
+            raise InputError(f"steps and rounds bound the exact solver (smt), not {req.solver}")
         self.backend = str(req.option("backend", "highs"))
         if self.backend not in BACKENDS:
             raise InputError(f"unknown MILP backend {self.backend!r}; known: {', '.join(BACKENDS)}")

@@ -101,9 +101,15 @@ def test_synthesize_runs_the_requests_of_a_file(capsys, tmp_path):
 
 
 def test_synthesize_file_writes_nothing_when_a_request_fails(capsys, tmp_path):
-    code, _, err = run(capsys, "synthesize", EXAMPLES / "requests.ccl", "-o", tmp_path)
-    assert code == 2 and "unknown solver 'smt'" in err
-    assert list(tmp_path.iterdir()) == []
+    source = tmp_path / "two.ccl"
+    source.write_text('from basic import ring\n'
+                      'synthesize allgather on ring(4) with ring as "good"\n'
+                      'synthesize allgather on ring(4) with nosuchsolver as "bad"\n')
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    code, _, err = run(capsys, "synthesize", source, "-o", out_dir)
+    assert code == 2 and "unknown solver 'nosuchsolver'" in err  # the first request ran; the second fails
+    assert list(out_dir.iterdir()) == []
 
 
 def test_synthesize_file_emit_and_option_errors(capsys, tmp_path):

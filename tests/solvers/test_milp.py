@@ -169,3 +169,15 @@ def test_switch_policy_changes_how_many_connections_are_used():
         algorithm, _ = run(topo, "allgather", size=1 << 20, sketch=Sketch(switch_policy=policy), time_limit=10)
         counts[policy] = len({(t.src, t.dst) for t in algorithm.transfers})
     assert counts["fewest"] <= counts["most"]
+
+
+@pytest.mark.parametrize(("request_fields", "message"), [
+    ({"options": (("solver", "highs"),)}, "has no option 'solver'; options: backend"),
+    ({"options": (("backend", "gurobi"),)}, "unknown MILP backend 'gurobi'"),
+    ({"objective": "rounds"}, "minimises the simulated time"),
+    ({"steps": 3}, "steps and rounds bound the exact solver"),
+])
+def test_settings_it_cannot_honour_are_refused(request_fields, message):
+    problem = Problem(T.ring(4), builtin("allgather", 4), Request("milp", **request_fields))
+    with pytest.raises(InputError, match=message):
+        solvers.synthesize(problem)

@@ -131,3 +131,33 @@ def test_templates_on_4_ranks():
 def test_templates_with_every_chunk_factor(n):
     labels, jobs = template_jobs(n, chunk_factors=(1, 2, 3), extra=True)
     assert_all_match(labels, run_jobs(n, jobs, timeout=120))
+
+
+def searched_jobs() -> tuple[list[str], list[Job]]:
+    """Schedules from the searching solvers (exact z3 and MILP) on 4 ranks: the same check as the
+    templates, on schedules no template produces (relays, uneven steps, merged transfers)."""
+    ring, nodes = T.ring(4), two_level(2, 2)
+    requests = [(ring, kind, Request("smt", chunks=k)) for kind in ("allgather", "reducescatter", "allreduce",
+                                                                      "alltoall", "broadcast", "reduce")
+                for k in (1, 2)]
+    requests += [(topo, kind, Request(name, size=1 << 16, time_limit=10)) for name in ("milp", "teccl")
+                 for topo in (ring, nodes) for kind in solvers.SOLVERS[name].kinds]
+    labels, jobs = [], []
+    for topo, kind, request in requests:
+        root = 3 if kind in ROOTED_KINDS else None
+        alg = solvers.synthesize(Problem(topo, builtin(kind, 4, root), request))
+        spec = to_spec(as_program(alg))
+        for unit, in_place in ((1, False), (13, True), (1031, False)):
+            labels.append(f"{request.solver} {kind} k={request.chunks} on {topo.name}, {unit} elements"
+                          f"{' in place' if in_place else ''}")
+            jobs.append(Job(spec, unit, in_place=in_place, seed=len(jobs), label=labels[-1]))
+    return labels, jobs
+
+
+def test_searched_schedules_on_4_ranks():
+    labels, jobs = searched_jobs()
+    results = run_jobs(4, jobs, timeout=60)
+    wrong = [f"{label}: ranks {r.wrong_ranks} differ by {r.max_error:.3g}"
+             for label, r in zip(labels, results) if r.correct is not True]
+    assert not wrong, "\n".join(wrong[:20])
+    assert len(results) == len(labels) >= 3 * (12 + 20)
