@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from .algorithm import Algorithm, Transfer
 from .collective import BUILTIN_KINDS, Collective, builtin
@@ -183,8 +184,10 @@ def dumps(value: dict[str, Any], _indent: str = "") -> str:
     return "{\n" + ",\n".join(lines) + f"\n{_indent}}}"
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write a whole file or nothing: a temporary file in the same folder, then a rename."""
+def write_atomic(path: str | os.PathLike[str], write: Callable[[IO[Any]], None], *, binary: bool = False) -> None:
+    """Call ``write`` on a temporary file in the target's folder, then rename it into place
+    with the permissions a plain ``open`` would give: a whole file or nothing. Errors become
+    InputError."""
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
@@ -192,8 +195,11 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=folder)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
+            mask = os.umask(0)
+            os.umask(mask)
+            os.chmod(tmp, 0o666 & ~mask)
+            with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as fh:
+                write(fh)
             os.replace(tmp, target)
         except BaseException:
             if os.path.exists(tmp):
@@ -201,6 +207,11 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
             raise
     except OSError as exc:
         raise InputError(f"cannot write {str(target)!r}: {exc.strerror or exc}") from None
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write a whole text file or nothing (see ``write_atomic``)."""
+    write_atomic(path, lambda fh: fh.write(text))
 
 
 def save_algorithm(alg: Algorithm, path: str | os.PathLike[str]) -> None:

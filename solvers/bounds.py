@@ -61,7 +61,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -94,55 +94,46 @@ def hop_distances(topology: Topology, src: int) -> list[float]:
     return dist
 
 
+def _needs(collective: Collective) -> Iterator[tuple[int, int, set[int]]]:
+    """(destination rank, chunk, ranks the chunk starts on) for every chunk an output slot of
+    the destination needs and the destination does not start with (each chunk once per rank)."""
+    origins = collective.origins()
+    for r, slots in enumerate(collective.outputs):
+        seen: set[int] = set()
+        for need in slots:
+            for c in need:
+                if c in seen:
+                    continue
+                seen.add(c)
+                ranks = {q for q, _ in origins[c]}
+                if r not in ranks:
+                    yield r, c, ranks
+
+
 def needed_pairs(collective: Collective) -> dict[tuple[int, int], None]:
     """(origin rank, destination rank) pairs data must travel along: for every output slot and
     every chunk of its required sum, from each rank where the chunk starts (when the destination
     does not hold it already). Chunks starting on several ranks contribute all their origins;
     ``step_bound`` takes the nearest."""
-    origins = collective.origins()
-    out: dict[tuple[int, int], None] = {}
-    for r, slots in enumerate(collective.outputs):
-        seen: set[int] = set()
-        for need in slots:
-            for c in need:
-                if c in seen:
-                    continue
-                seen.add(c)
-                ranks = {q for q, _ in origins[c]}
-                if r in ranks:
-                    continue
-                for q in ranks:
-                    out[(q, r)] = None
-    return out
+    return {(q, r): None for r, _, ranks in _needs(collective) for q in sorted(ranks)}
 
 
 def step_bound(topology: Topology, collective: Collective) -> int:
     """Least number of steps any schedule needs (see module docstring). Raises CollectiveError
     naming a pair when some chunk can never reach a rank that needs it."""
-    origins = collective.origins()
     dist: dict[int, list[float]] = {}
     worst = 0
-    for r, slots in enumerate(collective.outputs):
-        seen: set[int] = set()
-        for need in slots:
-            for c in need:
-                if c in seen:
-                    continue
-                seen.add(c)
-                ranks = {q for q, _ in origins[c]}
-                if r in ranks:
-                    continue
-                best = math.inf
-                for q in ranks:
-                    if q not in dist:
-                        dist[q] = hop_distances(topology, q)
-                    best = min(best, dist[q][r])
-                if best == math.inf:
-                    raise CollectiveError(
-                        f"rank {r} needs {collective.describe_chunk(c)} but topology {topology.name!r} has "
-                        "no path to it"
-                    )
-                worst = max(worst, int(best))
+    for r, c, ranks in _needs(collective):
+        best = math.inf
+        for q in ranks:
+            if q not in dist:
+                dist[q] = hop_distances(topology, q)
+            best = min(best, dist[q][r])
+        if best == math.inf:
+            raise CollectiveError(
+                f"rank {r} needs {collective.describe_chunk(c)} but topology {topology.name!r} has no path to it"
+            )
+        worst = max(worst, int(best))
     return worst
 
 
