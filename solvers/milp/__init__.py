@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from ccl.algorithm import Algorithm, Transfer
 from ccl.collective import Collective
-from ccl.errors import CollectiveError, InputError, SolverTimeout
-from ccl.problem import Problem
+from ccl.errors import CclError, CollectiveError, InputError, SolverTimeout
+from ccl.problem import Problem, Request
 
 from ..common import collective_for, pieces
 from .contiguity import merge
@@ -120,7 +121,9 @@ def synthesize(problem: Problem) -> Algorithm:
         transfers = _allreduce(run, slot_bytes)
     algorithm = Algorithm(f"{run.variant}-{kind}-{problem.topology.name}", coll, problem.topology,
                           tuple(transfers), solver=run.variant)
+    algorithm, chosen = _against_templates(run, algorithm)
     details = _details(run, algorithm)
+    details["schedule"] = chosen
     if run.limited:
         gaps = [s.gap for s in run.solves if s.gap is not None]
         raise SolverTimeout("a MILP reached its time limit before proving optimality",
@@ -130,12 +133,44 @@ def synthesize(problem: Problem) -> Algorithm:
     return Outcome(algorithm, details)
 
 
+def _against_templates(run: _Run, algorithm: Algorithm) -> tuple[Algorithm, str]:
+    """The MILP pipeline's schedule, or a template's whole schedule when that simulates faster
+    at the target size (templates may chunk finer than the pipeline, e.g. multi-ring's halves).
+    Skipped when the user gives a sketch: a template does not follow one."""
+    import solvers
+    from backends.sim import simulate
+
+    problem = run.problem
+    if problem.request.sketch is not None:
+        return algorithm, "MILP pipeline"
+    best_us, best, chosen = run.judge(list(algorithm.transfers)), algorithm, "MILP pipeline"
+    for name in solvers.TEMPLATES:
+        if problem.collective.kind not in solvers.SOLVERS[name].kinds:
+            continue
+        request = Request(solver=name, chunks=problem.request.chunks)
+        try:
+            template = solvers.synthesize(Problem(problem.topology, problem.collective, request))
+        except CclError:
+            continue  # a template that does not apply (hierarchical on one node)
+        us = simulate(template, run.size, bound=False, baselines=False).time_us
+        run.candidates.append({"routes": f"{name} template, whole schedule", "planned_us": None, "simulated_us": us})
+        progress(f"candidate {name} template, whole schedule: simulated {us:.4g} us")
+        if us < best_us - 1e-9:
+            best_us, chosen = us, f"{name} template"
+            best = replace(template, name=f"{run.variant}-{problem.collective.kind}-{problem.topology.name}",
+                           solver=run.variant)
+    if best is not algorithm:
+        progress(f"chosen instead: the {chosen}'s schedule, simulated {best_us:.4g} us")
+    return best, chosen
+
+
 def _details(run: _Run, algorithm: Algorithm) -> dict:
     """What the solver reports: settings, every MILP/LP solve with its size and gap, the
     candidates and their simulated times, the schedule's simulated time and the lower bound."""
+    from backends.sim import simulate
     from solvers.bounds import lower_bound
 
-    simulated = run.judge(list(algorithm.transfers))
+    simulated = simulate(algorithm, run.size, bound=False, baselines=False).time_us
     bound = lower_bound(run.problem.topology, run.problem.collective, run.size).bound_us
     sketch = run.sketch
     return {

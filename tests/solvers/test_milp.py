@@ -181,3 +181,18 @@ def test_settings_it_cannot_honour_are_refused(request_fields, message):
     problem = Problem(T.ring(4), builtin("allgather", 4), Request("milp", **request_fields))
     with pytest.raises(InputError, match=message):
         solvers.synthesize(problem)
+
+
+def test_a_template_that_simulates_faster_is_returned_whole():
+    """On a bidirectional ring the multi-ring template splits every part in two and pipelines
+    both directions; the pipeline (one piece per part) cannot, so its schedule is returned."""
+    topo = T.ring(4)
+    outcome = solvers.solve(Problem(topo, builtin("allgather", 4), Request("milp", size=1 << 20)))
+    verify(outcome.algorithm)
+    multi = solvers.synthesize(Problem(topo, builtin("allgather", 4), Request("multi-ring")))
+    assert outcome.details["schedule"] == "multi-ring template"
+    assert outcome.details["simulated_us"] == pytest.approx(simulate(multi, 1 << 20).time_us)
+    assert outcome.algorithm.solver == "milp"
+    # with a sketch the user's constraints rule: no template is returned
+    sketched = solvers.solve(Problem(topo, builtin("allgather", 4), Request("milp", size=1 << 20, sketch=Sketch())))
+    assert sketched.details["schedule"] == "MILP pipeline"
