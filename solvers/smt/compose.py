@@ -130,10 +130,8 @@ class ComposedSearch:
                             point is None or p.rounds_per_chunk < point.rounds_per_chunk):
                         point = p
                 if point is not None:
-                    frontier.points.append(point)
                     best = point.rounds_per_chunk
-                    if best <= bound:
-                        frontier.reached_bound = True
+                    if frontier.add(point):
                         break
                 steps += 1
         except OutOfTime:

@@ -85,6 +85,13 @@ class Frontier:
     seconds: float = 0.0
     complete: bool = True
 
+    def add(self, point: Point) -> bool:
+        """Append a frontier point; True once it meets the rounds bound (the search is done)."""
+        self.points.append(point)
+        if point.rounds_per_chunk <= self.rounds_bound:
+            self.reached_bound = True
+        return self.reached_bound
+
 
 class OutOfTime(Exception):
     """The deadline passed inside a search (turned into SolverTimeout by the caller)."""
@@ -248,12 +255,10 @@ class Search:
                 point = self._best_at(steps, max_chunks, best)
                 self.drop(steps)
                 if point is not None:
-                    frontier.points.append(point)
                     best = point.rounds_per_chunk
                     self.progress(f"frontier point: {steps} steps, {point.rounds} rounds, {point.chunks} chunk(s) "
                                   f"({best} rounds per chunk)")
-                    if best <= bound:
-                        frontier.reached_bound = True
+                    if frontier.add(point):
                         break
                 steps += 1
         except OutOfTime:
