@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from ccl.errors import InputError
 from ccl.problem import Sketch
 from ccl.topology import Topology
 
@@ -58,6 +59,14 @@ class LogicalTopology:
         self.local = local
         relays = set(sketch.relays) if sketch.relays is not None else None
         pairs = set(sketch.internode) if sketch.internode is not None else None
+        if topology.n_nodes > 1:
+            size = max(len(ranks) for ranks in topology.node_ranks)
+            named = [("relay", r) for r in sorted(relays or ())]
+            named += [("inter-node pair", pair) for pair in sorted(pairs or ()) if max(pair) >= size]
+            for what, value in named:
+                if (max(value) if isinstance(value, tuple) else value) >= size:
+                    raise InputError(f"sketch {what} {value} names a node-local rank, but the nodes of "
+                                     f"{topology.name!r} have ranks 0..{size - 1}")
         links: list[LogicalLink] = []
         for link in flat.links:
             cross = topology.node_of[link.src] != topology.node_of[link.dst]

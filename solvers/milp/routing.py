@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ccl.errors import InfeasibleError
+
 from .logical import LogicalTopology
 from .lp import Solved, new_var, progress, solve
 
@@ -175,7 +177,14 @@ def heuristic_tree(logical: LogicalTopology, c: Commodity, allowed: list[int]) -
     best = _cheapest(logical, allowed, {c.source: 0.0}, lambda e: logical.links[e].alpha + slow[e])
     tree = _tree_from(logical, c, best)
     if tree is None:
-        raise ValueError(f"a destination of commodity {c.id} is unreachable from rank {c.source}")
+        reached = set(best)
+        lost = next(d for d in c.dests if d not in reached)
+        a, b = (lost, c.source) if logical.reverse else (c.source, lost)
+        sketch = logical.sketch
+        raise InfeasibleError(f"the sketch leaves no path from rank {a} to rank {b} on {logical.topology.name!r} "
+                              f"(relays {list(sketch.relays) if sketch.relays is not None else 'all'}, inter-node pairs "
+                              f"{[list(p) for p in sketch.internode] if sketch.internode is not None else 'all'})",
+                              bound="sketch connectivity")
     return tree
 
 

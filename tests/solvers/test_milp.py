@@ -196,3 +196,18 @@ def test_a_template_that_simulates_faster_is_returned_whole():
     # with a sketch the user's constraints rule: no template is returned
     sketched = solvers.solve(Problem(topo, builtin("allgather", 4), Request("milp", size=1 << 20, sketch=Sketch())))
     assert sketched.details["schedule"] == "MILP pipeline"
+
+
+def test_sketches_that_name_missing_ranks_or_cut_the_machine_are_refused():
+    from ccl import InfeasibleError
+
+    topo = T.build("ndv2:2")
+    with pytest.raises(InputError, match=r"sketch relay 99 names a node-local rank.*ranks 0\.\.7"):
+        run(topo, "allgather", sketch=Sketch(relays=(0, 99)))
+    with pytest.raises(InputError, match=r"sketch inter-node pair \(0, 8\)"):
+        run(topo, "alltoall", sketch=Sketch(internode=((0, 8),)))
+    cut = Sketch(relays=(0,), internode=((1, 1),))  # no inter-node link survives
+    for kind in ("allgather", "reducescatter", "broadcast"):
+        for solver in ("milp", "teccl"):
+            with pytest.raises(InfeasibleError, match="the sketch leaves no path from rank"):
+                run(topo, kind, solver, sketch=cut)
