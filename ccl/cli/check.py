@@ -207,6 +207,7 @@ def synthesize_file(args: argparse.Namespace) -> int:
     from .. import compiler
     from ..errors import InputError
     from ..serialize import save_algorithm
+    from .synthesize import summary
 
     for flag, default in (("topology", None), ("collective", None), ("root", None), ("chunks", 1), ("solver", "ring")):
         if getattr(args, flag, default) != default:
@@ -247,12 +248,8 @@ def synthesize_file(args: argparse.Namespace) -> int:
             save_algorithm(result.algorithm, target)
     rows, lines = [], []
     for request, result, target in zip(requests, results, outputs):
-        alg = result.algorithm
         rows.append({"request": request.name, **result.to_json(), "output": target})
-        where = f" -> {target}" if target else ""
-        lines.append(f"{result.status}: {request.name}: {alg.collective} on {alg.topology.name}\n"
-                     f"  solver {alg.solver}, {alg.n_steps} steps, {len(alg.transfers)} transfers, verified, "
-                     f"{result.seconds:.3f} s{where}")
+        lines.append(summary(result, request.name, f" -> {target}" if target else ""))
     if not args.output:
         lines.append("(not written: no -o given)")
     emit(args, {"status": "ok", "file": args.file, "requests": rows}, "\n".join(lines))

@@ -44,8 +44,17 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     data = result.to_json()
     data["output"] = args.output
     where = f" -> {args.output}" if args.output else " (not written: no -o given)"
+    text = summary(result, alg.name, where)
+    emit(args, data, text)
+    return 0
+
+
+def summary(result: Any, label: str, where: str) -> str:
+    """The readable lines for one synthesis: status, size of the schedule, and what the solver
+    reported (gap at a time limit, a template chosen instead, simulated time against the bound)."""
+    alg = result.algorithm
     rounds = f"{alg.total_rounds} rounds, " if alg.rounds is not None else ""
-    text = (f"{result.status}: {alg.name}: {alg.collective} on {alg.topology.name}\n"
+    text = (f"{result.status}: {label}: {alg.collective} on {alg.topology.name}\n"
             f"  solver {alg.solver}, {alg.n_steps} steps, {rounds}{len(alg.transfers)} transfers, "
             f"verified, {result.seconds:.3f} s{where}")
     details = result.details
@@ -56,8 +65,7 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     if "simulated_us" in details and "bound_us" in details:
         text += (f"\n  simulated {details['simulated_us']:.4g} us at {details['size']} bytes, lower bound "
                  f"{details['bound_us']:.4g} us (ratio {details['simulated_us'] / details['bound_us']:.3f})")
-    emit(args, data, text)
-    return 0
+    return text
 
 
 def register(sub: Any) -> None:
