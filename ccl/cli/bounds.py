@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .common import command, emit
+from .common import add_problem_arguments, command, emit
 
 
 def size_arg(text: str) -> int:
@@ -59,9 +59,6 @@ def cmd_bounds(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     p = command(sub, "bounds", "lower bounds (latency, bandwidth) on a collective's time", cmd_bounds)
-    p.add_argument("--topology", "-t", required=True, help="NAME, NAME:ARGS or a topology JSON file")
-    p.add_argument("--collective", "-c", required=True, help="allgather, reducescatter, allreduce, alltoall, "
-                   "broadcast, reduce, gather, scatter")
-    p.add_argument("--root", type=int, default=None, help="root rank of broadcast, reduce, gather, scatter")
+    add_problem_arguments(p)
     p.add_argument("--size", required=True, type=size_arg,
                    help="bytes the collective is called with, nccl-tests convention (64MiB, 1GB, 4096)")

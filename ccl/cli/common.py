@@ -39,3 +39,12 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
+
+
+def add_problem_arguments(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """--topology, --collective and --root, as every command that builds a problem takes them."""
+    p.add_argument("--topology", "-t", required=required,
+                   help="NAME, NAME:ARGS, a topology JSON file or FILE.ccl[:NAME[:ARGS]]")
+    p.add_argument("--collective", "-c", required=required,
+                   help="allgather, reducescatter, allreduce, alltoall, broadcast, reduce, gather, scatter")
+    p.add_argument("--root", type=int, default=None, help="root rank of broadcast, reduce, gather, scatter")

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from .bounds import sizes_arg
-from .common import command, emit, positive_int
+from .common import add_problem_arguments, command, emit, positive_int
 
 SWEEP = [4**k * 1024 for k in range(11)]  # 1KiB .. 1GiB
 
@@ -73,12 +73,9 @@ def _plot(results: list, path: str) -> None:
 def register(sub: Any) -> None:
     p = command(sub, "compare", "simulate every applicable solver's schedule against NCCL's models and the bound",
                 cmd_compare)
-    p.add_argument("--topology", "-t", required=True, help="NAME, NAME:ARGS or a topology JSON file")
-    p.add_argument("--collective", "-c", required=True, help="allgather, reducescatter, allreduce, alltoall, "
-                   "broadcast, reduce, gather, scatter")
+    add_problem_arguments(p)
     p.add_argument("--size", required=True, type=sizes_arg,
                    help="size(s), comma-separated, nccl-tests convention (64MiB or 1KiB,1MiB,1GiB)")
-    p.add_argument("--root", type=int, default=None, help="root rank of broadcast, reduce, gather, scatter")
     p.add_argument("--chunks", "-k", type=positive_int, default=1, help="chunk factor given to every solver")
     p.add_argument("--solvers", help="comma-separated solvers to add to the templates (every template that "
                    "implements the collective always runs; slow solvers such as smt or milp run only when named)")

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from .common import command, emit, positive_int
+from .common import add_problem_arguments, command, emit, positive_int
 
 DEFAULT_SIZES = ("64KiB", "256MiB")
 
@@ -209,10 +209,7 @@ def cmd_pareto(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     p = command(sub, "pareto", "exact latency-bandwidth frontier (steps vs rounds per chunk) with z3", cmd_pareto)
-    p.add_argument("--topology", "-t", required=True, help="NAME, NAME:ARGS or a topology JSON file")
-    p.add_argument("--collective", "-c", required=True, help="allgather, reducescatter, allreduce, alltoall, "
-                   "broadcast, reduce, gather, scatter")
-    p.add_argument("--root", type=int, default=None, help="root rank of broadcast, reduce, gather, scatter")
+    add_problem_arguments(p)
     p.add_argument("--max-chunks", type=positive_int, default=4, help="largest chunk factor C to try (default 4)")
     p.add_argument("--sizes", help=f"two or more buffer sizes for the simulated columns (default {','.join(DEFAULT_SIZES)})")
     p.add_argument("--save-dir", help="write every frontier schedule (JSON) into this directory")

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ..units import parse_seconds, parse_size
-from .common import command, emit, positive_int
+from .common import add_problem_arguments, command, emit, positive_int
 from .pareto import add_exact_arguments
 
 
@@ -75,10 +75,7 @@ def register(sub: Any) -> None:
     syn.add_argument("file", nargs="?", help="a .ccl description: run its `synthesize` requests")
     syn.add_argument("--request", action="append", metavar="NAME", help="run only this request of FILE; repeatable")
     add_emit(syn, "solving (problem) or the summary (algorithm)")
-    syn.add_argument("--topology", "-t", help="NAME, NAME:ARGS, a topology JSON file or FILE.ccl[:NAME[:ARGS]]")
-    syn.add_argument("--collective", "-c", help="allgather, reducescatter, allreduce, alltoall, "
-                     "broadcast, reduce, gather, scatter")
-    syn.add_argument("--root", type=int, default=None, help="root rank of broadcast, reduce, gather, scatter")
+    add_problem_arguments(syn, required=False)
     syn.add_argument("--chunks", "-k", type=positive_int, default=1, help="chunk factor (pieces per rank's part)")
     syn.add_argument("--solver", "-s", default="ring", help="solver name (see `ccl solvers`)")
     syn.add_argument("--size", help="target buffer size for cost-aware solvers (nccl-tests convention: 1KiB, 64MiB)")

@@ -95,6 +95,19 @@ def _allowed(logical: LogicalTopology, c: Commodity, dist_from: list[int], dist_
     return out
 
 
+def allowed_links(logical: LogicalTopology, reps: list[Commodity], budget: int, per_link: int = 1
+                  ) -> dict[int, list[int]]:
+    """Commodity id -> the links it may use: paths at most one hop longer than the shortest, or
+    the shortest only when that would make more than ``budget`` variables (``per_link`` each)."""
+    dist_from = {c.source: logical.hops_from(c.source) for c in reps}
+    single = {c.dests[0] for c in reps if len(c.dests) == 1}
+    dist_to = {d: logical.hops_to(d) for d in single}
+    allowed = {c.id: _allowed(logical, c, dist_from[c.source], dist_to, 1) for c in reps}
+    if sum(map(len, allowed.values())) * per_link > budget:
+        allowed = {c.id: _allowed(logical, c, dist_from[c.source], dist_to, 0) for c in reps}
+    return allowed
+
+
 MAX_ROUTING_BINARIES = 25_000  # above this, slack 0 keeps the routing model small
 
 
@@ -249,12 +262,7 @@ def route(logical: LogicalTopology, items: list[Commodity], backend: str, time_l
     n = logical.n
     reps, rotations, key = _representatives(logical, items)
     k = logical.rotation or n
-    dist_from = {c.source: logical.hops_from(c.source) for c in reps}
-    dests_all = {d for c in reps for d in c.dests}
-    dist_to = {d: logical.hops_to(d) for d in dests_all} if any(len(c.dests) == 1 for c in reps) else {}
-    allowed = {c.id: _allowed(logical, c, dist_from[c.source], dist_to, 1) for c in reps}
-    if sum(len(v) for v in allowed.values()) > MAX_ROUTING_BINARIES:
-        allowed = {c.id: _allowed(logical, c, dist_from[c.source], dist_to, 0) for c in reps}
+    allowed = allowed_links(logical, reps, MAX_ROUTING_BINARIES)
     def expand(trees: dict[int, list[int]]) -> Routes:
         links: dict[int, list[int]] = {}
         for c in reps:

@@ -29,7 +29,15 @@ import math
 
 from .logical import LogicalTopology
 from .lp import Solved, new_var, progress, solve
-from .routing import Commodity, Routes, _allowed, _prune, _representatives, heuristic_tree, rotate
+from .routing import (
+    Commodity,
+    Routes,
+    _prune,
+    _representatives,
+    allowed_links,
+    heuristic_tree,
+    rotate,
+)
 
 MAX_EPOCHS = 40
 MAX_VARIABLES = 120_000  # send variables per model; beyond it the shortest paths alone are used
@@ -52,12 +60,7 @@ def route_time_expanded(logical: LogicalTopology, items: list[Commodity], backen
     n = logical.n
     reps, rotations, key = _representatives(logical, items)
     k_rot = logical.rotation or n
-    dist_from = {c.source: logical.hops_from(c.source) for c in reps}
-    dests = {d for c in reps for d in c.dests}
-    dist_to = {d: logical.hops_to(d) for d in dests} if any(len(c.dests) == 1 for c in reps) else {}
-    allowed = {c.id: _allowed(logical, c, dist_from[c.source], dist_to, 1) for c in reps}
-    if sum(map(len, allowed.values())) * TARGET_EPOCHS > MAX_VARIABLES:
-        allowed = {c.id: _allowed(logical, c, dist_from[c.source], dist_to, 0) for c in reps}
+    allowed = allowed_links(logical, reps, MAX_VARIABLES, per_link=TARGET_EPOCHS)
     heuristic = {c.id: heuristic_tree(logical, c, allowed[c.id]) for c in reps}
     estimate = _estimate(logical, items, reps, rotations, k_rot, key, heuristic)
     tau = epoch_length(logical, estimate)

@@ -18,6 +18,7 @@ chunk are R / C in units of the problem's collective slots.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from fractions import Fraction
 
 from ccl.algorithm import Algorithm, Transfer
@@ -34,7 +35,9 @@ from .routing import RoutingEncoding
 from .spec import Network, RoutingSpec, combining_spec, routing_spec
 
 
-class Formulation:
+class Formulation(ABC):
+    """One way of encoding a collective for z3; subclasses give ``encode`` and ``algorithm``."""
+
     method = ""
 
     def __init__(self, topology: Topology, collective: Collective, *, scratch: int | None = None,
@@ -61,14 +64,14 @@ class Formulation:
     def chunked(self, chunks: int) -> Collective:
         return self.collective.chunk_up(chunks)
 
+    @abstractmethod
     def encode(self, steps: int, chunks: int, max_extra: int | None, seed: int = 0,
                symmetry: bool = True) -> Encoding:
         """The encoding of (S, C); ``symmetry`` is honoured only when the formulation allows it."""
-        raise NotImplementedError
 
-
+    @abstractmethod
     def algorithm(self, encoding: Encoding, steps: int, chunks: int) -> Algorithm:
-        raise NotImplementedError
+        """The schedule a satisfied ``encoding`` describes."""
 
     def label(self, steps: int, chunks: int) -> str:
         return f"smt-{self.collective.name}-{self.topology.name}-s{steps}-c{chunks}"
@@ -85,7 +88,6 @@ class RoutingFormulation(Formulation):
         return RoutingEncoding(self._spec(chunks), steps, max_extra, scratch=self.scratch,
                                symmetry_breaking=self.symmetry and symmetry, seed=seed)
 
-
     def algorithm(self, encoding: Encoding, steps: int, chunks: int) -> Algorithm:
         assert isinstance(encoding, RoutingEncoding)
         sends = encoding.sends()
@@ -101,7 +103,6 @@ class CombiningFormulation(Formulation):
         spec = combining_spec(self.network, self.chunked(chunks))
         return CombiningEncoding(spec, steps, max_extra, scratch=self.scratch,
                                  symmetry_breaking=self.symmetry and symmetry, seed=seed)
-
 
     def algorithm(self, encoding: Encoding, steps: int, chunks: int) -> Algorithm:
         assert isinstance(encoding, CombiningEncoding)
@@ -149,7 +150,6 @@ class DualFormulation(Formulation):
         spec, _ = self._dual(chunks)
         return RoutingEncoding(spec, steps, max_extra, scratch=self.scratch,
                                symmetry_breaking=self.symmetry and symmetry, seed=seed)
-
 
     def algorithm(self, encoding: Encoding, steps: int, chunks: int) -> Algorithm:
         assert isinstance(encoding, RoutingEncoding)
