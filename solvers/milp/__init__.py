@@ -92,9 +92,12 @@ class _Run:
 
     def judge(self, transfers: list[Transfer]) -> float:
         """Simulated time (us) of ``transfers`` at the target size."""
+        return self.time_of(Algorithm("candidate", self.collective, self.problem.topology, tuple(transfers)))
+
+    def time_of(self, algorithm: Algorithm) -> float:
+        """Simulated time (us) of a schedule at the target size."""
         from backends.sim import simulate
 
-        algorithm = Algorithm("candidate", self.collective, self.problem.topology, tuple(transfers))
         return simulate(algorithm, self.size, bound=False, baselines=False).time_us
 
 
@@ -121,9 +124,8 @@ def synthesize(problem: Problem) -> Algorithm:
         transfers = _allreduce(run, slot_bytes)
     algorithm = Algorithm(f"{run.variant}-{kind}-{problem.topology.name}", coll, problem.topology,
                           tuple(transfers), solver=run.variant)
-    algorithm, chosen = _against_templates(run, algorithm)
-    details = _details(run, algorithm)
-    details["schedule"] = chosen
+    algorithm, chosen, simulated = _against_templates(run, algorithm)
+    details = _details(run, simulated, chosen)
     if run.limited:
         gaps = [s.gap for s in run.solves if s.gap is not None]
         raise SolverTimeout("a MILP reached its time limit before proving optimality",
@@ -133,17 +135,16 @@ def synthesize(problem: Problem) -> Algorithm:
     return Outcome(algorithm, details)
 
 
-def _against_templates(run: _Run, algorithm: Algorithm) -> tuple[Algorithm, str]:
+def _against_templates(run: _Run, algorithm: Algorithm) -> tuple[Algorithm, str, float]:
     """The MILP pipeline's schedule, or a template's whole schedule when that simulates faster
     at the target size (templates may chunk finer than the pipeline, e.g. multi-ring's halves).
     Skipped when the user gives a sketch: a template does not follow one."""
     import solvers
-    from backends.sim import simulate
 
     problem = run.problem
+    best_us, best, chosen = run.time_of(algorithm), algorithm, "MILP pipeline"
     if problem.request.sketch is not None:
-        return algorithm, "MILP pipeline"
-    best_us, best, chosen = run.judge(list(algorithm.transfers)), algorithm, "MILP pipeline"
+        return best, chosen, best_us
     for name in solvers.TEMPLATES:
         if problem.collective.kind not in solvers.SOLVERS[name].kinds:
             continue
@@ -152,7 +153,7 @@ def _against_templates(run: _Run, algorithm: Algorithm) -> tuple[Algorithm, str]
             template = solvers.synthesize(Problem(problem.topology, problem.collective, request))
         except CclError:
             continue  # a template that does not apply (hierarchical on one node)
-        us = simulate(template, run.size, bound=False, baselines=False).time_us
+        us = run.time_of(template)
         run.candidates.append({"routes": f"{name} template, whole schedule", "planned_us": None, "simulated_us": us})
         progress(f"candidate {name} template, whole schedule: simulated {us:.4g} us")
         if us < best_us - 1e-9:
@@ -161,16 +162,15 @@ def _against_templates(run: _Run, algorithm: Algorithm) -> tuple[Algorithm, str]
                            solver=run.variant)
     if best is not algorithm:
         progress(f"chosen instead: the {chosen}'s schedule, simulated {best_us:.4g} us")
-    return best, chosen
+    return best, chosen, best_us
 
 
-def _details(run: _Run, algorithm: Algorithm) -> dict:
+def _details(run: _Run, simulated: float, chosen: str) -> dict:
     """What the solver reports: settings, every MILP/LP solve with its size and gap, the
-    candidates and their simulated times, the schedule's simulated time and the lower bound."""
-    from backends.sim import simulate
+    candidates and their simulated times, which schedule was kept, its simulated time and the
+    lower bound."""
     from solvers.bounds import lower_bound
 
-    simulated = simulate(algorithm, run.size, bound=False, baselines=False).time_us
     bound = lower_bound(run.problem.topology, run.problem.collective, run.size).bound_us
     sketch = run.sketch
     return {
@@ -181,6 +181,7 @@ def _details(run: _Run, algorithm: Algorithm) -> dict:
                    "symmetry": list(sketch.symmetry), "chunk_partition": sketch.chunk_partition},
         "solves": [s.to_json() for s in run.solves],
         "candidates": run.candidates,
+        "schedule": chosen,
         "simulated_us": simulated,
         "bound_us": bound,
         "bound_ratio": simulated / bound if bound > 0 else None,
