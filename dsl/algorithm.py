@@ -26,7 +26,7 @@ from ccl.verify import VerificationResult, verify
 from . import ast
 from .collective import as_spec, instantiate
 from .evaluate import Evaluator, Scope, describe, require_int
-from .topology import topology_name
+from .topology import eval_topology, topology_name
 from .values import Definition, show
 
 SOLVER = "hand-written"
@@ -135,11 +135,7 @@ class AlgorithmBuilder:
 
 def build_algorithm(ev: Evaluator, definition: Definition, scope: Scope, values: tuple, span: Span) -> HandWritten:
     node: ast.AlgorithmDef = definition.node
-    topo = ev.eval(node.topology, scope)
-    if isinstance(topo, Definition) and topo.kind == "topology":
-        topo = ev.invoke(topo, (), {}, node.topology.span)
-    if not isinstance(topo, Topology):
-        raise DslError(f"an algorithm runs on a topology, got {describe(topo)}", node.topology.span)
+    topo = eval_topology(ev, node.topology, scope, "an algorithm runs on a topology")
     spec = as_spec(ev, ev.eval(node.collective, scope), node.collective.span)
     if spec.size is not None:
         raise DslError("an algorithm's collective takes no size (sizes belong to requests)", node.collective.span)

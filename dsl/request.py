@@ -23,12 +23,12 @@ from typing import Any
 
 from ccl.errors import DslError, InputError, Span
 from ccl.problem import SWITCH_POLICIES, Problem, Request, Sketch
-from ccl.topology import Topology
 
 from . import ast
 from .collective import as_spec, instantiate, size_bytes
 from .evaluate import Evaluator, Scope, describe, require_int, require_str, suggest
-from .values import TIME, Definition, Quantity, show
+from .topology import eval_topology
+from .values import TIME, Quantity, show
 
 SETTINGS = ("chunks", "steps", "rounds", "size", "time_limit", "objective")
 SKETCH_SETTINGS = ("relays", "internode", "switch_policy", "symmetry", "chunk_partition")
@@ -124,11 +124,7 @@ def _sketch(ev: Evaluator, settings: tuple[ast.Setting, ...], scope: Scope) -> S
 
 
 def lower_request(ev: Evaluator, stmt: ast.Synthesize, scope: Scope) -> LoweredRequest:
-    topo = ev.eval(stmt.topology, scope)
-    if isinstance(topo, Definition) and topo.kind == "topology":
-        topo = ev.invoke(topo, (), {}, stmt.topology.span)
-    if not isinstance(topo, Topology):
-        raise DslError(f"`synthesize ... on` needs a topology, got {describe(topo)}", stmt.topology.span)
+    topo = eval_topology(ev, stmt.topology, scope, "`synthesize ... on` needs a topology")
     spec = as_spec(ev, ev.eval(stmt.collective, scope), stmt.collective.span)
     solver = stmt.solver or DEFAULT_SOLVER
     fields: dict[str, Any] = {"solver": solver}

@@ -461,6 +461,17 @@ def relocate(exc: DslError, where: str, span: Span) -> DslError:
     return DslError(f"{exc.message} (raised in {where} at {exc.span})", span)
 
 
+def eval_topology(ev: Evaluator, expr: ast.Expr, scope: Scope, what: str) -> Topology:
+    """The topology ``expr`` names: a value, or a topology definition called with no arguments;
+    anything else is an error saying ``what`` needed it."""
+    topo = ev.eval(expr, scope)
+    if isinstance(topo, Definition) and topo.kind == "topology":
+        topo = ev.invoke(topo, (), {}, expr.span)
+    if not isinstance(topo, Topology):
+        raise DslError(f"{what}, got {describe(topo)}", expr.span)
+    return topo
+
+
 def topology_name(definition: Definition, values: tuple) -> str:
     if not definition.params:
         return definition.name
