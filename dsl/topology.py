@@ -1,13 +1,13 @@
 """Lowering topology bodies: ranks, switches and NICs, links with units and lanes, link classes,
 shared limits, and multi-node composition (``node T x N { nic ... }`` then ``fabric F``).
 
-Composition follows ``topologies.multinode`` exactly, so a description lowers to the same IR as
-the Python builders: rank = node * ranks_per_node + local rank; node-local switches are renamed
-``n<node>.<name>``; NIC k of node a is the vertex ``n<a>.nic<k>`` (kind ``nic``) with a host link
-each way (host bandwidth, latency 0) to every GPU it serves; vertices are numbered ranks first,
-then switches in the order they are declared (each node's own switches, then its NICs, node by
-node, then whatever the fabric adds). With one node there is nothing to join: no NICs, and
-``fabric`` does nothing.
+Composition is implemented here only (the library's multi-node machines in
+``topologies/machines.ccl`` are built with it): rank = node * ranks_per_node + local rank;
+node-local switches are renamed ``n<node>.<name>``; NIC k of node a is the vertex ``n<a>.nic<k>``
+(kind ``nic``) with a host link each way (host bandwidth, latency 0) to every GPU it serves;
+vertices are numbered ranks first, then switches in the order they are declared (each node's own
+switches, then its NICs, node by node, then whatever the fabric adds). With one node there is
+nothing to join: no NICs, and ``fabric`` does nothing.
 """
 
 from __future__ import annotations

@@ -1,5 +1,10 @@
-"""The topology library: parametric builders, named on the command line as ``NAME`` or
-``NAME:ARGS``.
+"""The topology library, named on the command line as ``NAME`` or ``NAME:ARGS``.
+
+The library is written once, in the description language: ``basic.ccl`` (the parametric
+families), ``machines.ccl`` (named machines and their multi-node clusters), ``hardware.ccl``
+(the numbers, with their sources) and ``multinode.ccl`` (the fabrics). The Python functions
+here (``ring``, ``torus``, ``dgx_h100``, ...) and ``build`` evaluate those definitions through
+``dsl``, imported on first use; ``hardware_numbers()`` reads the numbers.
 
 ARGS are comma-separated: positional values first (``ring:8``, ``torus:4x4``, ``ndv2:2``), then
 ``key=value`` options with units (``ring:8,bw=50GB/s,lat=1us``, ``dgx-a100:4,fabric=leafspine``).
@@ -7,21 +12,34 @@ ARGS are comma-separated: positional values first (``ring:8``, ``torus:4x4``, ``
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ccl.errors import InputError, TopologyError
 from ccl.topology import Topology
 from ccl.units import parse_bandwidth, parse_time
 
-from .basic import fully_connected, hypercube, line, ring, star, switch, torus
-from .machines import amd8, dgx1, dgx2, dgx_a100, dgx_h100, ndv2
-from .multinode import FABRICS, Nic, multinode
+from .builders import (
+    amd8,
+    dgx1,
+    dgx2,
+    dgx_a100,
+    dgx_h100,
+    fully_connected,
+    hypercube,
+    line,
+    ndv2,
+    ring,
+    star,
+    switch,
+    torus,
+)
+from .library import LIBRARY
 
 __all__ = [
     "BUILDERS",
     "Builder",
-    "Nic",
     "amd8",
     "build",
     "dgx1",
@@ -29,15 +47,21 @@ __all__ = [
     "dgx_a100",
     "dgx_h100",
     "fully_connected",
+    "hardware_numbers",
     "hypercube",
     "line",
-    "multinode",
     "ndv2",
     "ring",
     "star",
     "switch",
     "torus",
 ]
+
+
+def hardware_numbers() -> Mapping[str, Any]:
+    """The ``let`` values of ``topologies/hardware.ccl`` by name, bandwidths in GB/s and times in
+    microseconds, lists as tuples: ``hardware_numbers()["net_lat"] == 2.6``."""
+    return LIBRARY.hardware_numbers()
 
 
 def _int(text: str, what: str) -> int:
@@ -54,7 +78,9 @@ def _dims(text: str) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Builder:
-    """A library entry: how to call it from the CLI and what it builds."""
+    """A library entry: how to call it from the CLI and the function that builds it (named as
+    its definition in ``basic.ccl`` or ``machines.ccl``, whose parameters the positional names
+    and option keywords are)."""
 
     name: str
     usage: str
@@ -83,17 +109,9 @@ class Builder:
 
 
 _LINK_OPTIONS = (("bw", "bandwidth", parse_bandwidth), ("lat", "latency", parse_time))
-
-
-def _fabric(text: str) -> str:
-    if text not in FABRICS:
-        raise InputError(f"unknown fabric {text!r}; known: {', '.join(FABRICS)}")
-    return text
-
-
 _N = (("n", lambda s: _int(s, "number of ranks"), True),)
 _NODES = (("nodes", lambda s: _int(s, "number of nodes"), False),)
-_CLUSTER_OPTIONS = (("fabric", "fabric", _fabric), ("nic", "nic_bandwidth", parse_bandwidth))
+_CLUSTER_OPTIONS = (("fabric", "fabric", str), ("nic", "nic_bandwidth", parse_bandwidth))
 
 BUILDERS: dict[str, Builder] = {
     b.name: b

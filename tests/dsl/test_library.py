@@ -1,26 +1,24 @@
-"""The topology library as .ccl files lowers to IR equal to the Python builders'."""
+"""The topology library has one source, its .ccl files: every library entry and Python function is
+a call of a definition there; command-line specs, Python arguments and file specs build the same
+IR; the library's lowered IR for a set of specs is pinned by a golden file."""
 
 from __future__ import annotations
+
+import hashlib
+import inspect
 
 import pytest
 
 import dsl
 import topologies as T
 from ccl.errors import DslError, InputError
-from topologies import hardware as hw
-from topologies.multinode import Nic, multinode
+from dsl.printer import format_topology
 
-from .conftest import ROOT
+from .conftest import GOLDEN, ROOT, check_golden
 
 LIB = ROOT / "topologies"
-# library spec name -> (file, definition)
-DSL_NAMES = {
-    "ring": ("basic", "ring"), "line": ("basic", "line"), "fully-connected": ("basic", "fully_connected"),
-    "star": ("basic", "star"), "switch": ("basic", "switch"), "torus": ("basic", "torus"),
-    "hypercube": ("basic", "hypercube"), "dgx1": ("machines", "dgx1"), "amd8": ("machines", "amd8"),
-    "ndv2": ("machines", "ndv2"), "dgx2": ("machines", "dgx2"), "dgx-a100": ("machines", "dgx_a100"),
-    "dgx-h100": ("machines", "dgx_h100"),
-}
+FILES = ("basic", "machines")
+PYTHON_NAMES = {"n_nodes": "nodes"}  # a Python parameter spelled apart from its definition's
 
 
 @pytest.fixture(scope="module")
@@ -28,56 +26,65 @@ def modules():
     return {name: dsl.load(str(LIB / f"{name}.ccl")) for name in ("basic", "machines", "hardware", "multinode")}
 
 
-def test_every_python_builder_has_a_dsl_twin(modules):
-    assert set(DSL_NAMES) == set(T.BUILDERS)
-    for file, name in DSL_NAMES.values():
-        assert name in modules[file].topologies()
+def definition_of(modules, name):
+    found = [modules[file].topologies()[name] for file in FILES if name in modules[file].topologies()]
+    assert len(found) == 1, f"{name} is defined {len(found)} times in {FILES}"
+    return found[0]
 
 
 def test_library_files_are_the_shipped_modules():
     assert dsl.library_modules() == ["basic", "hardware", "machines", "multinode"]
     assert dsl.library_dir() == LIB
+    assert sorted(p.name for p in LIB.glob("*.py")) == ["__init__.py", "builders.py", "library.py"]  # no twins
 
 
-@pytest.mark.parametrize(("name", "args", "kwargs", "ref"), [
-    ("ring", (n,), {}, lambda n=n: T.ring(n)) for n in (2, 3, 8, 17)
-] + [
-    ("ring", (5,), {"directed": True}, lambda: T.ring(5, directed=True)),
-    ("ring", (2,), {"directed": True}, lambda: T.ring(2, directed=True)),
-    ("line", (2,), {}, lambda: T.line(2)),
-    ("line", (9,), {}, lambda: T.line(9)),
-    ("fully_connected", (2,), {}, lambda: T.fully_connected(2)),
-    ("fully_connected", (8,), {}, lambda: T.fully_connected(8)),
-    ("star", (6,), {}, lambda: T.star(6)),
-    ("switch", (2,), {}, lambda: T.switch(2)),
-    ("switch", (8,), {}, lambda: T.switch(8)),
-    ("torus", ((4, 4),), {}, lambda: T.torus((4, 4))),
-    ("torus", ((2, 3, 4),), {}, lambda: T.torus((2, 3, 4))),
-    ("torus", ((2, 2, 2),), {}, lambda: T.torus((2, 2, 2))),
-    ("torus", ((3, 5),), {}, lambda: T.torus((3, 5))),
-    ("torus", ((2, 2, 3, 2),), {}, lambda: T.torus((2, 2, 3, 2))),
-    ("hypercube", (2,), {}, lambda: T.hypercube(2)),
-    ("hypercube", (16,), {}, lambda: T.hypercube(16)),
+def test_every_library_entry_is_a_definition(modules):
+    for builder in T.BUILDERS.values():
+        definition = definition_of(modules, builder.function.__name__)
+        params = [p.name for p in definition.params]
+        for name, _, _ in builder.positional:
+            assert name in params, (builder.name, name)
+        for _, keyword, _ in builder.options:
+            assert keyword in params, (builder.name, keyword)
+        assert builder.function is getattr(T, builder.function.__name__)
+
+
+@pytest.mark.parametrize("function", [b.function for b in T.BUILDERS.values()], ids=lambda f: f.__name__)
+def test_python_functions_take_the_definitions_parameters(modules, function):
+    definition = definition_of(modules, function.__name__)
+    python = [PYTHON_NAMES.get(name, name) for name in inspect.signature(function).parameters]
+    assert python == [p.name for p in definition.params]
+    required = [PYTHON_NAMES.get(p.name, p.name) for p in inspect.signature(function).parameters.values()
+                if p.default is inspect.Parameter.empty]
+    assert required == [p.name for p in definition.params if p.default is None]
+
+
+@pytest.mark.parametrize(("name", "args", "kwargs"), [
+    ("ring", (8,), {}), ("ring", (5,), {"directed": True}), ("line", (9,), {}), ("fully_connected", (6,), {}),
+    ("star", (6,), {}), ("switch", (8,), {}), ("torus", ((2, 3, 4),), {}), ("hypercube", (16,), {}),
+    ("dgx1", (), {}), ("amd8", (), {}), ("ndv2", (2,), {}), ("dgx2", (3,), {"fabric": "leafspine"}),
+    ("dgx_a100", (5,), {"fabric": "switch"}), ("dgx_h100", (4,), {}),
 ])
-def test_basic_families(modules, name, args, kwargs, ref):
-    assert modules["basic"].topology(name, *args, **kwargs) == ref()
+def test_python_functions_build_their_definitions(modules, name, args, kwargs):
+    module = modules["basic"] if name in modules["basic"].topologies() else modules["machines"]
+    assert getattr(T, name)(*args, **kwargs) == module.topology(name, *args, **kwargs)
 
 
-@pytest.mark.parametrize(("name", "nodes", "fabric", "ref"), [
-    ("dgx1", None, None, T.dgx1), ("amd8", None, None, T.amd8),
-] + [
-    (name, nodes, fabric, builder)
-    for name, builder in (("ndv2", T.ndv2), ("dgx2", T.dgx2), ("dgx_a100", T.dgx_a100), ("dgx_h100", T.dgx_h100))
-    for nodes, fabric in ((1, None), (2, None), (3, "switch"), (5, "leafspine"), (9, "leafspine"), (4, "rail"))
+@pytest.mark.parametrize(("spec", "file_spec"), [
+    ("ring:8", "basic.ccl:ring:8"),
+    ("ring:8,bw=50GB/s,lat=500ns", "basic.ccl:ring:8,bandwidth=50GB/s,latency=500ns"),
+    ("fully_connected:4", "basic.ccl:fully_connected:4"),
+    ("torus:4x4,bw=100Gbps", "basic.ccl:torus:4x4,bandwidth=100Gbps"),
+    ("torus:3x3,lat=2us", "basic.ccl:torus([3, 3], latency = 2 us)"),
+    ("dgx1:bw=20GB/s", "machines.ccl:dgx1:bandwidth=20GB/s"),
+    ("amd8", "machines.ccl:amd8"),
+    ("ndv2:2,fabric=leafspine,nic=200Gbps", "machines.ccl:ndv2:2,fabric=leafspine,nic_bandwidth=200Gbps"),
+    ("dgx-a100:3,fabric=rail", "machines.ccl:dgx_a100(3, fabric = rail)"),
+    ("dgx_h100:2", "machines.ccl:dgx_h100:2"),
+    ("dgxh100", "machines.ccl:dgx_h100"),
 ])
-def test_machines(modules, name, nodes, fabric, ref):
-    args = () if nodes is None else (nodes,)
-    kwargs = {} if fabric is None else {"fabric": fabric}
-    assert modules["machines"].topology(name, *args, **kwargs) == ref(*args, **kwargs)
-
-
-def test_dgx_h100_at_16_nodes(modules):
-    assert modules["machines"].topology("dgx_h100", 16) == T.dgx_h100(16)
+def test_command_line_specs_build_the_file_specs(spec, file_spec):
+    assert T.build(spec) == dsl.load_topology(f"{LIB}/{file_spec}")
 
 
 @pytest.mark.parametrize(("spec", "ref"), [
@@ -88,44 +95,86 @@ def test_dgx_h100_at_16_nodes(modules):
     ("machines.ccl:ndv2:2,fabric=leafspine,nic_bandwidth=200Gbps", lambda: T.ndv2(2, fabric="leafspine", nic_bandwidth=25.0)),
     ("machines.ccl:dgx_a100(3, fabric = rail)", lambda: T.dgx_a100(3, fabric="rail")),
 ])
-def test_overrides_through_command_line_specs(spec, ref):
-    assert dsl.load_topology(str(LIB / spec.split(":", 1)[0]) + ":" + spec.split(":", 1)[1]) == ref()
+def test_python_numbers_are_gb_per_s_and_microseconds(spec, ref):
+    assert dsl.load_topology(f"{LIB}/{spec}") == ref()
 
 
-def test_the_numbers_match_hardware_py(modules):
+def test_hardware_numbers_are_the_exports_of_hardware_ccl(modules):
     exports = modules["hardware"].exports
-    assert exports["ndv2_lane_bw"].value == hw.NDV2_LANE_BW
-    assert exports["nic_ib100_bw"].value == hw.NIC_IB100_BW
-    assert exports["dgx2_port_bw"].value == hw.DGX2_PORT_BW
-    assert exports["nic_200g_bw"].value == hw.NIC_200G_BW
-    assert exports["nic_400g_bw"].value == hw.NIC_400G_BW
-    assert exports["dgx1_lanes"] == hw.DGX1_LANES and exports["amd8_lanes"] == hw.AMD8_LANES
+    numbers = T.hardware_numbers()
+    assert set(numbers) == set(exports)
+    assert numbers["ndv2_lane_bw"] == exports["ndv2_lane_bw"].value == 1e6 / 46.0 / 1e3
+    assert numbers["nic_ib100_bw"] == 1e6 / 105.0 / 1e3 and numbers["dgx2_port_bw"] == 1e6 / 8.0 / 1e3
+    assert numbers["nic_200g_bw"] == 25.0 and numbers["nic_400g_bw"] == 50.0
+    assert numbers["dgx1_lanes"] == exports["dgx1_lanes"] and numbers["amd8_lanes"] == exports["amd8_lanes"]
 
 
-@pytest.mark.parametrize(("fabric", "options", "python"), [
-    ("leafspine", "(nodes_per_leaf = 2, oversubscription = 2)", {"nodes_per_leaf": 2, "oversubscription": 2.0}),
-    ("leafspine", "(nodes_per_leaf = 3)", {"nodes_per_leaf": 3}),
-    ("rail", "(oversubscription = 4)", {"oversubscription": 4.0}),
-    ("switch", "", {}),
+# ---------------------------------------------------------------------- the IR, pinned
+SPECS = [
+    "ring:2", "ring:5", "line:4", "fully-connected:4", "star:4", "switch:3", "torus:2x3", "torus:2x2x2",
+    "torus:3x3", "hypercube:8", "dgx1", "amd8", "ndv2", "ndv2:2", "ndv2:5,fabric=leafspine", "dgx2:2",
+    "dgx2:3,fabric=rail", "dgx-a100", "dgx-a100:2,fabric=switch", "dgx-a100:5,fabric=leafspine,nic=100Gbps",
+    "dgx-h100:3", "ring:8,bw=50GB/s,lat=1us", "torus:4x4,bw=100Gbps", "dgx1:bw=20GB/s,lat=0.5us",
+]
+LARGE = ["ring:1024", "torus:8x8x8", "hypercube:256", "dgx-h100:16", "dgx-h100:128", "dgx-a100:9,fabric=leafspine",
+         "dgx2:16,fabric=leafspine", "ndv2:64,fabric=rail"]
+
+
+def test_library_ir_is_pinned():
+    """Written from the Python builders' output before the library became one source; the small
+    specs in full, the large ones as a digest of the same printout."""
+    parts = [f"# {spec}\n" + format_topology(T.build(spec), f"t{k}") for k, spec in enumerate(SPECS)]
+    for spec in LARGE:
+        topo = T.build(spec)
+        digest = hashlib.sha256(format_topology(topo, "t").encode()).hexdigest()
+        parts.append(f"# {spec}: {topo.n_ranks} ranks, {len(topo.switches)} switches, {len(topo.links)} links, "
+                     f"{len(topo.limits)} limits, sha256 {digest}\n")
+    check_golden(GOLDEN / "ir" / "library_specs.ccl", "\n".join(parts))
+
+
+def test_printed_library_ir_lowers_back():
+    for spec in SPECS:
+        topo = T.build(spec)
+        module = dsl.load_string(format_topology(topo, "t"), "printed.ccl")
+        assert module.topology("t") == topo, spec
+
+
+# ---------------------------------------------------------------------- composition and fabrics
+POD = """
+from machines import dgx_a100_node
+topology pod(nodes) {{
+  name "pod"
+  node dgx_a100_node x nodes {{
+    for k in 0..8 {{ nic k : 200 Gbps, 2.6 us, host 32 GB/s }}
+  }}
+  fabric {fabric}{options}
+}}
+"""
+
+
+@pytest.mark.parametrize(("fabric", "options", "nodes", "expected"), [
+    # leaves of nodes_per_leaf nodes; each leaf's uplink carries its NICs' 25 GB/s over the oversubscription
+    ("leafspine", "(nodes_per_leaf = 2, oversubscription = 2)", 5, {"leaf0": 200.0, "leaf1": 200.0, "leaf2": 100.0}),
+    ("leafspine", "(nodes_per_leaf = 3)", 7, {"leaf0": 600.0, "leaf1": 600.0, "leaf2": 200.0}),
+    ("leafspine", "", 4, {"leaf0": None}),  # one leaf: no spine
+    ("rail", "(oversubscription = 4)", 2, {f"rail{k}": 12.5 for k in range(8)}),
+    ("rail", "", 3, {f"rail{k}": 75.0 for k in range(8)}),
+    ("switch", "", 2, {"fabric": None}),
 ])
-def test_fabric_options_match_multinode(fabric, options, python):
-    text = f"""
-    from machines import dgx_a100_node
-    topology pod(nodes) {{
-      name "pod"
-      node dgx_a100_node x nodes {{
-        for k in 0..8 {{ nic k : 200 Gbps, 2.6 us, host 32 GB/s }}
-      }}
-      fabric {fabric}{options}
-    }}
-    """
-    module = dsl.load_string(text, "pod.ccl")
-    nics = [Nic((k,), 25.0, 32.0, 2.6) for k in range(8)]
-    node = T.dgx_a100(1)
-    node = type(node)("dgx-a100", node.n_ranks, node.links, tuple(type(s)(s.name, s.kind) for s in node.switches))
-    for nodes in (2, 5, 7):
-        ref = multinode(node, nodes, nics, fabric=fabric, name="pod", **python)
-        assert module.topology("pod", nodes) == ref
+def test_fabric_options(fabric, options, nodes, expected):
+    topo = dsl.load_string(POD.format(fabric=fabric, options=options), "pod.ccl").topology("pod", nodes)
+    names = [s.name for s in topo.switches]
+    nics = [f"n{a}.nic{k}" for a in range(nodes) for k in range(8)]
+    assert names[:len(nics) + nodes] == [v for a in range(nodes) for v in (f"n{a}.nvswitch", *nics[8 * a: 8 * a + 8])]
+    spine = any(up is not None for up in expected.values())
+    assert set(names[len(nics) + nodes:]) == set(expected) | ({"spine"} if spine else set())
+    ids = {s.name: topo.n_ranks + i for i, s in enumerate(topo.switches)}
+    for switch, uplink in expected.items():
+        if uplink is not None:
+            assert topo.link(ids[switch], ids["spine"]).bandwidth == uplink
+            assert topo.link(ids[switch], ids["spine"]).latency == 0.25
+    nic = topo.link(ids["n0.nic0"], next(v for k, v in ids.items() if k in expected))
+    assert (nic.bandwidth, nic.latency) == (25.0, 1.3)  # the NIC's latency split over up- and down-link
 
 
 def test_multinode_of_a_ring_with_a_shared_nic():
@@ -137,8 +186,14 @@ def test_multinode_of_a_ring_with_a_shared_nic():
       fabric switch
     }
     """
-    module = dsl.load_string(text, "rings.ccl")
-    assert module.topology("rings", 2) == multinode(T.ring(3), 2, [Nic((0,), 10.0, 20.0)], name="rings")
+    topo = dsl.load_string(text, "rings.ccl").topology("rings", 2)
+    assert [(s.name, s.kind, s.node) for s in topo.switches] == [
+        ("n0.nic0", "nic", 0), ("n1.nic0", "nic", 1), ("fabric", "switch", None)]
+    assert topo.node_of == (0, 0, 0, 1, 1, 1)
+    assert (topo.link(0, 6).bandwidth, topo.link(0, 6).latency) == (20.0, 0.0)  # host link, PCIe side
+    assert topo.link(3, 7) is not None and topo.link(1, 6) is None
+    assert (topo.link(6, 8).bandwidth, topo.link(8, 7).latency) == (10.0, 1.3)
+    assert topo.flat().link(0, 3).bandwidth == 10.0 and topo.flat().link(0, 3).latency == 2.6
 
 
 @pytest.mark.parametrize(("spec", "needle"), [

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+
 import pytest
 
+import dsl
 import topologies as T
-from ccl import InputError, TopologyError
-from topologies import hardware as hw
-from topologies.multinode import Nic, multinode
+from ccl import DslError, InputError, TopologyError
 
 REQUIRED = ["dgx1", "ring:8", "fully-connected:8", "torus:4x4", "hypercube:8", "ndv2:2", "dgx2:2",
             "dgx-a100:2", "dgx-h100:16", "amd8"]
@@ -32,11 +35,12 @@ def test_rank_counts():
 
 def test_dgx1_matches_the_published_lane_matrix():
     topo = T.dgx1()
+    lanes = T.hardware_numbers()["dgx1_lanes"]
     for a in range(8):
         assert sum(link.lanes for link in topo.out_links[a]) == 6  # 6 NVLinks per GPU
         for b in range(8):
             link = topo.link(a, b)
-            assert (link.lanes if link else 0) == hw.DGX1_LANES[a][b]
+            assert (link.lanes if link else 0) == lanes[a][b]
             if link:
                 assert link.bandwidth == 25.0
 
@@ -114,24 +118,45 @@ def test_fabrics(fabric):
         assert {"rail0", "rail7", "spine"} <= names
 
 
-def test_leafspine_oversubscription_binds():
-    topo = multinode(T.switch(2), 4, [Nic((0, 1), 10.0, 20.0)], fabric="leafspine", nodes_per_leaf=2,
-                     oversubscription=2.0)
+CLUSTERS = """
+from basic import ring, switch
+topology switches {
+  node switch(2) x 4 { nic [0, 1] : 10 GB/s, 2.6 us, host 20 GB/s }
+  fabric leafspine(nodes_per_leaf = 2, oversubscription = 2)
+}
+topology rings(host = 0, fabric = "switch") {
+  node ring(3) x 2 { nic host : 10 GB/s, 2.6 us, host 20 GB/s }
+  fabric fabric
+}
+topology no_nics {
+  node ring(3) x 2 {}
+  fabric switch
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def clusters():
+    return dsl.load_string(CLUSTERS, "clusters.ccl")
+
+
+def test_leafspine_oversubscription_binds(clusters):
+    topo = clusters.topology("switches")
     # the 16 pairs from leaf 0's nodes to leaf 1's share the uplink: two 10 GB/s NICs at 2:1
     uplink = [x for x in topo.flat().limits if len(x.links) == 16]
     assert uplink and all(x.bandwidth == 10.0 for x in uplink)
 
 
-def test_multinode_renumbers_and_validates():
-    topo = multinode(T.ring(3), 2, [Nic((0,), 10.0, 20.0)])
+def test_multinode_renumbers_and_validates(clusters):
+    topo = clusters.topology("rings")
     assert topo.node_of == (0, 0, 0, 1, 1, 1)
     assert topo.link(3, 4) is not None and topo.link(2, 3) is None
-    with pytest.raises(TopologyError, match="serves ranks"):
-        multinode(T.ring(3), 2, [Nic((5,), 10.0, 20.0)])
-    with pytest.raises(TopologyError, match="unknown fabric"):
-        multinode(T.ring(3), 2, [Nic((0,), 10.0, 20.0)], fabric="mesh")
-    with pytest.raises(TopologyError, match="without NICs"):
-        multinode(T.ring(3), 2, [])
+    with pytest.raises(DslError, match="serves node-local ranks 0..2, got 5"):
+        clusters.topology("rings", host=5)
+    with pytest.raises(DslError, match="unknown fabric 'mesh'"):
+        clusters.topology("rings", fabric="mesh")
+    with pytest.raises(DslError, match="without NICs"):
+        clusters.topology("no_nics")
 
 
 @pytest.mark.parametrize(
@@ -145,7 +170,9 @@ def test_multinode_renumbers_and_validates():
         ("ring:1", ">= 2"),
         ("dgx1:2", "at most 0 value"),
         ("ndv2:0", "positive integer"),
-        ("ndv2:2,fabric=mesh", "unknown fabric"),
+        ("ndv2:2,fabric=mesh", "topology 'ndv2:2,fabric=mesh': unknown fabric 'mesh'"),
+        ("hypercube:12", "topology 'hypercube:12': hypercube needs a power-of-two number of ranks, got 12"),
+        ("torus:1x4", "topology 'torus:1x4': torus dimensions must be integers >= 2, got 1x4"),
         ("ring:4,bw=fast", "cannot read bandwidth"),
         ("ring:4,,bw=1", "empty argument"),
     ],
@@ -165,3 +192,52 @@ def test_spec_options_with_units():
 def test_every_builder_has_an_example_that_builds():
     for builder in T.BUILDERS.values():
         assert T.build(builder.example).n_ranks >= 2
+
+
+@pytest.mark.parametrize(("call", "needle"), [
+    (lambda: T.ring(1), "ring needs an integer number of ranks >= 2, got 1"),
+    (lambda: T.ring(8.0), "ring: n must be an integer, got 8.0"),
+    (lambda: T.ring(True), "ring: n must be an integer, got True"),
+    (lambda: T.ring(4, bandwidth="fast"), "ring: bandwidth must be a finite number of GB/s, got 'fast'"),
+    (lambda: T.ring(4, latency=float("nan")), "ring: latency must be a finite number of microseconds, got nan"),
+    (lambda: T.ring(4, bandwidth=-1.0), "bandwidth must be positive, got -1 GB/s"),
+    (lambda: T.ring(4, directed="yes"), "ring: directed must be True or False"),
+    (lambda: T.torus(()), "torus: dims must be a non-empty list of integers"),
+    (lambda: T.torus((1, 4)), "torus dimensions must be integers >= 2, got 1x4"),
+    (lambda: T.ndv2(0), "number of nodes must be a positive integer, got 0"),
+    (lambda: T.dgx2(1.5), "dgx2: n_nodes must be an integer, got 1.5"),
+    (lambda: T.ndv2(2, fabric="mesh"), "unknown fabric 'mesh'"),
+    (lambda: T.dgx_h100(2, fabric=3), "dgx_h100: fabric must be a string, got 3"),
+])
+def test_python_arguments_are_checked(call, needle):
+    with pytest.raises(TopologyError, match=re.escape(needle)):
+        call()
+
+
+def test_python_arguments_in_gb_per_s_and_microseconds():
+    link = T.ring(4, 50, 0.5).link(0, 1)
+    assert (link.bandwidth, link.latency) == (50.0, 0.5)
+    assert T.ring(4) == T.ring(4, bandwidth=25.0, latency=0.7)  # the hardware.ccl defaults
+    assert T.switch(4, latency=1.0).link(0, 4).latency == 0.5  # split over the two hops
+    assert T.dgx_a100(2, nic_bandwidth=10.0).flat().link(0, 8).bandwidth == 10.0
+    assert T.ndv2(2, fabric="rail") == T.build("ndv2:2,fabric=rail")
+    assert T.torus([2, 3]) == T.torus(range(2, 4)) == T.build("torus:2x3")
+
+
+def test_hardware_numbers_come_from_hardware_ccl():
+    numbers = T.hardware_numbers()
+    assert numbers["net_lat"] == 2.6 and numbers["generic_bw"] == 25
+    assert numbers["ndv2_lane_bw"] == pytest.approx(1e6 / 46 / 1e3)
+    assert numbers["nic_400g_bw"] == 50.0 and numbers["amd8_lanes"][0] == (0, 5, 6, 6, 5, 6, 5, 5)
+    with pytest.raises(TypeError):
+        numbers["net_lat"] = 1.0  # read-only
+
+
+def test_repeated_builds_reuse_the_loaded_library():
+    assert T.build("dgx-h100:4") is T.build("dgx-h100:4")
+
+
+def test_import_topologies_does_not_load_the_language():
+    code = "import sys, topologies; print([m for m in ('dsl', 'lark') if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -10,21 +10,31 @@ import pytest
 
 pytest.importorskip("torch")
 
+import dsl  # noqa: E402
 import solvers  # noqa: E402
 import topologies as T  # noqa: E402
 from backends.torch.launch import Call, Job, run_jobs  # noqa: E402
 from backends.torch.spec import as_program, to_spec  # noqa: E402
 from ccl import InfeasibleError, InputError, Problem, Request  # noqa: E402
 from ccl.collective import ROOTED_KINDS, builtin  # noqa: E402
-from topologies.multinode import Nic, multinode  # noqa: E402
 
 SIZES = (1, 13, 1031)  # elements per part: one, a small prime, a prime above every slot count
 EXTRA = [("int64", "max"), ("int32", "sum"), ("bfloat16", "avg"), ("float64", "min"), ("int16", "band"),
          ("float16", "prod")]
 
 
+TWO_LEVEL = """
+from basic import ring
+topology two_level(local, nodes) {      # rings joined through one NIC per node, on local rank 0
+  name "ring{local}x{nodes}"
+  node ring(local) x nodes { nic 0 : 10 GB/s, 2.6 us, host 20 GB/s }
+  fabric switch
+}
+"""
+
+
 def two_level(local: int, nodes: int):
-    return multinode(T.ring(local), nodes, [Nic((0,), 10.0, 20.0)], name=f"ring{local}x{nodes}")
+    return dsl.load_string(TWO_LEVEL, "two_level.ccl").topology("two_level", local, nodes)
 
 
 TOPOLOGIES = {2: [T.ring(2)], 3: [T.ring(3)], 4: [T.ring(4), two_level(2, 2)], 8: [T.build("dgx1"), two_level(4, 2)]}
