@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import solvers  # noqa: E402
 import topologies  # noqa: E402
 from backends.sim import nccl_baselines, simulate  # noqa: E402
-from ccl import Problem, Request, SolverTimeout, verify  # noqa: E402
+from ccl import InfeasibleError, InputError, Problem, Request, SolverTimeout, verify  # noqa: E402
 from ccl.collective import builtin  # noqa: E402
 from ccl.units import format_size, parse_size  # noqa: E402
 from solvers.bounds import lower_bound  # noqa: E402
@@ -40,7 +40,7 @@ def best_template(topo, kind: str, size: int) -> tuple[str, float]:
             continue
         try:
             algorithm = solvers.synthesize(Problem(topo, builtin(kind, topo.n_ranks), Request(name)))
-        except Exception:  # noqa: BLE001 - a template that does not apply to this topology
+        except (InputError, InfeasibleError):  # a template that does not apply to this topology
             continue
         t = simulate(algorithm, size, bound=False, baselines=False).time_us
         if t < best[1]:

@@ -29,6 +29,7 @@ from .errors import (
     Span,
     TopologyError,
     VerificationError,
+    Z3Error,
 )
 from .lower import lower
 from .problem import Problem, Request, Sketch
@@ -70,6 +71,7 @@ __all__ = [
     "Transfer",
     "VerificationError",
     "VerificationResult",
+    "Z3Error",
     "collectives",
     "load",
     "lower",

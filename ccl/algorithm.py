@@ -46,10 +46,6 @@ class Transfer(NamedTuple):
     count: int = 1
     op: str = "copy"
 
-    @property
-    def is_local(self) -> bool:
-        return self.src == self.dst
-
     def describe(self) -> str:
         span = "" if self.count == 1 else f"..+{self.count}"
         return (

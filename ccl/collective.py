@@ -15,11 +15,13 @@ each a sequence of equally sized slots:
 
 The built-in collectives below use chunk ids in order of (rank, input slot).
 ``chunk_up(k)`` splits every slot into k consecutive slots, keeping buffer layouts contiguous.
+``custom`` builds a collective from SCCL-style pre/postconditions, and ``multi_root`` /
+``replicated_broadcast`` the rooted collectives with several roots as custom collectives.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -350,3 +352,66 @@ def custom(
         tuple(aliases),
     )
 
+
+
+# ---------------------------------------------------------------------- multi-root
+# Rooted collectives with several roots R = (r_0, ..., r_{k-1}), as custom collectives any exact
+# solver takes:
+#
+# * broadcast: root r_i holds buffer i; every rank ends with all k buffers (output slot i). A
+#   broadcast of one buffer that several roots already hold is ``replicated_broadcast``.
+# * gather: every rank's buffer ends on every root (output slot q of a root = rank q's buffer).
+# * scatter: root r_i holds n pieces; rank q ends with piece q of every root (output slot i).
+# * reduce: every root ends with the sum of all ranks' buffers.
+#
+# Chunk ids: broadcast and gather number buffers by root / rank; scatter piece q of root i is
+# i x n + q; reduce's chunk q is rank q's buffer. ``chunks`` splits every slot further.
+MULTI_ROOT_KINDS = ("broadcast", "gather", "scatter", "reduce")
+
+
+def _check_roots(n_ranks: int, roots: tuple[int, ...]) -> None:
+    for r in roots:
+        if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < n_ranks:
+            raise CollectiveError(f"root {r!r} is not a rank in 0..{n_ranks - 1}")
+
+
+def multi_root(kind: str, n_ranks: int, roots: Sequence[int], chunks: int = 1) -> Collective:
+    """The ``kind`` collective (one of MULTI_ROOT_KINDS) with several roots, as a custom
+    collective named ``KIND-roots-R0-R1-...`` (see the comment above for its chunks)."""
+    roots = tuple(roots)
+    if kind not in MULTI_ROOT_KINDS:
+        raise CollectiveError(f"multi-root {kind!r} is not defined; multi-root kinds: {', '.join(MULTI_ROOT_KINDS)}")
+    if not roots:
+        raise CollectiveError(f"multi-root {kind} needs at least one root")
+    _check_n(f"multi-root {kind}", n_ranks)
+    _check_roots(n_ranks, roots)
+    if len(set(roots)) != len(roots):
+        raise CollectiveError(f"roots {list(roots)} name a rank twice")
+    name = f"{kind}-roots-{'-'.join(map(str, roots))}"
+    ranks = range(n_ranks)
+    pre: list[tuple[int, int]]
+    post: list[tuple[int | frozenset[int], int]]
+    if kind == "broadcast":
+        pre = [(i, r) for i, r in enumerate(roots)]
+        post = [(i, q) for q in ranks for i in range(len(roots))]
+    elif kind == "gather":
+        pre = [(q, q) for q in ranks]
+        post = [(q, r) for r in roots for q in ranks]
+    elif kind == "scatter":
+        pre = [(i * n_ranks + q, r) for i, r in enumerate(roots) for q in ranks]
+        post = [(i * n_ranks + q, q) for q in ranks for i in range(len(roots))]
+    else:
+        pre = [(q, q) for q in ranks]
+        post = [(frozenset(ranks), r) for r in roots]
+    return custom(name, n_ranks, pre, post).chunk_up(chunks)
+
+
+def replicated_broadcast(n_ranks: int, roots: Sequence[int], chunks: int = 1) -> Collective:
+    """One buffer that every root already holds, to every rank (any root may serve any rank)."""
+    roots = tuple(roots)
+    _check_n("replicated broadcast", n_ranks)
+    _check_roots(n_ranks, roots)
+    if not roots or len(set(roots)) != len(roots):
+        raise CollectiveError(f"roots {list(roots)} must be distinct ranks, at least one")
+    name = f"broadcast-replicated-{'-'.join(map(str, roots))}"
+    return custom(name, n_ranks, [(0, r) for r in roots], [(0, q) for q in range(n_ranks)]).chunk_up(chunks)

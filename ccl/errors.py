@@ -188,3 +188,12 @@ class BackendError(CclError):
 
     exit_code = EXIT_BACKEND
     kind = "backend error"
+
+
+class Z3Error(CclError):
+    """z3 failed in a way that is not a timeout: it rejected an encoding or failed inside a
+    check (translated at the smt solver's boundary). Neither the request nor a backend is at
+    fault, so it is an internal error (exit code 1), not bad input or a backend failure."""
+
+    exit_code = EXIT_INTERNAL
+    kind = "z3 error"

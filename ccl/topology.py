@@ -156,9 +156,6 @@ class Topology:
     def n_vertices(self) -> int:
         return self.n_ranks + len(self.switches)
 
-    def is_rank(self, v: int) -> bool:
-        return 0 <= v < self.n_ranks
-
     def vertex_name(self, v: int) -> str:
         return str(v) if v < self.n_ranks else self.switches[v - self.n_ranks].name
 

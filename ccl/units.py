@@ -103,11 +103,3 @@ def format_size(size: int) -> str:
         if size >= factor and size % factor == 0:
             return f"{size // factor}{unit}"
     return f"{size}B"
-
-
-def format_bandwidth(gbps: float) -> str:
-    return f"{gbps:g} GB/s"
-
-
-def format_time(us: float) -> str:
-    return f"{us:g} us"

@@ -24,7 +24,7 @@ from .evaluate import DEFAULT_MAX_STEPS
 from .loader import Loader, Module, library_dir, library_modules
 from .parser import grammar_text, parse, parse_expression
 from .request import LoweredRequest
-from .spec import load_topology, split_spec
+from .topology_ref import load_topology, split_spec
 
 __all__ = [
     "DEFAULT_MAX_STEPS",

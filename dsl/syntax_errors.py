@@ -9,7 +9,13 @@ from __future__ import annotations
 import re
 
 from lark import Lark, Token, Tree
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.exceptions import (
+    LarkError,
+    UnexpectedCharacters,
+    UnexpectedEOF,
+    UnexpectedInput,
+    UnexpectedToken,
+)
 
 from ccl.units import BANDWIDTH_UNITS, SIZE_UNITS, TIME_UNITS
 
@@ -145,7 +151,7 @@ def _expected(exc: UnexpectedInput) -> set[str]:
     if interactive is not None:
         try:
             return set(interactive.accepts())
-        except Exception:  # noqa: BLE001 - fall back to the table below
+        except LarkError:  # lark could not replay a candidate on its parser copy: use the table below
             pass
     state = getattr(exc, "state", None)
     try:

@@ -147,9 +147,6 @@ class CutBound:
     witness: frozenset[int]
     unit: str  # "lanes" (chunks per round) or "GB/s"
 
-    def per_part(self) -> float:
-        return float(self.ratio)
-
 
 def _capacities(topology: Topology, unit: str, reverse: bool) -> tuple[dict[tuple[int, int], int], float]:
     """Integer capacities and the size of their unit. Lanes are exact. Bandwidths are rounded *up*

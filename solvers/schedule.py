@@ -75,9 +75,6 @@ class Router:
                     best[v] = cand
         return {v: p for v, (_, _, p) in best.items()}
 
-    def distance(self, src: int, dst: int) -> int:
-        return len(self.path(src, dst)) - 1
-
 
 class ScheduleBuilder:
     """Collects logical transfers; ``build`` routes them and returns a verified-shape Algorithm."""
@@ -90,12 +87,6 @@ class ScheduleBuilder:
         self.solver = solver
         self.router = router or Router(topology)
         self._logical: list[tuple[int, int, str, int, int, str, int, str]] = []
-
-    def copy(self, step: int, src: int, src_slot: Slot, dst: int, dst_slot: Slot) -> None:
-        self._logical.append((step, src, src_slot[0], src_slot[1], dst, dst_slot[0], dst_slot[1], "copy"))
-
-    def reduce(self, step: int, src: int, src_slot: Slot, dst: int, dst_slot: Slot) -> None:
-        self._logical.append((step, src, src_slot[0], src_slot[1], dst, dst_slot[0], dst_slot[1], "reduce"))
 
     def move(self, step: int, src: int, src_slots: Sequence[Slot], dst: int, dst_slots: Sequence[Slot], op: str) -> None:
         """One logical transfer per slot of two equally long slot lists."""

@@ -64,14 +64,12 @@ def parse_roots(text: str, n_ranks: int) -> tuple[int, ...]:
 
 def collective_from_args(args: argparse.Namespace, n_ranks: int):
     """The built-in collective, or the multi-root one when --roots is given."""
-    from ..collective import builtin
+    from ..collective import builtin, multi_root
     from ..errors import InputError
 
     if getattr(args, "roots", None):
         if args.root is not None:
             raise InputError("give --root or --roots, not both")
-        from solvers.smt.collectives import multi_root
-
         return multi_root(args.collective, n_ranks, parse_roots(args.roots, n_ranks))
     return builtin(args.collective, n_ranks, args.root)
 

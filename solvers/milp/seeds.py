@@ -10,6 +10,7 @@ collective differently, or that use links the sketch removed, give no routes.
 
 from __future__ import annotations
 
+from ccl.errors import InfeasibleError, InputError
 from ccl.problem import Problem, Request
 
 from .logical import LogicalTopology
@@ -37,7 +38,10 @@ def template_routes(problem: Problem, logical: LogicalTopology, items: list[Comm
         request = Request(solver=name, chunks=pieces)
         try:
             algorithm = solvers.synthesize(Problem(problem.topology, _collective(problem, kind, root), request))
-        except Exception:  # noqa: BLE001 - a template that does not apply gives no seed
+        except (InputError, InfeasibleError):
+            # The template does not apply: it does not take this topology, collective or chunk
+            # count (InputError: CollectiveError, TopologyError), or its routes find no path on
+            # this topology (InfeasibleError). No seed from it; any other error is a bug.
             continue
         if algorithm.collective.chunk_factor != pieces:
             continue

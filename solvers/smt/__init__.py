@@ -33,9 +33,7 @@ from ccl.errors import InputError, SolverTimeout
 from ccl.problem import Problem
 from ccl.topology import Topology
 
-from .collectives import MULTI_ROOT_KINDS, multi_root, replicated_broadcast
-
-__all__ = ["MULTI_ROOT_KINDS", "multi_root", "pareto", "replicated_broadcast", "searcher", "synthesize"]
+__all__ = ["pareto", "searcher", "synthesize"]
 
 METHODS = ("auto", "routing", "dual", "combining", "compose")
 OPTIONS = ("method", "scratch", "symmetry", "max_steps")

@@ -9,9 +9,9 @@ batch: building them through z3's Python API costs 10-20x more time than the tex
 
 Rounds: step t has ``1 + sum_k extra[t][k]`` rounds, the extra bits ordered
 (``extra[t][k+1] -> extra[t][k]``). A link with L lanes carries at most L x rounds chunks in
-a step. The total-rounds bound and any per-step round counts are *assumption* literals, so one
-solver answers a whole series of questions incrementally, and an unsat core tells which of them
-the proof used (none: no number of rounds helps).
+a step. The total-rounds bound is an *assumption* literal, so one solver answers a whole series
+of questions incrementally, and an unsat core tells whether the proof used it (if not, no number
+of rounds helps).
 
 Literals are strings: a variable name or ``(not name)``; Python booleans are constants.
 """
@@ -19,12 +19,12 @@ Literals are strings: a variable name or ``(not name)``; Python booleans are con
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import z3
 
-from ccl.errors import CclError
+from ccl.errors import Z3Error
 
 SAT, UNSAT, UNKNOWN = "sat", "unsat", "unknown"
 
@@ -51,19 +51,15 @@ def neg(lit: Lit) -> Lit:
     return lit[5:-1] if lit.startswith("(not ") else f"(not {lit})"
 
 
-@dataclass
-class Outcome:
-    """The answer of one check: ``status`` sat/unsat/unknown; ``core`` the assumption literals an
-    unsat proof used."""
+@dataclass(frozen=True)
+class CheckAnswer:
+    """The answer of one z3 check: ``status`` sat/unsat/unknown; ``core`` the assumption literals
+    an unsat proof used; ``stats`` z3's counters for this check."""
 
     status: str
     seconds: float
     core: tuple[str, ...] = ()
     stats: dict[str, float] = field(default_factory=dict)
-
-
-class Z3Error(CclError):
-    """z3 failed in a way that is not a timeout (translated at the package boundary)."""
 
 
 class Encoding:
@@ -130,18 +126,6 @@ class Encoding:
                     self.clause(neg(x))
             else:
                 self._assert(f"((_ at-most {k}) {' '.join(live)})")
-
-    def at_least(self, lits: Sequence[Lit], k: int) -> None:
-        k -= sum(1 for x in lits if x is True)
-        live = [x for x in lits if not isinstance(x, bool)]
-        if k <= 0:
-            return
-        if len(live) < k:
-            self._assert("false")
-        elif k == 1:
-            self.clause(*live)
-        else:
-            self._assert(f"((_ at-least {k}) {' '.join(live)})")
 
     def pb(self, terms: Sequence[tuple[Lit, int]], op: str, k: int) -> None:
         """sum of weight x literal ``op`` k, for op in "<=" and ">=" (positive weights)."""
@@ -217,10 +201,6 @@ class Encoding:
         row = self.extra_bits(step, -(-len(live) // lanes) - 1)
         self.pb([(x, 1) for x in live] + [(neg(e), lanes) for e in row], "<=", lanes * (1 + len(row)))
 
-    @property
-    def extra_total(self) -> int:
-        return sum(len(row) for row in self.extra)
-
     def rounds_literal(self, rounds: int) -> str:
         """A literal that, assumed, bounds the total rounds by ``rounds``."""
         lit = self._bounds.get(rounds)
@@ -237,16 +217,6 @@ class Encoding:
             self._bounds[rounds] = lit
         return lit
 
-    def step_rounds_literals(self, step: int, rounds: int) -> list[str]:
-        """Assumption literals fixing step ``step`` to exactly ``rounds`` rounds."""
-        self.freeze()
-        row = self.extra[step]
-        k = rounds - 1
-        out = list(row[:k])
-        if k < len(row):
-            out.append(neg(row[k]))
-        return out
-
     def flush(self) -> None:
         if not self._lines:
             return
@@ -254,19 +224,19 @@ class Encoding:
         self._lines = []
         try:
             self.solver.from_string(text)
-        except z3.Z3Exception as exc:  # pragma: no cover - a bug in an encoding
+        except z3.Z3Exception as exc:  # a bug in an encoding
             raise Z3Error(f"z3 rejected the {self.label} encoding: {exc}") from None
 
     # ------------------------------------------------------------------ solving
     def check(self, assumptions: Sequence[str] = (), deadline: float | None = None,
-              conflicts: int | None = None) -> Outcome:
+              conflicts: int | None = None) -> CheckAnswer:
         """Check under assumption literals. ``deadline`` is a ``time.monotonic()`` value;
         ``conflicts`` caps the SAT conflicts of this check (unknown when reached)."""
         self.flush()
         if deadline is not None:
             left = deadline - time.monotonic()
             if left <= 0:
-                return Outcome(UNKNOWN, 0.0)
+                return CheckAnswer(UNKNOWN, 0.0)
             self.solver.set("timeout", max(1, int(left * 1000)))
         self.solver.set("sat.max_conflicts", conflicts if conflicts is not None else 2**32 - 1)
         handles = [_handle(a, self.ctx) for a in assumptions]
@@ -282,12 +252,12 @@ class Encoding:
         self._values = None
         if result == z3.sat:
             self._model = self.solver.model()
-            return Outcome(SAT, seconds, (), stats)
+            return CheckAnswer(SAT, seconds, (), stats)
         self._model = None
         if result == z3.unsat:
             core = tuple(sorted(str(x) for x in self.solver.unsat_core()))
-            return Outcome(UNSAT, seconds, tuple(_lit_of(x) for x in core), stats)
-        return Outcome(UNKNOWN, seconds, (), stats)
+            return CheckAnswer(UNSAT, seconds, tuple(_lit_of(x) for x in core), stats)
+        return CheckAnswer(UNKNOWN, seconds, (), stats)
 
     def true(self, lit: Lit) -> bool:
         if isinstance(lit, bool):
@@ -304,9 +274,6 @@ class Encoding:
             value = z3.is_true(self._model.eval(z3.Bool(lit, self.ctx), model_completion=True))
             self._values[lit] = value
         return value
-
-    def true_keys(self, items: Iterable[tuple[object, Lit]]) -> list[object]:
-        return [key for key, lit in items if self.true(lit)]
 
 
 def _handle(lit: str, ctx: z3.Context) -> z3.BoolRef:
@@ -379,9 +346,9 @@ class Portfolio:
             e.build_seconds = 0.0
         return out
 
-    def check(self, rounds: int | None, deadline: float | None) -> Outcome:
+    def check(self, rounds: int | None, deadline: float | None) -> CheckAnswer:
         """Is there a schedule with at most ``rounds`` rounds (None: any)? ``core`` of an unsat
-        outcome is ("rounds",) when the proof used the rounds bound."""
+        answer is ("rounds",) when the proof used the rounds bound."""
         budget = self.budget
         spent = 0.0
         stats: dict[str, float] = {}
@@ -400,7 +367,7 @@ class Portfolio:
                 if out.status != UNKNOWN:
                     self.winner = enc
                     core = ("rounds",) if lits and lits[0] in out.core else ()
-                    return Outcome(out.status, spent, core, stats)
+                    return CheckAnswer(out.status, spent, core, stats)
                 if deadline is not None and time.monotonic() >= deadline:
-                    return Outcome(UNKNOWN, spent, (), stats)
+                    return CheckAnswer(UNKNOWN, spent, (), stats)
             budget *= 2

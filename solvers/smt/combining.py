@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from . import symmetry
 from .base import Encoding, Lit, lex_leq, neg
-from .spec import CombiningSpec
+from .problems import CombiningSpec
 
 Place = tuple[str, int]
 
@@ -161,7 +161,6 @@ class CombiningEncoding(Encoding):
                         used = per_group.setdefault(move.group, self.var(f"scratch_{move.group}_{v}"))
                         self.clause(neg(var), used)
                 self.at_most(list(per_group.values()), scratch)
-        self.symmetries = 0
         if symmetry_breaking and self.feasible:
             self._break_symmetry()
         self.flush()
@@ -239,7 +238,6 @@ class CombiningEncoding(Encoding):
                 xs = [self.has[a][v][k][t] for t in range(1, S + 1) for v in range(n) for k in range(m)]
                 ys = [self.has[b][v][k][t] for t in range(1, S + 1) for v in range(n) for k in range(m)]
                 lex_leq(self, xs, ys, f"group_{a}_{b}")
-                self.symmetries += 1
 
     # ------------------------------------------------------------------ decoding
     def chosen(self) -> list[Move]:

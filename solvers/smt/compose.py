@@ -22,7 +22,7 @@ from ccl.errors import CollectiveError, InfeasibleError
 from ccl.topology import Topology
 
 from .formulation import formulation
-from .search import Frontier, OutOfTime, Point, Search
+from .search import Frontier, OutOfTime, Point, Search, Unsatisfiable
 
 
 class ComposedSearch:
@@ -41,7 +41,7 @@ class ComposedSearch:
         self.ag.deadline = self.rs.deadline
         self.checks = self.rs.checks
         self.ag.checks = self.rs.checks  # one log for both phases
-        self._least: dict[tuple[str, int, int], Point | None] = {}
+        self._least: dict[tuple[str, int, int], Point | Unsatisfiable] = {}
         self.name = f"allreduce (reducescatter + allgather) on {topology.name}"
 
     def step_bound(self) -> int:
@@ -51,14 +51,16 @@ class ComposedSearch:
         (a, na), (b, nb) = self.rs.f.rounds_bound(), self.ag.f.rounds_bound()
         return a + b, f"reducescatter ({na}) + allgather ({nb})"
 
-    def _phase(self, which: str, steps: int, chunks: int) -> Point | None:
+    def _phase(self, which: str, steps: int, chunks: int) -> Point | Unsatisfiable:
+        """The fewest-rounds schedule of one phase with S steps, or Unsatisfiable when no number
+        of rounds gives one."""
         key = (which, steps, chunks)
         if key not in self._least:
             search = self.rs if which == "rs" else self.ag
             try:
                 self._least[key] = search.least_rounds(steps, chunks)
             except InfeasibleError:
-                self._least[key] = None
+                self._least[key] = Unsatisfiable(rounds_bound_used=False)
         return self._least[key]
 
     def least_rounds(self, steps: int, chunks: int, rounds: int | None = None) -> Point:
@@ -67,8 +69,10 @@ class ComposedSearch:
         lo_rs, lo_ag = self.rs.f.step_bound(), self.ag.f.step_bound()
         for s1 in range(max(1, lo_rs), steps - max(1, lo_ag) + 1):
             a = self._phase("rs", s1, chunks)
-            b = self._phase("ag", steps - s1, chunks) if a is not None else None
-            if a is None or b is None:
+            if isinstance(a, Unsatisfiable):
+                continue
+            b = self._phase("ag", steps - s1, chunks)
+            if isinstance(b, Unsatisfiable):
                 continue
             total = a.rounds + b.rounds
             if best is None or total < best[0]:

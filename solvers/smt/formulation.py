@@ -17,7 +17,6 @@ chunk are R / C in units of the problem's collective slots.
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from fractions import Fraction
 
@@ -31,8 +30,8 @@ from .base import Encoding
 from .bounds import rounds_lower_bound
 from .combining import CombiningEncoding
 from .lower import combining_algorithm, routing_algorithm, step_rounds
+from .problems import Network, RoutingSpec, combining_spec, routing_spec
 from .routing import RoutingEncoding
-from .spec import Network, RoutingSpec, combining_spec, routing_spec
 
 
 class Formulation(ABC):
@@ -210,7 +209,3 @@ def formulation(topology: Topology, collective: Collective, method: str = "auto"
     if method == "routing" and collective.is_reducing:
         raise CollectiveError(f"collective {collective.name!r} reduces; use method dual, combining or compose")
     return classes[method](topology, collective, **kw)
-
-
-def ceil_fraction(x: Fraction) -> int:
-    return math.ceil(x)

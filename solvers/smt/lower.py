@@ -8,7 +8,7 @@ from ccl.algorithm import Algorithm, Transfer
 from ccl.collective import Collective
 from ccl.topology import Topology
 
-from .spec import Network
+from .problems import Network
 
 Place = tuple[str, int]
 

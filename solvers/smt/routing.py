@@ -32,7 +32,7 @@ import time
 
 from . import symmetry
 from .base import Encoding, Lit, lex_leq, neg
-from .spec import RoutingSpec
+from .problems import RoutingSpec
 
 
 class RoutingEncoding(Encoding):
@@ -98,7 +98,6 @@ class RoutingEncoding(Encoding):
                 relayed = [var for c in spec.chunks if r not in spec.origins[c] and r not in spec.dests[c]
                            for _, var in into.get((c, r), ())]
                 self.at_most(relayed, scratch)
-        self.symmetries = 0
         if symmetry_breaking and self.feasible:
             self._break_symmetry()
         self.flush()
@@ -158,7 +157,6 @@ class RoutingEncoding(Encoding):
         for members in symmetry.interchangeable(signature):
             for a, b in zip(members, members[1:]):
                 lex_leq(self, vec(a), vec(b), f"swap_{a}_{b}")
-                self.symmetries += 1
         # Automorphisms: X <=lex g(X) on the prefix made of the first chunks' blocks, where
         # g(X)[c, v, t] = X[pi(c), sigma(v), t].
         prefix = spec.chunks[: min(len(spec.chunks), 2)]
@@ -172,7 +170,6 @@ class RoutingEncoding(Encoding):
                 xs += vec(c)
                 ys += vec(pi[c], perm)
             lex_leq(self, xs, ys, "auto_" + "_".join(map(str, perm)))
-            self.symmetries += 1
 
     # ------------------------------------------------------------------ decoding
     def sends(self) -> list[tuple[int, int, int, int]]:

@@ -55,6 +55,25 @@ class Check:
 
 
 @dataclass(frozen=True)
+class Satisfiable:
+    """z3 found a schedule for the instance."""
+
+    algorithm: Algorithm
+
+
+@dataclass(frozen=True)
+class Unsatisfiable:
+    """The instance has no schedule (z3's proof, or a lower bound). ``rounds_bound_used`` is
+    False when the proof did not use the rounds bound: then no number of rounds helps."""
+
+    rounds_bound_used: bool
+
+
+# The answer of ``Search.decide``: a schedule, or a proof that there is none.
+Decision = Satisfiable | Unsatisfiable
+
+
+@dataclass(frozen=True)
 class Point:
     """A schedule with its (S, R, C) and the seconds spent finding it (for a frontier point:
     every check made at its step count)."""
@@ -148,29 +167,29 @@ class Search:
         for key in [k for k in self._encodings if k[0] == steps]:
             del self._encodings[key]
 
-    def decide(self, steps: int, rounds: int | None, chunks: int, *, budget: int | None = None) -> tuple[
-            Algorithm | None, bool]:
-        """A schedule with S steps, at most R rounds (None: any) and C chunks, or (None, needs)
-        when z3 proves there is none; ``needs`` is False when the proof did not use the rounds
-        bound (so no number of rounds helps). ``budget``: the largest R this (S, C) solver will
-        be asked about (None: unbounded). Raises OutOfTime at the deadline."""
+    def decide(self, steps: int, rounds: int | None, chunks: int, *, budget: int | None = None) -> Decision:
+        """Is there a schedule with S steps, at most R rounds (None: any) and C chunks?
+        ``Satisfiable`` with one, or ``Unsatisfiable`` when z3 proves there is none. ``budget``:
+        the largest R this (S, C) solver will be asked about (None: unbounded). Raises OutOfTime
+        at the deadline."""
         enc = self._encoding(steps, chunks, budget)
-        outcome = enc.check(rounds, self.deadline)
+        answer = enc.check(rounds, self.deadline)
         build = enc.take_build_seconds()  # charged once
-        conflicts = int(outcome.stats.get("sat conflicts", outcome.stats.get("conflicts", 0)))
-        self.checks.append(Check(steps, rounds, chunks, outcome.status, outcome.seconds, build, conflicts))
+        conflicts = int(answer.stats.get("sat conflicts", answer.stats.get("conflicts", 0)))
+        self.checks.append(Check(steps, rounds, chunks, answer.status, answer.seconds, build, conflicts))
         what = f"S={steps} R={'any' if rounds is None else rounds} C={chunks}"
-        self.progress(f"{what}: {outcome.status} in {outcome.seconds:.2f} s (build {build:.2f} s)")
-        if outcome.status == UNKNOWN:
+        self.progress(f"{what}: {answer.status} in {answer.seconds:.2f} s (build {build:.2f} s)")
+        if answer.status == UNKNOWN:
             raise OutOfTime(what)
-        if outcome.status == UNSAT:
-            return None, outcome.core == ("rounds",)
-        assert outcome.status == SAT
+        if answer.status == UNSAT:
+            return Unsatisfiable(rounds_bound_used=answer.core == ("rounds",))
+        if answer.status != SAT:  # pragma: no cover - CheckAnswer has three statuses
+            raise RuntimeError(f"z3 check of {what} answered {answer.status!r}")
         algorithm = self.f.algorithm(enc.winner, steps, chunks)
         total = sum(algorithm.rounds or ())
         if rounds is not None and total > rounds:  # never trust a solver: z3 returned a bad model
             raise RuntimeError(f"z3 returned a schedule with {total} rounds for a bound of {rounds} ({what})")
-        return algorithm, True
+        return Satisfiable(algorithm)
 
     # ------------------------------------------------------------------ searches
     def instance(self, steps: int, rounds: int, chunks: int) -> Point:
@@ -179,11 +198,12 @@ class Search:
         if err is not None:
             raise err
         t0 = time.monotonic()
-        alg, _ = self.decide(steps, rounds, chunks, budget=rounds)
-        if alg is None:
+        decision = self.decide(steps, rounds, chunks, budget=rounds)
+        if isinstance(decision, Unsatisfiable):
             raise InfeasibleError(
                 f"z3 proved that {self.f.name} has no schedule with {steps} steps, at most {rounds} rounds and "
                 f"{chunks} chunk(s)", bound="z3 proof (unsat)")
+        alg = decision.algorithm
         return Point(steps, alg.total_rounds, chunks, alg, time.monotonic() - t0)
 
     def least_rounds(self, steps: int, chunks: int, *, best: Point | None = None) -> Point:
@@ -194,18 +214,18 @@ class Search:
         t0 = time.monotonic()
         floor = self.min_rounds(steps, chunks)
         if best is None:
-            alg, _ = self.decide(steps, None, chunks)
-            if alg is None:
+            decision = self.decide(steps, None, chunks)
+            if isinstance(decision, Unsatisfiable):
                 raise InfeasibleError(
                     f"z3 proved that {self.f.name} has no schedule with {steps} steps and {chunks} chunk(s), "
                     "with any number of rounds", bound="z3 proof (unsat)")
-            best = Point(steps, alg.total_rounds, chunks, alg, 0.0)
+            best = Point(steps, decision.algorithm.total_rounds, chunks, decision.algorithm, 0.0)
         try:
             while best.rounds > floor:
-                alg, needed = self.decide(steps, best.rounds - 1, chunks, budget=best.rounds - 1)
-                if alg is None:
+                decision = self.decide(steps, best.rounds - 1, chunks, budget=best.rounds - 1)
+                if isinstance(decision, Unsatisfiable):
                     break
-                best = Point(steps, alg.total_rounds, chunks, alg, 0.0)
+                best = Point(steps, decision.algorithm.total_rounds, chunks, decision.algorithm, 0.0)
         except OutOfTime:
             raise _Partial(best) from None
         return Point(best.steps, best.rounds, chunks, best.algorithm, time.monotonic() - t0)
@@ -224,9 +244,9 @@ class Search:
                     f"{self.f.name} has no schedule with at most {self.max_steps} steps (raise max_steps to look "
                     "further)", bound="z3 proof (unsat)")
             if rounds is None or self.infeasible_by_bound(steps, rounds, chunks) is None:
-                alg, _ = self.decide(steps, rounds, chunks, budget=rounds)
-                if alg is not None:
-                    first = Point(steps, alg.total_rounds, chunks, alg, 0.0)
+                decision = self.decide(steps, rounds, chunks, budget=rounds)
+                if isinstance(decision, Satisfiable):
+                    first = Point(steps, decision.algorithm.total_rounds, chunks, decision.algorithm, 0.0)
                     point = self.least_rounds(steps, chunks, best=first)
                     return Point(point.steps, point.rounds, chunks, point.algorithm, time.monotonic() - t0)
             steps += 1
@@ -246,8 +266,7 @@ class Search:
                 if best is not None and not any(Fraction(self.min_rounds(steps, c), c) < best
                                                 for c in range(1, max_chunks + 1)):
                     break  # no (R, C) with S or more steps can beat the best: R >= S, R >= C x bound
-                feasible, _ = self.decide(steps, None, 1)
-                if feasible is None:
+                if isinstance(self.decide(steps, None, 1), Unsatisfiable):
                     self.progress(f"S={steps}: no schedule with any rounds")
                     self.drop(steps)
                     steps += 1
@@ -280,10 +299,10 @@ class Search:
             if c in dead:
                 continue
             ceiling = None if best is None else math.ceil(best * c) - 1
-            alg, needed = self.decide(steps, r, c, budget=ceiling)
-            if alg is not None:
-                return Point(steps, alg.total_rounds, c, alg, time.monotonic() - t0)
-            if not needed:
+            decision = self.decide(steps, r, c, budget=ceiling)
+            if isinstance(decision, Satisfiable):
+                return Point(steps, decision.algorithm.total_rounds, c, decision.algorithm, time.monotonic() - t0)
+            if not decision.rounds_bound_used:  # no number of rounds helps this C
                 dead.add(c)
                 continue
             heapq.heappush(heap, (Fraction(r + 1, c), c, r + 1))

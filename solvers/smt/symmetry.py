@@ -25,7 +25,7 @@ from itertools import islice
 
 import networkx as nx
 
-from .spec import Network
+from .problems import Network
 
 MAX_AUTOMORPHISMS = 48
 

@@ -5,6 +5,7 @@ import pytest
 from ccl import CollectiveError
 from ccl.collective import (
     BUILTIN_KINDS,
+    MULTI_ROOT_KINDS,
     ROOTED_KINDS,
     Collective,
     allgather,
@@ -14,8 +15,10 @@ from ccl.collective import (
     builtin,
     custom,
     gather,
+    multi_root,
     reduce,
     reducescatter,
+    replicated_broadcast,
     scatter,
 )
 
@@ -150,3 +153,46 @@ def test_origins_and_description():
     c = alltoall(2)
     assert c.origins()[3] == ((1, 1),)
     assert "rank 1 input[1]" in c.describe_chunk(3)
+
+
+def test_multi_root_layouts():
+    bcast = multi_root("broadcast", 3, (0, 2))
+    assert bcast.kind == "custom" and bcast.name == "broadcast-roots-0-2"
+    assert bcast.inputs == ((0,), (), (1,))
+    assert all(slots == (frozenset({0}), frozenset({1})) for slots in bcast.outputs)
+    assert bcast.aliases[2] == (None, 0)
+    gather_ = multi_root("gather", 3, (1, 2))
+    assert gather_.outputs[0] == () and gather_.outputs[1] == tuple(frozenset({q}) for q in range(3))
+    scatter_ = multi_root("scatter", 2, (0, 1))
+    assert scatter_.inputs == ((0, 1), (2, 3))
+    assert scatter_.outputs == ((frozenset({0}), frozenset({2})), (frozenset({1}), frozenset({3})))
+    reduce_ = multi_root("reduce", 3, (0, 1))
+    assert reduce_.is_reducing and reduce_.outputs[2] == ()
+    assert reduce_.outputs[0] == reduce_.outputs[1] == (frozenset({0, 1, 2}),)
+    assert multi_root("gather", 4, (0, 3), chunks=2) == multi_root("gather", 4, (0, 3)).chunk_up(2)
+    assert set(MULTI_ROOT_KINDS) == set(ROOTED_KINDS)
+
+
+def test_replicated_broadcast_layout():
+    coll = replicated_broadcast(4, (0, 2))
+    assert coll.name == "broadcast-replicated-0-2" and coll.kind == "custom"
+    assert coll.inputs == ((0,), (), (0,), ())
+    assert all(slots == (frozenset({0}),) for slots in coll.outputs)
+    assert coll.aliases == ((0,), (None,), (0,), (None,))
+
+
+def test_multi_root_input_errors():
+    with pytest.raises(CollectiveError, match="not a rank"):
+        multi_root("broadcast", 4, (0, 9))
+    with pytest.raises(CollectiveError, match="twice"):
+        multi_root("gather", 4, (1, 1))
+    with pytest.raises(CollectiveError, match="multi-root"):
+        multi_root("alltoall", 4, (0,))
+    with pytest.raises(CollectiveError, match="at least one root"):
+        multi_root("reduce", 4, ())
+    with pytest.raises(CollectiveError, match="positive number of ranks"):
+        multi_root("scatter", 0, (0,))
+    with pytest.raises(CollectiveError, match="not a rank"):
+        replicated_broadcast(4, (True,))
+    with pytest.raises(CollectiveError, match="distinct"):
+        replicated_broadcast(4, (1, 1))

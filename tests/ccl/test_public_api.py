@@ -11,7 +11,7 @@ def test_public_names_are_pinned():
         "BUFFERS", "OPS", "Algorithm", "BackendError", "CclError", "Collective", "CollectiveError",
         "DslError", "InfeasibleError", "InputError", "Link", "Problem", "Report", "Request", "SharedLimit", "Sketch",
         "SolverTimeout", "Span", "Switch", "Topology", "TopologyError", "Transfer", "VerificationError",
-        "VerificationResult", "collectives", "load", "problem", "save", "simulate", "synthesize", "topology", "verify",
+        "VerificationResult", "Z3Error", "collectives", "load", "problem", "save", "simulate", "synthesize", "topology", "verify",
         "Op", "Program", "ProgramVerification", "lower", "verify_program",
     ])
     for name in ccl.__all__:
@@ -33,6 +33,7 @@ def test_error_hierarchy_and_exit_codes():
     assert codes[ccl.InputError] == 2 and codes[ccl.DslError] == 2
     assert codes[ccl.InfeasibleError] == 3 and codes[ccl.VerificationError] == 4
     assert codes[ccl.SolverTimeout] == 5 and codes[ccl.BackendError] == 6
+    assert issubclass(ccl.Z3Error, ccl.CclError) and ccl.Z3Error.exit_code == 1  # internal, not the user's input
 
 
 def test_dsl_error_renders_file_line_column_and_caret():

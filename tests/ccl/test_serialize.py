@@ -7,7 +7,14 @@ import pytest
 import ccl
 import topologies as T
 from ccl import InputError
-from ccl.collective import allgather, builtin, custom
+from ccl.collective import (
+    MULTI_ROOT_KINDS,
+    allgather,
+    builtin,
+    custom,
+    multi_root,
+    replicated_broadcast,
+)
 from ccl.serialize import (
     algorithm_from_json,
     algorithm_to_json,
@@ -40,6 +47,14 @@ def test_custom_collective_stored_explicitly():
     coll = custom("shift", 3, pre=[(r, r) for r in range(3)], post=[(r, (r + 1) % 3) for r in range(3)])
     data = json.loads(json.dumps(collective_to_json(coll)))
     assert data["explicit"] is True
+    assert collective_from_json(data) == coll
+
+
+@pytest.mark.parametrize("coll", [multi_root(kind, 4, (0, 3), chunks=2) for kind in MULTI_ROOT_KINDS]
+                         + [replicated_broadcast(4, (1, 2))], ids=lambda c: c.name)
+def test_multi_root_collectives_round_trip(coll):
+    data = json.loads(json.dumps(collective_to_json(coll)))
+    assert data["explicit"] is True and data["chunk_factor"] == coll.chunk_factor
     assert collective_from_json(data) == coll
 
 

@@ -10,6 +10,7 @@ import topologies as T
 from ccl import InfeasibleError, Problem, Request, verify
 from ccl.collective import builtin
 from solvers.smt import searcher
+from solvers.smt.search import Unsatisfiable
 
 
 def smt(topo, kind, **request):
@@ -28,8 +29,8 @@ def test_dgx1_has_no_one_step_schedule_and_has_a_two_step_one(kind):
         smt(dgx1, kind, steps=1, rounds=20)
     assert err.value.bound == "hop bound"
     # z3 proves it too, without the bound: one step, any number of rounds.
-    algorithm, _ = searcher(dgx1, builtin(kind, 8)).decide(1, None, 1)
-    assert algorithm is None
+    decision = searcher(dgx1, builtin(kind, 8)).decide(1, None, 1)
+    assert decision == Unsatisfiable(rounds_bound_used=False)
     two = smt(dgx1, kind, steps=2)
     assert two.n_steps == 2
     assert smt(dgx1, kind).n_steps == 2  # least steps
@@ -39,8 +40,7 @@ def test_dgx1_has_no_one_step_schedule_and_has_a_two_step_one(kind):
 def test_directed_ring_allgather_needs_exactly_n_minus_1_steps(n):
     ring = T.ring(n, directed=True)
     assert smt(ring, "allgather").n_steps == n - 1
-    algorithm, _ = searcher(ring, builtin("allgather", n)).decide(n - 2, None, 1)
-    assert algorithm is None
+    assert isinstance(searcher(ring, builtin("allgather", n)).decide(n - 2, None, 1), Unsatisfiable)
     with pytest.raises(InfeasibleError):
         smt(ring, "allgather", steps=n - 2)
 
@@ -50,8 +50,7 @@ def test_bidirectional_ring_allgather_needs_half_the_ring(n):
     # Both directions at once: the hop bound floor(n/2) is met (the unidirectional ring's n-1
     # steps are what one direction alone needs).
     assert smt(T.ring(n), "allgather").n_steps == n // 2
-    algorithm, _ = searcher(T.ring(n), builtin("allgather", n)).decide(n // 2 - 1, None, 1)
-    assert algorithm is None
+    assert isinstance(searcher(T.ring(n), builtin("allgather", n)).decide(n // 2 - 1, None, 1), Unsatisfiable)
 
 
 @pytest.mark.parametrize("n", [3, 4, 6, 8])

@@ -11,12 +11,12 @@ import pytest
 
 import solvers
 import topologies as T
-from ccl import InputError, Problem, Request, SolverTimeout, verify
+from ccl import InputError, Problem, Request, SolverTimeout, Z3Error, verify
 from ccl.collective import builtin
 from ccl.compiler import synthesize
 from solvers.smt import base, searcher, symmetry
+from solvers.smt.problems import Network
 from solvers.smt.search import OutOfTime
-from solvers.smt.spec import Network
 
 
 def test_import_is_cheap():
@@ -35,6 +35,14 @@ def test_lex_leq_keeps_exactly_the_ordered_pairs(length):
         fixed = [x if b else base.neg(x) for x, b in zip(xs + ys, bits)]
         expected = list(bits[:length]) <= list(bits[length:])
         assert (enc.check(fixed).status == "sat") == expected, bits
+
+
+def test_z3_rejecting_an_encoding_is_a_z3_error():
+    enc = base.Encoding(1, 0, label="broken")
+    enc.clause("undeclared")  # a literal never declared: z3's parser rejects the text
+    with pytest.raises(Z3Error, match="z3 rejected the broken encoding") as err:
+        enc.check()
+    assert err.value.exit_code == 1  # an internal error, not the user's input
 
 
 def test_dgx1_automorphisms_respect_lanes():

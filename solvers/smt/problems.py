@@ -5,7 +5,7 @@ Two shapes of problem:
 * ``RoutingSpec``: non-reducing. Every chunk starts on its origin ranks and must reach the ranks
   whose output asks for it (SCCL's pre/postconditions); ranks may relay chunks they do not need.
   Allgather, alltoall, broadcast, gather, scatter and custom copies are routing problems, and so
-  are the duals of reduce and reducescatter (see ``dual.py``).
+  are the duals of reduce and reducescatter (see ``DualFormulation`` in ``formulation.py``).
 * ``CombiningSpec``: reducing. Every output slot must end holding the sum of a set of chunks,
   each counted once. Allreduce and custom reducing collectives are combining problems.
 
