@@ -1,8 +1,9 @@
 """Program: a schedule as per-rank ordered lists of point-to-point and local operations.
 
 ``ccl.lower(algorithm)`` turns an ``Algorithm`` (transfers in lock-step steps) into a
-``Program``; runtimes (the torch executor, generated scripts) execute Programs without choosing
-any order or dependency themselves. ``ccl.verify_program`` checks a Program independently.
+``Program``; every backend (the simulator, the torch executor and generated scripts) executes
+Programs without choosing any dependency itself. ``ccl.verify_program`` checks a Program
+independently.
 
 Operations (``Op``) of one rank, by ``kind``:
 
@@ -17,9 +18,10 @@ way and finished by a ``copy``. Fusion happens where it pays: consecutive slots 
 become one multi-slot op (one message), and a receive lands directly in its destination
 whenever that is safe. ``step`` is the Algorithm step an op comes from (-1: the prologue, local
 copies made before anything else). ``deps`` are indices of earlier ops of the same rank that
-must have *completed* before this op may start. ``tag`` numbers the messages between an ordered
-pair of ranks (the k-th send from a to b has tag k, and so has its receive); ``channel``
-spreads the messages of one pair and step over parallel connections.
+must have *completed* before this op may start: all of them (see the execution model).
+``tag`` numbers the messages between an ordered pair of ranks (the k-th send from a to b has
+tag k, and so has its receive); ``channel`` spreads the messages of one pair and step over
+parallel connections.
 
 Memory model. Every rank has an ``input``, an ``output`` and a ``scratch`` buffer, each a
 sequence of slots. A base slot of the collective (chunk factor 1) holds U elements; a chunk
@@ -35,69 +37,84 @@ runtime never clobbers a caller's input.
 
 Execution model (what a runtime must do, and all it may assume):
 
-1. Each rank issues its ops in list order. An op is issued only after every op in its ``deps``
-   has completed.
+1. An op may be issued once every op in its ``deps`` has completed, and not before. ``deps``
+   name *every* op an op must wait for (local ops included), so a runtime may issue a rank's ops
+   in any order that respects them: in list order (the torch executor), as soon as they are
+   ready (dependency-driven runtimes, the simulator), or spread over several in-order queues
+   (MSCCL threadblocks) that keep list order within each queue.
 2. Sends and receives are non-blocking: issuing posts them. A matched send and receive complete
    some time after both are posted (rendezvous: no buffering is assumed). Local ops complete
-   when issued.
+   some time after they are issued, without waiting for anything.
 3. The k-th send from a to b on a channel matches the k-th receive at b from a on that channel;
    its tag is the same on both sides, so tag-matching transports (gloo) agree with
-   order-matching ones (NCCL).
+   order-matching ones (NCCL). A runtime posts the messages of one pair and channel in list
+   order.
 4. A runtime may wait for more than the deps (for example post all the network ops of one step
-   as one batch after waiting for the union of their deps), and may post the network ops of one
-   step in one group; it keeps the list order of ops between one pair of ranks.
+   as one batch after waiting for the union of their deps, or issue in list order).
 
 Deadlock freedom. A Program is *well-leveled* when (a) every rank's list is sorted by step, and
 within a step its sends and receives come before its local ops; (b) the deps of a send or
 receive of step s are ops of steps < s; (c) a send and the receive it matches have the same
 step. ``lower`` produces well-leveled Programs and ``verify_program`` checks (a)-(c).
 
-Theorem: under the execution model, every op of a well-leveled Program completes.
+Theorem: under the execution model, every op of a well-leveled Program completes, whatever
+order (1) and extra waiting (4) the runtime chooses, as long as it issues every op it may and
+keeps list order within each of its queues.
 
 Proof, by induction on the step s (the prologue is step -1). Assume every op of every rank with
-step < s completes. On each rank the ops before the first op of step s have steps < s, so the
-rank reaches step s. Its sends and receives of step s come first (a); their deps are of steps
-< s (b) and complete by the hypothesis, so the rank issues all of them; posting never blocks
-(2), so it does not matter that a batching runtime waits for the union of their deps (4), or
-posts them together. Every rank does the same, so every send of step s is posted and so is the
-receive it matches, which has step s (c) and is the same message in FIFO order on its channel
-(3): all earlier messages of the pair and channel have steps <= s and were posted before it on
-both sides, and those of steps < s completed. Hence all sends and receives of step s complete,
-in any interleaving. The local ops of step s then depend only on completed ops or on earlier
-local ops, which complete when issued (2). So every op of step s completes; steps are finite.
+step < s completes. The sends and receives of step s depend on ops of steps < s only (b), which
+complete, so every one of them can be issued; an in-order queue reaches it, because the ops
+before it in the queue have steps <= s (a), and those of step s before it are sends and
+receives (a), which are issued without waiting on each other (b) and never block (2). A runtime
+that batches a step's messages waits only for ops of steps < s (4, b). So every send and
+receive of step s is posted, and each matches a receive or send of step s (c) that is the same
+message in FIFO order on its channel (3): all earlier messages of the pair and channel have
+steps <= s and are posted too. Hence all sends and receives of step s complete. The local ops
+of step s depend on ops of steps <= s that precede them in the list (deps point backwards), so
+they complete in list order at the latest. So every op of step s completes; steps are finite.
 The base case is the same argument with nothing assumed. QED. Matched pairs (c) and per-pair
 counts are checked by the verifier, which also executes the Program under the model and reports
 a deadlock with the ops every rank is blocked on, for Programs built by hand.
 
-Race freedom (also checked by the verifier): an op's access to a slot is *ordered* after an
-earlier conflicting access on the same rank (at least one a write) when the earlier op is known
-to have completed when the later one is issued: it is a dep, a local op earlier in the list, or
-completed before an op that is (deps of completed ops have completed). Cross-rank chains are not
-used: a send may complete as soon as its data is handed to the transport.
+Storage. Programs reach millions of ops (a ring allreduce on 1,024 ranks has five million), so
+a Program keeps them as columns (``OpTable``: one numpy array per field, ranks concatenated,
+dependencies in CSR form) and ``Program.ranks`` builds the per-rank tuples of ``Op`` on first
+use. Backends that scale (the simulator) read the columns; the rest read ``ranks``.
+
+Race freedom (also checked by the verifier): two accesses of one rank to one slot (at least
+one a write; in place, an aliased output slot and its input slot are one slot) are *ordered*
+when the later op depends on the earlier one, directly or through other deps. Nothing else
+orders them: not list order (runtimes may reorder), and not ops of other ranks (a send may
+complete as soon as its data is handed to the transport). So every result is the same in every
+execution the model allows.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .algorithm import BUFFERS
 from .collective import Collective
 from .errors import CollectiveError
 from .topology import Topology
 
+if TYPE_CHECKING:
+    import numpy as np
+
 SEND, RECV, COPY, REDUCE = "send", "recv", "copy", "reduce"
-OP_KINDS = (SEND, RECV, COPY, REDUCE)
+OP_KINDS = (SEND, RECV, COPY, REDUCE)  # codes 0..3 in an OpTable
 NETWORK = (SEND, RECV)
 PROLOGUE = -1
 OP_FIELDS = ("kind", "step", "buf", "index", "count", "peer", "src_buf", "src_index", "tag", "channel", "deps")
+KIND_CODE = {k: i for i, k in enumerate(OP_KINDS)}
+BUFFER_CODE = {b: i for i, b in enumerate(BUFFERS)}  # "" (no source buffer) is -1
 
 
 class Op(NamedTuple):
-    """One operation of one rank. A NamedTuple: Programs reach millions of ops; ``Program``
-    validates every field."""
+    """One operation of one rank (``Program.ranks`` builds them from the columns)."""
 
     kind: str
     step: int
@@ -137,15 +154,142 @@ def piece_sizes(unit: int, chunk_factor: int) -> tuple[int, ...]:
     return tuple(q + 1 if p < rem else q for p in range(chunk_factor))
 
 
-@dataclass(frozen=True)
+# Column names and dtypes of an OpTable (kinds and buffers as codes, see OP_KINDS and BUFFERS).
+COLUMNS = (("kind", "int8"), ("step", "int32"), ("buf", "int8"), ("index", "int32"), ("count", "int32"),
+           ("peer", "int32"), ("src_buf", "int8"), ("src_index", "int32"), ("tag", "int32"), ("channel", "int32"))
+_INT32_MAX = 2**31 - 1
+
+
+class OpTable:
+    """Every rank's ops as columns: rank r's ops are rows ``rank_ptr[r] .. rank_ptr[r+1]-1``;
+    op row i depends on the ops ``dep_idx[dep_ptr[i]:dep_ptr[i+1]]`` (indices within its rank's
+    list, ascending). Arrays are read-only; build one with ``from_ops`` or from columns."""
+
+    __slots__ = ("rank_ptr", "dep_ptr", "dep_idx", *(name for name, _ in COLUMNS))
+
+    def __init__(self, rank_ptr: np.ndarray, dep_ptr: np.ndarray, dep_idx: np.ndarray, **columns: np.ndarray) -> None:
+        import numpy as np
+
+        names = [name for name, _ in COLUMNS]
+        if sorted(columns) != sorted(names):
+            raise CollectiveError(f"an op table has the columns {names}, got {sorted(columns)}")
+        n_ops = len(columns["kind"])
+        for name, dtype in COLUMNS:
+            value = np.asarray(columns[name])
+            if value.shape != (n_ops,):
+                raise CollectiveError(f"op table column {name!r} has shape {value.shape}, expected ({n_ops},)")
+            if len(value) and (value.min() < -_INT32_MAX or value.max() > _INT32_MAX):
+                raise CollectiveError(f"op table column {name!r} holds values beyond 32 bits")
+            object.__setattr__(self, name, _frozen(value.astype(dtype, copy=False)))
+        for name, value, length in (("rank_ptr", rank_ptr, None), ("dep_ptr", dep_ptr, n_ops + 1),
+                                    ("dep_idx", dep_idx, None)):
+            value = _frozen(np.asarray(value, dtype=np.int64))
+            if value.ndim != 1 or (length is not None and len(value) != length):
+                raise CollectiveError(f"op table {name} has shape {value.shape}")
+            object.__setattr__(self, name, value)
+        if len(self.rank_ptr) < 1 or self.rank_ptr[0] != 0 or self.rank_ptr[-1] != n_ops or \
+                np.any(np.diff(self.rank_ptr) < 0):
+            raise CollectiveError("op table rank_ptr must rise from 0 to the number of ops")
+        if self.dep_ptr[0] != 0 or self.dep_ptr[-1] != len(self.dep_idx) or np.any(np.diff(self.dep_ptr) < 0):
+            raise CollectiveError("op table dep_ptr must rise from 0 to the number of dependencies")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("an OpTable is immutable")
+
+    @classmethod
+    def from_ops(cls, ranks: Sequence[Sequence[Op | tuple]]) -> OpTable:
+        """Columns from per-rank lists of ``Op`` (or 11-tuples in ``OP_FIELDS`` order)."""
+        import numpy as np
+
+        rows: list[tuple] = []
+        rank_ptr = [0]
+        for r, ops in enumerate(ranks):
+            for i, op in enumerate(ops):
+                if len(op) != len(OP_FIELDS):
+                    raise CollectiveError(f"rank {r} op {i} ({op!r}): an op has the {len(OP_FIELDS)} fields "
+                                          f"{OP_FIELDS}")
+                rows.append(tuple(op))
+            rank_ptr.append(len(rows))
+        columns: dict[str, list] = {name: [] for name, _ in COLUMNS}
+        dep_ptr, dep_idx = [0], []
+        r = 0
+        for g, op in enumerate(rows):
+            while g >= rank_ptr[r + 1]:
+                r += 1
+            problem = _field_problem(op)
+            if problem:
+                raise CollectiveError(f"rank {r} op {g - rank_ptr[r]} ({op!r}): {problem}")
+            kind, step, buf, index, count, peer, src_buf, src_index, tag, channel, deps = op
+            for name, value in zip(("kind", "step", "buf", "index", "count", "peer", "src_buf", "src_index",
+                                    "tag", "channel"),
+                                   (KIND_CODE[kind], step, BUFFER_CODE[buf], index, count, peer,
+                                    BUFFER_CODE.get(src_buf, -1), src_index, tag, channel)):
+                columns[name].append(value)
+            dep_idx.extend(deps)
+            dep_ptr.append(len(dep_idx))
+        return cls(np.array(rank_ptr), np.array(dep_ptr), np.array(dep_idx, dtype=np.int64),
+                   **{name: np.array(values, dtype=dtype) for (name, dtype), values in
+                      zip(COLUMNS, columns.values())})
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    @property
+    def n_ranks(self) -> int:
+        return len(self.rank_ptr) - 1
+
+    def rank_of(self) -> np.ndarray:
+        """The rank of every op row."""
+        import numpy as np
+
+        return np.repeat(np.arange(self.n_ranks, dtype=np.int64), np.diff(self.rank_ptr))
+
+    def rank_ops(self, rank: int) -> tuple[Op, ...]:
+        """Rank ``rank``'s ops as ``Op`` values."""
+        lo, hi = int(self.rank_ptr[rank]), int(self.rank_ptr[rank + 1])
+        kinds = [OP_KINDS[k] for k in self.kind[lo:hi].tolist()]
+        bufs = [BUFFERS[b] for b in self.buf[lo:hi].tolist()]
+        srcs = [BUFFERS[b] if b >= 0 else "" for b in self.src_buf[lo:hi].tolist()]
+        ptr = self.dep_ptr[lo:hi + 1].tolist()
+        idx = self.dep_idx[ptr[0]:ptr[-1]].tolist()
+        base = ptr[0]
+        deps = [tuple(idx[a - base:b - base]) for a, b in zip(ptr, ptr[1:])]
+        new = tuple.__new__
+        return tuple(new(Op, row) for row in zip(
+            kinds, self.step[lo:hi].tolist(), bufs, self.index[lo:hi].tolist(), self.count[lo:hi].tolist(),
+            self.peer[lo:hi].tolist(), srcs, self.src_index[lo:hi].tolist(), self.tag[lo:hi].tolist(),
+            self.channel[lo:hi].tolist(), deps))
+
+    def __eq__(self, other: object) -> bool:
+        import numpy as np
+
+        if not isinstance(other, OpTable):
+            return NotImplemented
+        return all(np.array_equal(getattr(self, name), getattr(other, name)) for name in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"OpTable({len(self)} ops on {self.n_ranks} ranks, {len(self.dep_idx)} dependencies)"
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    if array.flags.writeable:
+        array = array.copy() if array.base is not None else array
+        array.flags.writeable = False
+    return array
+
+
+@dataclass(frozen=True, eq=False)
 class Program:
-    """Per-rank op lists (``ranks[r]``), scratch size classes (``scratch[r][x]``), the
-    collective and topology they implement, and where they come from."""
+    """Per-rank op lists (``ops``: an ``OpTable``, or per-rank sequences of ``Op`` that are
+    converted to one), scratch size classes (``scratch[r][x]``), the collective and topology they
+    implement, and where they come from. ``ranks[r]`` is rank r's ops as ``Op`` values."""
 
     name: str
     collective: Collective
     topology: Topology
-    ranks: tuple[tuple[Op, ...], ...]
+    ops: OpTable
     scratch: tuple[tuple[int, ...], ...]
     channels: int = 1
     solver: str = ""
@@ -157,29 +301,45 @@ class Program:
         if self.topology.n_ranks != n:
             raise CollectiveError(f"{where}: collective has {n} ranks but topology {self.topology.name!r} "
                                   f"has {self.topology.n_ranks}")
-        if len(self.ranks) != n or len(self.scratch) != n:
+        table = self.ops if isinstance(self.ops, OpTable) else OpTable.from_ops(self.ops)
+        object.__setattr__(self, "ops", table)
+        scratch = tuple(tuple(row) for row in self.scratch)
+        object.__setattr__(self, "scratch", scratch)
+        if table.n_ranks != n or len(scratch) != n:
             raise CollectiveError(f"{where}: needs op lists and scratch classes for {n} ranks, got "
-                                  f"{len(self.ranks)} and {len(self.scratch)}")
+                                  f"{table.n_ranks} and {len(scratch)}")
         if isinstance(self.channels, bool) or not isinstance(self.channels, int) or self.channels < 1:
             raise CollectiveError(f"{where}: channels must be a positive integer, got {self.channels!r}")
         k = self.collective.chunk_factor
-        ranks = tuple(tuple(op if type(op) is Op else Op(*op) for op in ops) for ops in self.ranks)
-        object.__setattr__(self, "ranks", ranks)
-        scratch = tuple(tuple(row) for row in self.scratch)
-        object.__setattr__(self, "scratch", scratch)
         for r in range(n):
             for x, cls in enumerate(scratch[r]):
                 if isinstance(cls, bool) or not isinstance(cls, int) or not 0 <= cls < k:
                     raise CollectiveError(f"{where}: rank {r} scratch slot {x} has size class {cls!r}, "
                                           f"not in 0..{k - 1}")
+        bad = _first_bad_op(self)
+        if bad is not None:
+            r, i = bad
+            op = table.rank_ops(r)[i]
             sizes = {"input": len(self.collective.inputs[r]), "output": len(self.collective.outputs[r]),
                      "scratch": len(scratch[r])}
-            for i, op in enumerate(ranks[r]):
-                problem = _op_problem(op, i, r, n, sizes, self.channels)
-                if problem:
-                    raise CollectiveError(f"{where}: rank {r} op {i} ({op!r}): {problem}")
+            problem = _op_problem(op, i, r, n, sizes, self.channels) or "malformed"
+            raise CollectiveError(f"{where}: rank {r} op {i} ({op!r}): {problem}")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Program):
+            return NotImplemented
+        return (self.name, self.collective, self.topology, self.scratch, self.channels, self.solver, self.steps) == \
+            (other.name, other.collective, other.topology, other.scratch, other.channels, other.solver,
+             other.steps) and self.ops == other.ops
+
+    __hash__ = None  # type: ignore[assignment]
 
     # ------------------------------------------------------------------ derived facts
+    @cached_property
+    def ranks(self) -> tuple[tuple[Op, ...], ...]:
+        """Every rank's ops as ``Op`` values (built from the columns on first use)."""
+        return tuple(self.ops.rank_ops(r) for r in range(self.n_ranks))
+
     @property
     def n_ranks(self) -> int:
         return self.collective.n_ranks
@@ -188,26 +348,26 @@ class Program:
     def chunk_factor(self) -> int:
         return self.collective.chunk_factor
 
-    @cached_property
+    @property
     def n_ops(self) -> int:
-        return sum(len(ops) for ops in self.ranks)
+        return len(self.ops)
 
     @cached_property
+    def kind_counts(self) -> dict[str, int]:
+        import numpy as np
+
+        counts = np.bincount(self.ops.kind, minlength=len(OP_KINDS)).tolist() if len(self.ops) else [0] * 4
+        return dict(zip(OP_KINDS, counts))
+
+    @property
     def n_messages(self) -> int:
-        return sum(1 for ops in self.ranks for op in ops if op.kind == SEND)
+        return self.kind_counts[SEND]
 
     def slot_class(self, rank: int, buf: str, index: int) -> int:
         """Size class of a slot (which piece of a base slot it holds)."""
         if buf == "scratch":
             return self.scratch[rank][index]
         return index % self.collective.chunk_factor
-
-    def buffer_slots(self, rank: int, buf: str) -> int:
-        if buf == "input":
-            return len(self.collective.inputs[rank])
-        if buf == "output":
-            return len(self.collective.outputs[rank])
-        return len(self.scratch[rank])
 
     @cached_property
     def alias_runs(self) -> tuple[tuple[tuple[int, int, int], ...], ...]:
@@ -245,7 +405,7 @@ class Program:
         return tuple(out)
 
     def summary(self) -> dict[str, Any]:
-        kinds = Counter(op.kind for ops in self.ranks for op in ops)
+        kinds = self.kind_counts
         return {
             "name": self.name,
             "collective": self.collective.kind,
@@ -271,7 +431,8 @@ class Program:
         head = (f"program {self.name}: {coll} on topology {self.topology.name}; {self.steps} steps, "
                 f"{self.n_ops} ops, {self.n_messages} messages, {self.channels} channel(s)")
         lines = [head]
-        for r, ops in enumerate(self.ranks):
+        for r in range(self.n_ranks):
+            ops = self.ops.rank_ops(r)
             lines.append(f"rank {r}: {len(ops)} ops, {len(self.scratch[r])} scratch slots")
             width = len(str(max(len(ops) - 1, 0)))
             for i, op in enumerate(ops):
@@ -281,22 +442,73 @@ class Program:
         return "\n".join(lines)
 
 
-def _op_problem(op: Op, i: int, rank: int, n: int, sizes: dict[str, int], channels: int) -> str:
-    """Why an op is malformed, in words ("" if it is well formed)."""
-    if len(op) != len(OP_FIELDS):
-        return f"an op has the {len(OP_FIELDS)} fields {OP_FIELDS}"
+def _first_bad_op(program: Program) -> tuple[int, int] | None:
+    """(rank, op index) of the first malformed op (vectorized over the columns), or None."""
+    import numpy as np
+
+    t = program.ops
+    if not len(t):
+        return None
+    coll = program.collective
+    n = coll.n_ranks
+    rank = t.rank_of()
+    sizes = np.zeros((n, 3), dtype=np.int64)
+    sizes[:, 0] = [len(x) for x in coll.inputs]
+    sizes[:, 1] = [len(x) for x in coll.outputs]
+    sizes[:, 2] = [len(x) for x in program.scratch]
+    kind, buf, src_buf = t.kind.astype(np.int64), t.buf.astype(np.int64), t.src_buf.astype(np.int64)
+    index, count, src_index = t.index.astype(np.int64), t.count.astype(np.int64), t.src_index.astype(np.int64)
+    bad = (kind < 0) | (kind > 3) | (t.step < PROLOGUE) | (count < 1) | (buf < 0) | (buf > 2)
+    ok_buf = np.clip(buf, 0, 2)
+    bad |= (index < 0) | (index + count > sizes[rank, ok_buf])
+    network = kind <= 1
+    peer = t.peer.astype(np.int64)
+    bad |= network & ((peer < 0) | (peer >= n) | (peer == rank) | (t.tag < 0) | (t.channel < 0) |
+                      (t.channel >= program.channels) | (src_buf != -1) | (src_index != -1))
+    local = ~network
+    ok_src = np.clip(src_buf, 0, 2)
+    bad |= local & ((peer != -1) | (t.tag != -1) | (src_buf < 0) | (src_buf > 2) | (src_index < 0) |
+                    (src_index + count > sizes[rank, ok_src]) |
+                    ((src_buf == buf) & (np.abs(src_index - index) < count)))
+    if len(t.dep_idx):
+        owner = np.repeat(np.arange(len(t), dtype=np.int64), np.diff(t.dep_ptr))
+        position = owner - t.rank_ptr[rank[owner]]
+        wrong = (t.dep_idx < 0) | (t.dep_idx >= position)
+        if np.any(wrong):
+            bad[owner[wrong]] = True
+    if not np.any(bad):
+        return None
+    g = int(np.argmax(bad))
+    r = int(rank[g])
+    return r, g - int(t.rank_ptr[r])
+
+
+def _field_problem(op: tuple) -> str:
+    """Why an op's fields cannot be stored (types and names), in words ("" if they can)."""
     kind, step, buf, index, count, peer, src_buf, src_index, tag, channel, deps = op
     if kind not in OP_KINDS:
         return f"kind {kind!r} is not one of {OP_KINDS}"
+    if buf not in BUFFERS:
+        return f"buffer {buf!r} is not one of {BUFFERS}"
+    if src_buf not in BUFFERS and src_buf != "":
+        return f"source buffer {src_buf!r} is not one of {BUFFERS}"
     ints = (step, index, count, peer, src_index, tag, channel)
     if any(isinstance(x, bool) or not isinstance(x, int) for x in ints):
         return "step, index, count, peer, src_index, tag and channel must be integers"
+    if any(abs(x) > _INT32_MAX for x in ints):
+        return "step, index, count, peer, src_index, tag and channel must fit in 32 bits"
+    if not isinstance(deps, tuple) or any(isinstance(d, bool) or not isinstance(d, int) for d in deps):
+        return "deps must be a tuple of op indices"
+    return ""
+
+
+def _op_problem(op: Op, i: int, rank: int, n: int, sizes: dict[str, int], channels: int) -> str:
+    """Why an op is malformed, in words ("" if it is well formed)."""
+    kind, step, buf, index, count, peer, src_buf, src_index, tag, channel, deps = op
     if step < PROLOGUE:
         return f"step {step} is below the prologue ({PROLOGUE})"
     if count < 1:
         return f"count {count} is not positive"
-    if buf not in BUFFERS:
-        return f"buffer {buf!r} is not one of {BUFFERS}"
     if not 0 <= index or index + count > sizes[buf]:
         return f"{buf}[{index}..{index + count - 1}] is outside the rank's {sizes[buf]} {buf} slots"
     if kind in NETWORK:
@@ -318,8 +530,6 @@ def _op_problem(op: Op, i: int, rank: int, n: int, sizes: dict[str, int], channe
                     f"{sizes[src_buf]} {src_buf} slots")
         if src_buf == buf and abs(src_index - index) < count:
             return "a local op reads and writes overlapping slots"
-    if not isinstance(deps, tuple) or any(isinstance(d, bool) or not isinstance(d, int) for d in deps):
-        return "deps must be a tuple of op indices"
     for d in deps:
         if not 0 <= d < i:
             return f"dependency {d} is not an earlier op of the rank"

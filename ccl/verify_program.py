@@ -10,10 +10,10 @@ Independent of the lowering: it re-derives everything from the op lists. Checked
    same tag, same step, same number of slots of the same size classes (so both sides agree on
    the message's bytes for every tensor size); tags are unique per pair.
 4. **Races**: on every rank, two accesses to one slot (at least one a write; in place, aliased
-   output and input slots are one slot) are ordered: the earlier op is known to have completed
-   when the later one is issued (see ``ccl.program``).
-5. **Execution**: the ops run under the model (in-order issue, non-blocking posts, rendezvous
-   completion). Ranks left with ops that can never complete are a deadlock, reported with the op
+   output and input slots are one slot) are ordered: the later op depends on the earlier one,
+   directly or through other deps (see ``ccl.program``).
+5. **Execution**: the ops run under the model (issued in list order, which every runtime may
+   do; non-blocking posts, rendezvous completion). Ranks left with ops that can never complete are a deadlock, reported with the op
    every rank is blocked on. Values are multisets of input chunks as in ``ccl.verify``: no read
    of an empty slot, no reduce into one, every slot holds pieces of its own size class, and at
    the end every output slot holds exactly its required sum.
@@ -154,9 +154,11 @@ def _check_matching(program: Program) -> None:
 
 
 def _check_races(program: Program, rank: int, in_place: bool) -> None:
+    """Every conflicting pair of accesses is ordered by the transitive deps. Each op's ancestors
+    are a bitset (a Python int): op i's are the union of its deps' ancestors and the deps."""
     ops = program.ranks[rank]
     alias = {j: a for j, a in enumerate(program.collective.aliases[rank]) if a is not None} if in_place else {}
-    known: set[int] = set()
+    ancestors: list[int] = []
     last_writer: dict[Slot, int] = {}
     readers: dict[Slot, list[int]] = {}
 
@@ -172,12 +174,10 @@ def _check_races(program: Program, rank: int, in_place: bool) -> None:
                      rank, op, buffer=slot[0], index=slot[1])
 
     for i, op in enumerate(ops):
-        stack = [d for d in op.deps if d not in known]
-        while stack:
-            d = stack.pop()
-            if d not in known:
-                known.add(d)
-                stack.extend(x for x in ops[d].deps if x not in known)
+        mine = 0
+        for d in op.deps:
+            mine |= ancestors[d] | (1 << d)
+        ancestors.append(mine)
         if op.kind == SEND:
             reads, writes = [mem(op.buf, op.index + j) for j in range(op.count)], []
         elif op.kind == RECV:
@@ -189,22 +189,20 @@ def _check_races(program: Program, rank: int, in_place: bool) -> None:
                 reads = reads + writes
         for m in reads:
             w = last_writer.get(m)
-            if w is not None and w not in known:
+            if w is not None and w != i and not mine >> w & 1:
                 raise unordered(i, w, m, "reads")
         for m in writes:
             w = last_writer.get(m)
-            if w is not None and w not in known and w != i:
+            if w is not None and w != i and not mine >> w & 1:
                 raise unordered(i, w, m, "writes")
             for x in readers.get(m, ()):
-                if x not in known and x != i:
+                if x != i and not mine >> x & 1:
                     raise unordered(i, x, m, "writes")
         for m in reads:
             readers.setdefault(m, []).append(i)
         for m in writes:
             last_writer[m] = i
             readers[m] = []
-        if not op.is_network:
-            known.add(i)
 
 
 class _Execution:

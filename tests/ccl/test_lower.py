@@ -222,3 +222,20 @@ def test_without_fusion_every_transfer_stays_a_message():
     verify_program(separate)
     verify_program(separate, in_place=True)
     assert separate.n_messages == sum(1 for t in alg.transfers if t.src != t.dst) == 2 * fused.n_messages
+
+
+@pytest.mark.parametrize(("lanes", "slots", "messages"), [(1, 6, 1), (2, 6, 2), (3, 6, 3), (4, 2, 2), (2, 1, 1)])
+def test_fusion_keeps_a_message_per_lane(lanes, slots, messages):
+    # `slots` consecutive slots from rank 0 to rank 1 in one step, over a link of `lanes` lanes:
+    # a message travels on one lane, so fusion leaves min(lanes, slots) near-equal messages
+    from ccl import Link
+
+    topo = Topology("pair", 2, (Link(0, 1, 10.0, 1.0, lanes), Link(1, 0, 10.0, 1.0, lanes)))
+    coll = builtin("alltoall", 2).chunk_up(slots)
+    transfers = [Transfer(0, 0, "input", slots + j, 1, "output", j) for j in range(slots)]
+    transfers += [Transfer(0, 1, "input", j, 0, "output", slots + j) for j in range(slots)]
+    program = check(Algorithm("pair", coll, topo, tuple(transfers)))
+    sends = [op for op in program.ranks[0] if op.kind == "send"]
+    assert len(sends) == messages
+    assert max(op.count for op in sends) - min(op.count for op in sends) <= 1
+    assert sum(op.count for op in sends) == slots

@@ -1,0 +1,255 @@
+"""Lowering, first stage: the algorithm's transfers as unit moves between *program* slots.
+
+``unit_moves(algorithm)`` expands every transfer into one move per slot and renames slots so
+that every runtime can lay the buffers out in memory (see ``ccl.lower`` for the whole story):
+
+* **Input preservation.** Input slots the schedule writes move to scratch slots of their own
+  (after the algorithm's scratch slots), with a prologue copy when their starting value is read
+  or reduced into in the step that first touches them.
+* **Size classes.** A value's size class is the piece of a base slot it is (``ccl.program``);
+  input and output slot i hold class ``i % k``. A scratch slot the schedule reuses for values of
+  different classes is split: the class it first holds keeps the slot, every other class gets a
+  slot of its own (a *version*), appended in order of first use.
+
+Everything is computed on numpy columns: a value's class follows the chain of scratch writes it
+came through, resolved by pointer jumping, so the cost is linear in the moves (times the log of
+the longest chain through scratch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .algorithm import Algorithm
+from .errors import CollectiveError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+INPUT, OUTPUT, SCRATCH = 0, 1, 2
+_BUFFER = {"input": INPUT, "output": OUTPUT, "scratch": SCRATCH}
+_NAMES = ("input", "output", "scratch")
+
+
+@dataclass(frozen=True)
+class Moves:
+    """Unit moves in program slots, in (step, transfer, slot) order, and what renaming added.
+
+    ``scratch[r]`` lists the size class of every scratch slot of rank r so far (None: never
+    written); ``prologue`` holds (rank, input slot, scratch slot) copies made before step 0."""
+
+    step: np.ndarray
+    src: np.ndarray
+    src_buf: np.ndarray
+    src_index: np.ndarray
+    dst: np.ndarray
+    dst_buf: np.ndarray
+    dst_index: np.ndarray
+    reduce: np.ndarray  # bool
+    transfer: np.ndarray  # index of the transfer in algorithm.transfers
+    value_class: np.ndarray  # size class of the value moved
+    scratch: list[list[int | None]]
+    prologue: np.ndarray  # (m, 3) rows (rank, input slot, scratch slot), sorted
+
+
+def transfer_columns(algorithm: Algorithm) -> dict[str, np.ndarray]:
+    """The transfers as numpy columns (buffers as codes 0 input, 1 output, 2 scratch)."""
+    from operator import itemgetter
+
+    import numpy as np
+
+    ts = algorithm.transfers
+    n = len(ts)
+
+    def ints(k: int) -> np.ndarray:
+        return np.fromiter(map(itemgetter(k), ts), dtype=np.int64, count=n)
+
+    def codes(k: int) -> np.ndarray:
+        return np.fromiter(map(_BUFFER.__getitem__, map(itemgetter(k), ts)), dtype=np.int64, count=n)
+
+    return {
+        "step": ints(0), "src": ints(1), "src_buf": codes(2), "src_index": ints(3), "dst": ints(4),
+        "dst_buf": codes(5), "dst_index": ints(6), "count": ints(7),
+        "reduce": np.fromiter(map("reduce".__eq__, map(itemgetter(8), ts)), dtype=bool, count=n),
+    }
+
+
+def unit_moves(algorithm: Algorithm) -> Moves:
+    import numpy as np
+
+    coll = algorithm.collective
+    n = coll.n_ranks
+    k = coll.chunk_factor
+    c = transfer_columns(algorithm)
+    count = c["count"]
+    if np.all(count == 1):
+        tid = np.arange(len(count), dtype=np.int64)
+        off = np.zeros(len(count), dtype=np.int64)
+    else:
+        tid = np.repeat(np.arange(len(count), dtype=np.int64), count)
+        off = np.arange(len(tid), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+    order = np.argsort(c["step"][tid], kind="stable")  # (step, transfer, slot) order
+    tid, off = tid[order], off[order]
+    step = c["step"][tid]
+    src, sbuf, sidx = c["src"][tid], c["src_buf"][tid], c["src_index"][tid] + off
+    dst, dbuf, didx = c["dst"][tid], c["dst_buf"][tid], c["dst_index"][tid] + off
+    reduce = c["reduce"][tid]
+
+    # Scratch slots of the algorithm, per rank.
+    alg_scratch = np.zeros(n, dtype=np.int64)
+    for rank, buf, idx in ((src, sbuf, sidx), (dst, dbuf, didx)):
+        use = buf == SCRATCH
+        if np.any(use):
+            np.maximum.at(alg_scratch, rank[use], idx[use] + 1)
+    scratch: list[list[int | None]] = [[None] * int(x) for x in alg_scratch]
+
+    # Size classes of the values moved (in the algorithm's own slots).
+    reads, writes = sbuf == SCRATCH, dbuf == SCRATCH
+    if k == 1:
+        vcls = np.zeros(len(tid), dtype=np.int64)
+    else:
+        vcls = np.where(reads, -1, sidx % k)
+        _resolve_scratch_classes(vcls, step, src, sidx, dst, didx, reads, writes)
+        bad = ~writes & (didx % k != vcls)
+        if np.any(bad):
+            pos = int(np.argmax(bad))
+            t = algorithm.transfers[int(tid[pos])]
+            di = int(didx[pos])
+            raise CollectiveError(
+                f"step {t.step}: rank {t.dst} {t.dst_buf}[{di}] holds piece {di % k} of a base slot but the "
+                f"schedule stores a piece {int(vcls[pos])} there ({t.describe()}); runtimes need every slot to "
+                "hold pieces of one size")
+    # Input slots the schedule writes get scratch slots of their own (in input order).
+    wrote_input = dbuf == INPUT
+    prologue = np.zeros((0, 3), dtype=np.int64)
+    if np.any(wrote_input):
+        stride = max(max((len(x) for x in coll.inputs), default=0), 1)
+        keys = np.unique(dst[wrote_input] * stride + didx[wrote_input])
+        red_rank = keys // stride
+        first_of_rank = np.searchsorted(red_rank, np.arange(n))
+        red_scratch = np.array([len(scratch[r]) for r in range(n)], dtype=np.int64)[red_rank] + \
+            np.arange(len(keys)) - first_of_rank[red_rank]
+        for r, i in zip(red_rank.tolist(), (keys % stride).tolist()):
+            scratch[r].append(i % k)
+        rkey, wkey = src * stride + sidx, dst * stride + didx
+        rpos = np.minimum(np.searchsorted(keys, rkey), len(keys) - 1)
+        src_redirected = (sbuf == INPUT) & (keys[rpos] == rkey)
+        prologue = _prologue(keys, red_scratch, stride, step, rkey, src_redirected, wkey, wrote_input, reduce)
+    # Versions of scratch slots come after the redirected inputs.
+    new_sidx, new_didx = _versions(scratch, vcls, step, src, sidx, reads, dst, didx, writes, reduce)
+    if np.any(wrote_input):
+        new_sidx = np.where(src_redirected, red_scratch[rpos], new_sidx)
+        sbuf = np.where(src_redirected, SCRATCH, sbuf)
+        wpos = np.minimum(np.searchsorted(keys, wkey), len(keys) - 1)
+        new_didx = np.where(wrote_input, red_scratch[wpos], new_didx)
+        dbuf = np.where(wrote_input, SCRATCH, dbuf)
+    return Moves(step, src, sbuf, new_sidx, dst, dbuf, new_didx, reduce, tid, vcls, scratch, prologue)
+
+
+def _prologue(keys, red_scratch, stride, step, rkey, src_redirected, wkey, wrote_input, reduce):
+    """Prologue copies: a redirected input slot whose first touching step reads it or reduces
+    into it keeps its starting value."""
+    import numpy as np
+
+    touch_key = np.concatenate([rkey[src_redirected], wkey[wrote_input]])
+    touch_step = np.concatenate([step[src_redirected], step[wrote_input]])
+    needs = np.concatenate([np.ones(int(src_redirected.sum()), dtype=bool), reduce[wrote_input]])
+    which = np.searchsorted(keys, touch_key)
+    first = np.full(len(keys), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, which, touch_step)
+    need = np.zeros(len(keys), dtype=bool)
+    need[which[(touch_step == first[which]) & needs]] = True
+    return np.stack([keys[need] // stride, keys[need] % stride, red_scratch[need]], axis=1)
+
+
+def _resolve_scratch_classes(vcls, step, src, sidx, dst, didx, reads, writes) -> None:
+    """Fill the classes of values read from scratch: each read takes the class of the latest
+    write to its slot in an earlier step (a chain through scratch, resolved by pointer jumping)."""
+    import numpy as np
+
+    if not np.any(reads):
+        return
+    span = int(max(sidx[reads].max(initial=0), didx[writes].max(initial=0))) + 1
+    S = int(step.max(initial=0)) + 2
+    w_ids = np.flatnonzero(writes)
+    w_key = (dst[w_ids] * span + didx[w_ids]) * S + step[w_ids]
+    order = np.argsort(w_key, kind="stable")
+    w_key, w_ids = w_key[order], w_ids[order]
+    r_ids = np.flatnonzero(reads)
+    slot = src[r_ids] * span + sidx[r_ids]
+    at = np.searchsorted(w_key, slot * S + step[r_ids], side="left") - 1
+    ok = (at >= 0) & (w_key[np.maximum(at, 0)] // S == slot)
+    if not np.all(ok):
+        bad = int(r_ids[np.argmin(ok)])
+        raise CollectiveError(f"rank {int(src[bad])} reads scratch[{int(sidx[bad])}] before anything was "
+                              "written there (verify the algorithm first)")
+    pred = np.full(len(vcls), -1, dtype=np.int64)
+    pred[r_ids] = w_ids[at]
+    todo = r_ids[vcls[r_ids] < 0]
+    while len(todo):
+        p = pred[todo]
+        known = vcls[p] >= 0
+        vcls[todo[known]] = vcls[p[known]]
+        rest = todo[~known]
+        pred[rest] = pred[pred[rest]]
+        todo = rest
+
+
+def _versions(scratch, vcls, step, src, sidx, reads, dst, didx, writes, reduce):
+    """Program slots of the algorithm's scratch slots: the first class a slot holds keeps it,
+    other classes get version slots (appended per rank in order of first write)."""
+    import numpy as np
+
+    if not np.any(writes):
+        return sidx, didx
+    span = int(max(sidx[reads].max(initial=0), didx[writes].max(initial=0))) + 1
+    w_ids = np.flatnonzero(writes)  # in (step, transfer, slot) order
+    w_slot = dst[w_ids] * span + didx[w_ids]
+    uniq, first = np.unique(w_slot, return_index=True)
+    first_cls = vcls[w_ids[first]]
+    for key, cls in zip(uniq.tolist(), first_cls.tolist()):
+        scratch[key // span][key % span] = cls
+    _check_reduces(vcls, step, dst, didx, w_ids, w_slot, reduce)
+    w_moved = vcls[w_ids] != first_cls[np.searchsorted(uniq, w_slot)]
+    if not np.any(w_moved):
+        return sidx, didx
+    version_of: dict[tuple[int, int, int], int] = {}
+    new_didx = didx.copy()
+    for pos in w_ids[w_moved].tolist():
+        key = (int(dst[pos]), int(didx[pos]), int(vcls[pos]))
+        slot = version_of.get(key)
+        if slot is None:
+            slot = version_of[key] = len(scratch[key[0]])
+            scratch[key[0]].append(key[2])
+        new_didx[pos] = slot
+    new_sidx = sidx.copy()
+    r_ids = np.flatnonzero(reads)
+    at = np.minimum(np.searchsorted(uniq, src[r_ids] * span + sidx[r_ids]), len(uniq) - 1)
+    for pos in r_ids[vcls[r_ids] != first_cls[at]].tolist():
+        new_sidx[pos] = version_of[(int(src[pos]), int(sidx[pos]), int(vcls[pos]))]
+    return new_sidx, new_didx
+
+
+def _check_reduces(vcls, step, dst, didx, w_ids, w_slot, reduce) -> None:
+    """A reduce into scratch adds to a value of its own class written in an earlier step."""
+    import numpy as np
+
+    red = reduce[w_ids]
+    if not np.any(red):
+        return
+    S = int(step.max(initial=0)) + 2
+    key = w_slot * S + step[w_ids]
+    order = np.argsort(key, kind="stable")
+    skey = key[order]
+    r_pos = np.flatnonzero(red)
+    at = np.searchsorted(skey, w_slot[r_pos] * S + step[w_ids[r_pos]], side="left") - 1
+    ok = (at >= 0) & (skey[np.maximum(at, 0)] // S == w_slot[r_pos])
+    prev_cls = np.where(ok, vcls[w_ids[order[np.maximum(at, 0)]]], -1)
+    bad = prev_cls != vcls[w_ids[r_pos]]
+    if np.any(bad):
+        i = int(np.argmax(bad))
+        pos = int(w_ids[r_pos[i]])
+        held = "nothing" if prev_cls[i] < 0 else f"a piece {int(prev_cls[i])}"
+        raise CollectiveError(f"rank {int(dst[pos])} reduces a piece {int(vcls[pos])} into scratch["
+                              f"{int(didx[pos])}], which holds {held}")
