@@ -1,13 +1,14 @@
-"""Benchmark: simulate the ring allreduce of 1024 ranks (about 2 million transfers).
+"""Benchmark: simulate the ring allreduce of 1024 ranks (about 2 million transfers, 5 million ops).
 
     PYTHONPATH=. python benchmarks/sim_ring1024.py [--ranks 1024] [--size 64MiB] [--mode dependency]
 
 Synthesizes the ``ring`` template's allreduce on ``ring:N`` (2 (N-1) N transfers), then times
-each stage of ``backends.sim`` separately and in one piece: the dependency graph (vectorized,
-size-independent), the event loop, the lower bound, and a whole ``simulate()`` call. Checks
-the simulated time against the closed form 2 (N-1) (alpha + M / (N B)). Prints a table and
-writes ``benchmarks/results/sim_ring<N>.json``. The target: a whole ``simulate()`` of 1024
-ranks in under 60 s.
+the driver's whole ``simulate()`` (lowering to the Program, the simulator's graph and event
+loop, the lower bound, NCCL's models, the report) and each stage separately: the lowering (once
+per schedule: the Program every backend runs), the graph of the Program (size-independent), the
+event loop, the lower bound. Checks the simulated time against the closed form
+2 (N-1) (alpha + M / (N B)). Prints a table and writes ``benchmarks/results/sim_ring<N>.json``.
+The target: a whole ``simulate()`` of 1024 ranks in under 60 s.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import solvers  # noqa: E402
 import topologies  # noqa: E402
-from backends.sim import Simulator, simulate  # noqa: E402
+from backends.sim import Simulator  # noqa: E402
 from ccl import Problem, Request  # noqa: E402
 from ccl.collective import builtin  # noqa: E402
+from ccl.compiler import simulate  # noqa: E402
+from ccl.lower import lower  # noqa: E402
 from ccl.units import parse_size  # noqa: E402
 from solvers.bounds import lower_bound  # noqa: E402
 
@@ -52,12 +55,13 @@ def main() -> int:
     alg = timed("synthesize (ring template, not the simulator)",
                 lambda: solvers.synthesize(Problem(topo, builtin("allreduce", n), Request("ring"))))
     transfers = len(alg.transfers)
-    report = timed("simulate(): graph + event loop + bound + report", lambda: simulate(alg, size, mode=args.mode))
+    report = timed("simulate(): lower + graph + event loop + bound + report",
+                   lambda: simulate(alg, size, mode=args.mode))
     whole = rows[-1][1]
-    sim = Simulator(alg)
-    timed("  dependency graph (size-independent, cached)", lambda: sim.graph(False).compiled(1, args.mode))
-    timed("  event loop + report (graph cached)",
-          lambda: sim.run(size, mode=args.mode, bound=False, baselines=False))
+    program = timed("  lower (the Program every backend runs; once per schedule)", lambda: lower(alg))
+    sim = Simulator(program)
+    timed("  graph of the Program (size-independent, cached)", lambda: sim.graph)
+    timed("  event loop + report (graph cached)", lambda: sim.run(size, mode=args.mode))
     # a fresh size; the bound's coefficients are cached per topology
     timed("  lower bound (cached coefficients)", lambda: lower_bound(topo, alg.collective, size + 1))
     load_after = os.getloadavg()[0]
@@ -67,10 +71,11 @@ def main() -> int:
     closed = 2 * (n - 1) * (link.latency + size / (n * link.bandwidth * 1e3))
     rel = abs(report.time_us - closed) / closed
     rate = transfers / whole
-    print(f"ring allreduce, {n} ranks, {transfers} transfers, size {args.size}, {args.mode} mode")
-    print(f"{'stage':<52}{'wall s':>9}{'CPU s':>9}")
+    print(f"ring allreduce, {n} ranks, {transfers} transfers, {program.n_ops} ops, {program.n_messages} messages, "
+          f"size {args.size}, {args.mode} mode")
+    print(f"{'stage':<60}{'wall s':>9}{'CPU s':>9}")
     for name, wall, cpu in rows:
-        print(f"{name:<52}{wall:>9.2f}{cpu:>9.2f}")
+        print(f"{name:<60}{wall:>9.2f}{cpu:>9.2f}")
     print(f"load average (1 min) {load_before:.1f} before, {load_after:.1f} after, on {os.cpu_count()} CPUs: "
           "wall times on a shared machine include waiting for other jobs")
     print(f"simulated time {report.time_us:.6f} us; closed form {closed:.6f} us (relative error {rel:.1e})")
@@ -83,6 +88,8 @@ def main() -> int:
         "benchmark": "sim_ring_allreduce",
         "ranks": n,
         "transfers": transfers,
+        "ops": program.n_ops,
+        "messages": program.n_messages,
         "size": size,
         "mode": args.mode,
         "wall_seconds": {name.strip(): round(w, 3) for name, w, _ in rows},

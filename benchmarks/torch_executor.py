@@ -26,7 +26,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 import ccl  # noqa: E402
 from backends.torch.harness import bus_factor  # noqa: E402
 from backends.torch.launch import Job, run_jobs  # noqa: E402
-from backends.torch.spec import as_program, to_spec  # noqa: E402
+from backends.torch.plain import to_plain  # noqa: E402
+from ccl import compiler  # noqa: E402
 from ccl.serialize import write_text_atomic  # noqa: E402
 from ccl.units import format_size, parse_size  # noqa: E402
 
@@ -56,9 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     rows, jobs = [], []
     for kind in args.collectives.split(","):
         for solver, chunks, fuse in SCHEDULES[kind]:
-            alg = ccl.synthesize(ccl.problem(args.topology or f"fully-connected:{n}", kind, solver=solver,
-                                             chunks=chunks)).algorithm
-            spec = to_spec(as_program(alg, fuse=fuse))
+            result = ccl.synthesize(ccl.problem(args.topology or f"fully-connected:{n}", kind, solver=solver,
+                                                chunks=chunks))
+            spec = to_plain(compiler.program(result, fuse=fuse))  # lowered and verified by the driver
             parts = max(max(spec["input_slots"]), max(spec["output_slots"])) // spec["chunk_factor"]
             for size in sizes:
                 unit = max(1, size // (4 * parts))

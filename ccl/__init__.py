@@ -1,14 +1,17 @@
 """ccl: a collective-communication synthesis compiler.
 
-The core: IR types (Topology, Collective, Algorithm), the verifier, serialization and errors.
-Solvers, topologies, the DSL and backends live in their own packages and are reached through
-the driver functions here (imported lazily, so ``import ccl`` stays cheap).
+The core: IR types (Topology, Collective, Algorithm, Program), the verifiers, the lowering,
+serialization and errors. Solvers, topologies, the DSL and backends live in their own packages
+and are reached through the driver (``ccl.compiler``) by the functions here, which import it on
+first use so ``import ccl`` stays cheap.
 
     import ccl
     problem = ccl.problem("dgx1", "allgather", solver="ring", chunks=2)
     result = ccl.synthesize(problem)          # verified on the way out
     ccl.save(result.algorithm, "ag.json")
+    program = ccl.lower(result.algorithm)     # the per-rank ops every backend runs
     report = ccl.simulate(result, "64MiB")    # time, busbw, lower bound, NCCL baselines
+    allreduce = ccl.executor("ar.json")       # on a live torch.distributed process group
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from .errors import (
     Z3Error,
 )
 from .lower import lower
-from .problem import Problem, Request, Sketch
+from .problem import Problem, Request, Sketch, SynthesisResult
 from .program import Op, Program
 from .report import Report
 from .serialize import load_algorithm as load
@@ -66,6 +69,7 @@ __all__ = [
     "SolverTimeout",
     "Span",
     "Switch",
+    "SynthesisResult",
     "Topology",
     "TopologyError",
     "Transfer",
@@ -73,6 +77,7 @@ __all__ = [
     "VerificationResult",
     "Z3Error",
     "collectives",
+    "executor",
     "load",
     "lower",
     "problem",
@@ -100,17 +105,30 @@ def problem(topology: str | Topology, collective: str, **options: Any) -> Proble
     return problem_from_options(topology, collective, **options)
 
 
-def synthesize(problem: Problem) -> Any:
-    """Run the problem's solver and verify the schedule; returns a ``SynthesisResult``."""
+def synthesize(problem: Problem) -> SynthesisResult:
+    """Run the problem's solver and verify the schedule (cost-aware solvers are judged by the
+    simulator)."""
     from .compiler import synthesize as run
 
     return run(problem)
 
 
-def simulate(schedule: Any, size: int | str, **options: Any) -> Report:
-    """Simulate a schedule (an Algorithm, or a ``SynthesisResult`` whose synthesis time,
-    status and gap then go into the report) called with ``size`` bytes (an int or text such
-    as ``"64MiB"``, nccl-tests convention). Options: see ``backends.sim.simulate``."""
+def simulate(schedule: Algorithm | SynthesisResult | Program, size: int | str, **options: Any) -> Report:
+    """Lower a schedule (unless it is a Program) and simulate it called with ``size`` bytes (an
+    int or text such as ``"64MiB"``, nccl-tests convention); the report carries the lower bound,
+    NCCL's models and, for a SynthesisResult, the synthesis figures. Options: the lowering's
+    (``channels``, ``fuse``) and the simulator's (``mode``, ``slices``, ``in_place``,
+    ``overlap_latency``, ``local_bandwidth``; see ``backends.sim``)."""
     from .compiler import simulate as run
 
     return run(schedule, size, **options)
+
+
+def executor(schedule: Any, group: Any = None, **options: Any) -> Any:
+    """A schedule (file, Algorithm, SynthesisResult or Program) as a collective on a live
+    torch.distributed process group (None: the default group): verified, lowered and verified
+    again, then run by ``backends.torch.Executor``. Options: ``channels``, ``fuse``, ``timeout``,
+    ``validate``."""
+    from .compiler import executor as make
+
+    return make(schedule, group, **options)

@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .algorithm import Algorithm
 from .collective import Collective
 from .errors import CollectiveError, InputError
 from .topology import Topology
+from .verify import VerificationResult
 
 SWITCH_POLICIES = ("fewest", "most")
 
@@ -103,3 +105,33 @@ class Problem:
                 f"collective {self.collective.name!r} has {self.collective.n_ranks} ranks but topology "
                 f"{self.topology.name!r} has {self.topology.n_ranks}"
             )
+
+
+SYNTHESIS_STATUSES = ("ok", "timeout")
+
+
+@dataclass(frozen=True)
+class SynthesisResult:
+    """What synthesis produced: the verified schedule, its status ("ok", or "timeout" when a
+    time limit stopped the solver with a schedule in hand), the solver's wall time, its
+    optimality gap (None when it proved optimality or does not search), the verification, and
+    the solver's own account (``details``: model sizes, candidates, bounds; JSON-able)."""
+
+    algorithm: Algorithm
+    status: str
+    seconds: float
+    gap: float | None
+    verification: VerificationResult
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.status not in SYNTHESIS_STATUSES:
+            raise InputError(f"synthesis status must be one of {SYNTHESIS_STATUSES}, got {self.status!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": self.status, "synthesis_seconds": round(self.seconds, 6), "gap": self.gap}
+        out.update(self.algorithm.summary())
+        out["verified"] = True
+        if self.details:
+            out["details"] = self.details
+        return out

@@ -1,7 +1,7 @@
 """Report: how fast a schedule runs and how far it is from the best possible.
 
-A ``Report`` is what the simulator (``backends.sim``) returns and what every command that
-judges a schedule prints: simulated time, algorithm and bus bandwidth with the nccl-tests
+A ``Report`` is what the simulator (``backends.sim``) returns, completed by the driver, and
+what every command that judges a schedule prints: simulated time, algorithm and bus bandwidth with the nccl-tests
 definitions, per-link bytes and busy time, the lower bound and the ratio to it, the reference
 baselines ("x times faster than NCCL ring") and, when the schedule came from a solver, the
 synthesis time, status and optimality gap.
@@ -39,6 +39,8 @@ from typing import Any
 
 from .collective import Collective
 from .errors import InputError
+
+NOT_COMPUTED = "not computed"
 
 SIZE_MEANING: dict[str, str] = {
     "allreduce": "per-rank buffer",
@@ -87,7 +89,7 @@ class LinkUsage:
     src: int
     dst: int
     bytes: float
-    transfers: int
+    messages: int
     busy_us: float
     capacity_GBps: float
     lanes: int
@@ -98,7 +100,7 @@ class LinkUsage:
             "src": self.src,
             "dst": self.dst,
             "bytes": _num(self.bytes),
-            "transfers": self.transfers,
+            "messages": self.messages,
             "busy_us": _num(self.busy_us),
             "capacity_GBps": _num(self.capacity_GBps),
             "lanes": self.lanes,
@@ -135,7 +137,9 @@ class Baseline:
 
 @dataclass(frozen=True)
 class Report:
-    """The result of simulating one schedule at one size (see module docstring for units)."""
+    """The result of simulating one Program at one size (see module docstring for units). The
+    simulator fills the physics; the driver adds the lower bound (``with_bound``), the
+    reference baselines (``with_baselines``) and the synthesis figures (``with_synthesis``)."""
 
     algorithm: str
     collective: str
@@ -146,13 +150,14 @@ class Report:
     slot_bytes: float
     mode: str
     steps: int
-    transfers: int
+    messages: int
+    ops: int
     time_us: float
     bus_factor: float
-    bound_us: float
-    latency_bound_us: float
-    bandwidth_bound_us: float
-    bound_binding: str
+    bound_us: float = 0.0
+    latency_bound_us: float = 0.0
+    bandwidth_bound_us: float = 0.0
+    bound_binding: str = NOT_COMPUTED
     bound_method: str = ""
     links: tuple[LinkUsage, ...] = ()
     ranks: tuple[RankUsage, ...] = ()
@@ -208,6 +213,19 @@ class Report:
     def with_synthesis(self, seconds: float | None, status: str | None, gap: float | None) -> Report:
         return replace(self, synthesis_seconds=seconds, solver_status=status, gap=gap)
 
+    def with_bound(self, bound_us: float, latency_us: float, bandwidth_us: float, binding: str,
+                   method: str) -> Report:
+        """The report with the lower bound of its collective on its topology at its size
+        (infinite parts, where a bound cannot be met at all, are reported as 0)."""
+        def finite(x: float) -> float:
+            return x if math.isfinite(x) else 0.0
+
+        return replace(self, bound_us=finite(bound_us), latency_bound_us=finite(latency_us),
+                       bandwidth_bound_us=finite(bandwidth_us), bound_binding=binding, bound_method=method)
+
+    def with_baselines(self, baselines: tuple[Baseline, ...]) -> Report:
+        return replace(self, baselines=tuple(baselines))
+
     # ---------------------------------------------------------------- output
     def to_json(self, *, links: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -221,7 +239,8 @@ class Report:
             "slot_bytes": _num(self.slot_bytes),
             "mode": self.mode,
             "steps": self.steps,
-            "transfers": self.transfers,
+            "messages": self.messages,
+            "ops": self.ops,
             "time_us": _num(self.time_us),
             "algbw_GBps": _num(self.algbw_GBps),
             "busbw_GBps": _num(self.busbw_GBps),
@@ -252,16 +271,21 @@ class Report:
         meaning = SIZE_MEANING.get(kind, SIZE_MEANING["custom"])
         lines = [
             f"{self.algorithm}: {kind} on {self.topology} ({self.n_ranks} ranks), solver {self.solver or '-'}, "
-            f"{self.steps} steps, {self.transfers} transfers",
+            f"{self.steps} steps, {self.messages} messages, {self.ops} ops",
             f"  size        {format_bytes(self.size)} ({meaning}), {format_bytes(self.slot_bytes)} per slot, "
             f"{self.mode} mode" + _options_text(self.options),
             f"  time        {format_us(self.time_us)}   algbw {self.algbw_GBps:.4g} GB/s   "
             f"busbw {self.busbw_GBps:.4g} GB/s",
-            f"  lower bound {format_us(self.bound_us)}   ({self.bound_binding} binds: latency "
-            f"{format_us(self.latency_bound_us)}, bandwidth {format_us(self.bandwidth_bound_us)}"
-            + (f", {self.bound_method}" if self.bound_method else "") + ")",
-            f"  schedule / bound = {self.bound_ratio:.3f}",
         ]
+        if self.bound_binding == NOT_COMPUTED:
+            lines.append("  lower bound not computed")
+        else:
+            lines += [
+                f"  lower bound {format_us(self.bound_us)}   ({self.bound_binding} binds: latency "
+                f"{format_us(self.latency_bound_us)}, bandwidth {format_us(self.bandwidth_bound_us)}"
+                + (f", {self.bound_method}" if self.bound_method else "") + ")",
+                f"  schedule / bound = {self.bound_ratio:.3f}",
+            ]
         for b in self.baselines:
             s = self.speedup(b.name)
             verdict = ""
@@ -275,7 +299,7 @@ class Report:
         if busy:
             lines.append("  busiest links:")
             for x in busy:
-                lines.append(f"    {x.src} -> {x.dst}: {format_bytes(x.bytes)} in {x.transfers} transfers, "
+                lines.append(f"    {x.src} -> {x.dst}: {format_bytes(x.bytes)} in {x.messages} messages, "
                              f"busy {format_us(x.busy_us)}, {100 * x.utilization:.1f}% of {x.capacity_GBps:.4g} GB/s")
         return "\n".join(lines)
 

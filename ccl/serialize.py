@@ -1,4 +1,5 @@
-"""Versioned JSON for topologies, collectives and algorithms, with lossless round-trip.
+"""Versioned JSON for topologies, collectives and algorithms, with lossless round-trip, and of
+requests and Programs (the problem and program stages, written for reading).
 
 Files are deterministic: the same value always gives the same bytes. Algorithm files are
 self-contained (they carry their topology and collective) so ``ccl verify FILE`` needs nothing
@@ -19,6 +20,8 @@ from typing import IO, Any
 from .algorithm import Algorithm, Transfer
 from .collective import BUILTIN_KINDS, Collective, builtin
 from .errors import CclError, InputError
+from .problem import Request
+from .program import OP_FIELDS, Program
 from .topology import Link, SharedLimit, Switch, Topology
 
 FORMAT_VERSION = 1
@@ -154,6 +157,35 @@ def algorithm_from_json(data: dict[str, Any]) -> Algorithm:
 
 
 # ---------------------------------------------------------------------- text and files
+def request_to_json(request: Request) -> dict[str, Any]:
+    """A Request as JSON (the problem stage's ``request``)."""
+    sketch = request.sketch
+    return {
+        "solver": request.solver, "chunks": request.chunks, "steps": request.steps, "rounds": request.rounds,
+        "size": request.size, "time_limit": request.time_limit, "objective": request.objective,
+        "sketch": None if sketch is None else {
+            "relays": None if sketch.relays is None else list(sketch.relays),
+            "internode": None if sketch.internode is None else [list(p) for p in sketch.internode],
+            "switch_policy": sketch.switch_policy, "symmetry": list(sketch.symmetry),
+            "chunk_partition": sketch.chunk_partition,
+        },
+        "options": {k: list(v) if isinstance(v, tuple) else v for k, v in request.options},
+    }
+
+
+PROGRAM_FORMAT = "ccl-program"
+
+
+def program_to_json(program: Program) -> dict[str, Any]:
+    """A Program as JSON: its summary (``n_ops`` ops in all), scratch size classes and every
+    rank's ops (``ops[r]``) as rows in ``op_fields`` order (deps a list)."""
+    summary = program.summary()
+    summary["n_ops"] = summary.pop("ops")
+    return {"format": PROGRAM_FORMAT, "version": 1, **summary,
+            "scratch": [list(x) for x in program.scratch], "op_fields": list(OP_FIELDS),
+            "ops": [[[*op[:10], list(op.deps)] for op in ops] for ops in program.ranks]}
+
+
 def _dump_rows(rows: list[list[Any]], indent: str) -> str:
     if not rows:
         return "[]"

@@ -1,7 +1,9 @@
 """Synthesis: every solver behind one entry point, ``synthesize(problem) -> Algorithm``.
 
 Solvers register by name with the collective kinds they implement; modules are imported only
-when their solver runs, so heavy dependencies (z3, pulp) load on demand.
+when their solver runs, so heavy dependencies (z3, pulp) load on demand. Cost-aware solvers
+(``SolverInfo.judged``) time candidate schedules with the cost judge the caller passes
+(``ccl.judge.CostJudge``; the driver passes the simulator): this package imports no backend.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from dataclasses import dataclass, field
 
 from ccl.algorithm import Algorithm
 from ccl.errors import CollectiveError, InputError
+from ccl.judge import CostJudge
 from ccl.problem import Problem
 
-__all__ = ["SOLVERS", "TEMPLATES", "Outcome", "SolverInfo", "solve", "solvers_for", "synthesize"]
+__all__ = ["SOLVERS", "TEMPLATES", "SolverInfo", "Solution", "solve", "solvers_for", "synthesize"]
 
 ALL_BUILTIN = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce", "gather", "scatter")
 
@@ -25,10 +28,11 @@ class SolverInfo:
     summary: str
     module: str
     template: bool = True  # instant constructive algorithm (also a baseline)
+    judged: bool = False  # needs a cost judge: its module's synthesize(problem, judge)
 
     def load(self):
-        """The module's ``synthesize(problem)``; modules with several variants read
-        ``problem.request.solver``."""
+        """The module's ``synthesize(problem)`` (``synthesize(problem, judge)`` when
+        ``judged``); modules with several variants read ``problem.request.solver``."""
         return importlib.import_module(self.module).synthesize
 
 
@@ -58,10 +62,10 @@ SOLVERS: dict[str, SolverInfo] = {
                    "`ccl pareto` for frontiers", "solvers.smt", template=False),
         SolverInfo("milp", ("allgather", "alltoall", "reducescatter", "allreduce", "broadcast"),
                    "sketch-guided routing MILP, ordering heuristic, contiguity MILP (PuLP: HiGHS or CBC)",
-                   "solvers.milp", template=False),
+                   "solvers.milp", template=False, judged=True),
         SolverInfo("teccl", ("allgather", "alltoall", "reducescatter", "allreduce", "broadcast"),
                    "time-expanded routing (MILP with copies; LP for alltoall), then ordering and contiguity",
-                   "solvers.milp", template=False),
+                   "solvers.milp", template=False, judged=True),
     )
 }
 
@@ -70,7 +74,7 @@ TEMPLATES: tuple[str, ...] = tuple(name for name, info in SOLVERS.items() if inf
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Solution:
     """A solver's schedule and what it has to say about how it got there (JSON-able details:
     model sizes, gaps, candidates, bounds), reported by ``ccl synthesize --json``."""
 
@@ -82,14 +86,15 @@ def solvers_for(kind: str) -> list[str]:
     return [name for name, info in SOLVERS.items() if kind in info.kinds]
 
 
-def synthesize(problem: Problem) -> Algorithm:
+def synthesize(problem: Problem, *, judge: CostJudge | None = None) -> Algorithm:
     """Run the solver the problem's request names. Raises the project's errors only."""
-    return solve(problem).algorithm
+    return solve(problem, judge=judge).algorithm
 
 
-def solve(problem: Problem) -> Outcome:
+def solve(problem: Problem, *, judge: CostJudge | None = None) -> Solution:
     """``synthesize`` with the solver's details. A solver module's ``synthesize`` returns an
-    Algorithm or an Outcome."""
+    Algorithm or a Solution. ``judge`` times schedules for cost-aware solvers, which refuse to
+    run without one."""
     name = problem.request.solver
     info = SOLVERS.get(name)
     if info is None:
@@ -98,5 +103,11 @@ def solve(problem: Problem) -> Outcome:
     if kind not in info.kinds:
         others = ", ".join(solvers_for(kind)) or "none"
         raise CollectiveError(f"solver {name!r} does not implement {kind}; solvers that do: {others}")
-    result = info.load()(problem)
-    return result if isinstance(result, Outcome) else Outcome(result)
+    if info.judged:
+        if judge is None:
+            raise InputError(f"solver {name!r} judges candidate schedules by their time and needs a cost judge "
+                             "(ccl.synthesize passes the simulator)")
+        result = info.load()(problem, judge)
+    else:
+        result = info.load()(problem)
+    return result if isinstance(result, Solution) else Solution(result)

@@ -1,13 +1,14 @@
-"""The simulator backend: how fast a schedule runs, and how far from the best possible.
+"""The simulator backend: how fast a lowered Program runs on its topology.
 
     from backends.sim import simulate
-    report = simulate(algorithm, 64 * 2**20)        # nccl-tests size convention
-    print(report.time_us, report.busbw_GBps, report.bound_ratio)
+    report = simulate(program, 64 * 2**20)        # nccl-tests size convention
+    print(report.time_us, report.busbw_GBps)
 
-``simulate`` returns a ``ccl.report.Report``; ``run`` returns a ``Simulation`` with per-transfer
-timings for Chrome traces (``Simulation.write_trace``) and plots (``Simulation.plot``);
-``Simulator`` simulates one schedule at many sizes. ``nccl`` holds NCCL's cost model used as
-the reference baseline. See ``simulator`` for the model and its justification.
+``simulate`` returns a ``ccl.report.Report`` (physics only: the driver, ``ccl.compiler``, adds
+the lower bound and NCCL's models); ``run`` returns a ``Simulation`` with per-message timings for
+Chrome traces (``Simulation.write_trace``) and plots (``Simulation.plot``); ``Simulator``
+simulates one Program at many sizes. ``nccl`` holds NCCL's cost model, the reference baselines.
+See ``simulator`` for the model and its justification.
 """
 
 from __future__ import annotations

@@ -1,26 +1,30 @@
-"""The event loop: lanes served first come first served, shared limits shared max-min fairly.
+"""The event loop: a Program run under its execution model, on links with lanes and limits.
 
-Resources are the flattened topology's links (one per rank pair that talks) and, when local
-copies have a bandwidth, one copy engine per rank. A resource has ``lanes`` lanes; each lane
-carries one transfer at a time at the lane's rate. A transfer that becomes ready (its start
-dependencies landed) takes the lane that frees first; ready transfers queue in the order they
-became ready (ties: execution order), so a link is never idle while a ready transfer waits for
-it.
+Every op is issued as soon as every op it depends on has completed (``ccl.program``: a runtime
+may run each op when it is ready; ranks start when their out-of-place alias copies are done).
+Issuing a send or a receive posts it; a message is *ready* when both its send and its receive
+are posted (rendezvous), then it queues first come first served on its link, takes the lane
+that frees first, and:
 
-Cost of a transfer of b bytes over a lane of bandwidth B (bytes/us) and latency a (us):
+* ``overlap_latency=False`` (the alpha-beta model): holds the lane for latency + bytes /
+  bandwidth; its send and its receive complete at the end of that time;
+* ``overlap_latency=True`` (cut-through): holds the lane for bytes / bandwidth; the send
+  completes then, the receive a latency later.
 
-* ``overlap_latency=False`` (default, the alpha-beta model): the lane is busy for a + b/B and
-  the data lands at the end of that time;
-* ``overlap_latency=True`` (cut-through, LogP's L): the lane is busy for b/B only and the data
-  lands a later, so back-to-back transfers on a lane overlap their latencies.
-
-Links under a shared limit are *fluid*: while several of their transfers are active, rates are
+Links under a shared limit are *fluid*: while several of their messages are active, rates are
 max-min fair subject to every lane's rate and every limit's bandwidth (progressive filling),
-recomputed whenever a limited transfer starts or finishes. Links under no limit never need
-rates, so their transfers are timed when they start, which keeps the common case fast.
+recomputed whenever a limited message starts or finishes. With ``local_rate`` a local op takes
+bytes / local_rate on its rank's copy engine (one per rank, first come first served); otherwise
+local ops complete when issued.
 
-``sent`` is when the lane is released (the source has been read); ``done`` is when the data
-has landed and every landing condition (see ``graph``) holds.
+In ``step`` mode the ops of step s are issued no earlier than the completion of every op of
+the steps before (a barrier between steps).
+
+Two loops implement this. The fast one handles links without limits and free local ops: there
+a message's times are known when it takes its lane, so its completions are applied at once,
+and so are those of every op they make ready (everything those post becomes ready no earlier,
+and ready messages are taken in time order from one heap). The general one takes every event
+in time order from the heap; the tests check both agree.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import numpy as np
 
 from ccl.errors import BackendError
 
-from .graph import CompiledGraph
+from .graph import ProgramGraph
 
 INF = math.inf
 _EPS = 1e-12
@@ -42,8 +46,8 @@ _EPS = 1e-12
 
 @dataclass(frozen=True)
 class Resource:
-    """A link (or a rank's copy engine): lanes, per-lane rate in bytes/us, latency in us, and
-    the shared limits it is under (indices into the limit capacities)."""
+    """A link: lanes, per-lane rate in bytes/us, latency in us, and the shared limits it is
+    under (indices into the limit capacities)."""
 
     lanes: int
     rate: float
@@ -52,395 +56,364 @@ class Resource:
 
 
 class Engine:
-    """One run over a compiled dependency graph: fills ``start``, ``sent``, ``done`` and
-    ``lane`` per internal transfer id (see the module docstring for the rules)."""
+    """One run: fills per op instance (op p, slice j: v = p * slices + j) ``issue`` and
+    ``done``, and per message instance (q = message * slices + j) ``start``, ``sent``,
+    ``landed`` and ``lane``. Slice j of an op depends on slice j of its dependencies only."""
 
-    def __init__(
-        self,
-        graph: CompiledGraph,
-        res_of: list[int],
-        nbytes: list[float],
-        resources: list[Resource],
-        limit_caps: list[float],
-        *,
-        overlap_latency: bool,
-    ) -> None:
+    def __init__(self, graph: ProgramGraph, msg_resource: list[int], msg_bytes: list[float],
+                 resources: list[Resource], limit_caps: list[float], *, slices: int, overlap_latency: bool,
+                 local_rate: float | None, op_bytes: list[float], rank_start: list[float]) -> None:
         self.g = graph
-        self.res_of = res_of
-        self.nbytes = nbytes
+        self.m = slices
+        self.res_of = msg_resource
+        self.msg_bytes = msg_bytes  # per message (a slice carries msg_bytes / slices)
         self.resources = resources
         self.limit_caps = limit_caps
         self.overlap = overlap_latency
-        n = graph.n
-        self.start = [INF] * n
-        self.sent = [INF] * n
-        self.done = [INF] * n
-        self.lane = [0] * n
+        self.local_rate = local_rate
+        self.op_bytes = op_bytes  # per op (a slice: / slices)
+        self.rank_start = rank_start
+        m = slices
+        n_ops, n_msg = graph.n_ops, graph.n_messages
+        self.issue = [INF] * (n_ops * m)
+        self.done = [INF] * (n_ops * m)
+        self.start = [INF] * (n_msg * m)
+        self.sent = [INF] * (n_msg * m)
+        self.landed = [INF] * (n_msg * m)
+        self.lane = [0] * (n_msg * m)
         self.fluid = any(r.limits for r in resources)
-        # service (lane busy) time and post-send delay of unlimited transfers
-        res = np.asarray(res_of, dtype=np.int64)
-        rate = np.array([x.rate for x in resources] + [INF])[res]  # index -1: free local copy
-        latency = np.array([x.latency for x in resources] + [0.0])[res]
-        data = np.asarray(nbytes, dtype=float) / rate
-        if self.overlap:
-            self.svc, self.post = data.tolist(), latency.tolist()
-        else:
-            self.svc, self.post = (data + latency).tolist(), [0.0] * n
+        svc, post = [], []
+        for r, b in zip(msg_resource, msg_bytes):
+            res = resources[r]
+            data = b / m / res.rate
+            svc.append(data if overlap_latency else data + res.latency)
+            post.append(res.latency if overlap_latency else 0.0)
+        self.svc, self.post = svc, post
         self.lane_free = [[0.0] * res.lanes for res in resources]
-        self.init_done: list[float] = []
-        # mutable per-run state, shared by every call of the loop (step mode calls it per step)
-        self.raw_count = list(graph.raw_count)
-        self.land_count = list(graph.land_count)
-        self.land_time = [0.0] * n
-        self.arrive = [0.0] * n
-        self.started = bytearray(n)
+        self.remaining = list(graph.remaining) if m == 1 else [x for x in graph.remaining for _ in range(m)]
+        self.dep_ready = [0.0] * (n_ops * m)
+        self.posted = bytearray(n_msg * m)
+        self.post_time = [0.0] * (n_msg * m)
+
+    @property
+    def uses_fast_loop(self) -> bool:
+        return not self.fluid and self.local_rate is None
 
     # ------------------------------------------------------------------ entry points
-    def run_dependency(self, init_done: list[float]) -> None:
-        """Every transfer starts as soon as its data is there (``init_done[r]``: when rank r's
-        out-of-place initial copy has finished)."""
-        g = self.g
-        self.init_done = list(init_done)
-        ready = []
-        for v in range(g.n):
-            if g.raw_count[v] == 0:
-                r = g.raw_init[v]
-                ready.append((init_done[r] if r >= 0 else 0.0, v))
-        for v in range(g.n):
-            r = g.land_init[v]
-            if r >= 0:
-                self.land_time[v] = init_done[r]
-        self._loop(ready)
-        self._check_all_done(range(g.n))
-
-    def run_steps(self, t0: float) -> list[float]:
-        """Step-synchronous: step s starts when every transfer of step s-1 has landed.
-        Returns the start time of every step and, last, the end time."""
-        g = self.g
-        times = []
-        t = t0
-        for s in range(len(g.step_ptr) - 1):
-            lo, hi = g.step_ptr[s], g.step_ptr[s + 1]
-            times.append(t)
-            if lo == hi:
-                continue
-            for v in range(lo, hi):
-                self.land_time[v] = t
-            self._loop([(t, v) for v in range(lo, hi)])
-            self._check_all_done(range(lo, hi))
-            t = max(t, max(self.done[lo:hi]))
-        times.append(t)
-        return times
-
-    def _check_all_done(self, ids: range) -> None:
-        for v in ids:
-            if self.done[v] == INF:
-                raise BackendError(
-                    f"simulation stalled: transfer {v} never ran (its dependencies never landed); "
-                    "the schedule is not executable as given"
-                )
-
-    def _loop(self, ready: list[tuple[float, int]]) -> None:
-        if self.fluid:
-            self._loop_fluid(ready)
+    def run(self, mode: str) -> None:
+        """``dependency``: every op as soon as it is ready; ``step``: a barrier between steps."""
+        g, m = self.g, self.m
+        start = self.rank_start
+        ready_now = [(p * m + j, start[g.op_rank[p]]) for p in range(g.n_ops) if not g.remaining[p]
+                     for j in range(m)]
+        loop = self._fast if self.uses_fast_loop else self._general
+        if mode == "dependency":
+            loop(ready_now, None)
         else:
-            self._loop_fast(ready)
+            steps = np.unique(g.op_step).tolist()
+            pending: dict[int, list[int]] = {}
+            for v, _ in ready_now:
+                pending.setdefault(g.op_step[v // m], []).append(v)
+            t = max(start, default=0.0)
+            for s in steps:
+                t = max(t, loop([(v, t) for v in pending.pop(s, [])], (s, pending)))
+        self._check_finished()
 
-    # ------------------------------------------------------------------ no shared limits
-    def _loop_fast(self, ready: list[tuple[float, int]]) -> None:
-        """The loop without shared limits: a transfer's times are known when it starts.
+    def _check_finished(self) -> None:
+        g, m = self.g, self.m
+        table = g.program.ops
+        stuck = [v for v, t in enumerate(self.done) if t == INF]
+        if stuck:
+            p = stuck[0] // m
+            r = g.op_rank[p]
+            i = int(g.row[p] - table.rank_ptr[r])
+            raise BackendError(f"simulation stalled: rank {r} op {i} ({table.rank_ops(r)[i].describe()}) never "
+                               f"completed ({len(stuck)} op(s) in all); the program is not executable as given "
+                               "(check it with ccl.verify_program)")
 
-        Events are (time, code): code v < N means transfer v has landed, code N + v that it is
-        ready. Every event of one instant is taken together: landings first (they make
-        transfers ready), then the transfers ready at that instant start in execution order,
-        each on the lane of its link that frees first. Written out inline: this loop runs
-        once per transfer, millions of times."""
-        g = self.g
-        raw_ptr, raw_idx, raw_count = g.raw_ptr, g.raw_idx, self.raw_count
-        waw_ptr, waw_idx, war_ptr, war_idx = g.waw_ptr, g.waw_idx, g.war_ptr, g.war_idx
-        land_count = self.land_count
-        raw_init = g.raw_init
-        land_time = self.land_time
+    # ------------------------------------------------------------------ fast loop
+    def _fast(self, ready: list[tuple[int, float]], barrier: tuple[int, dict[int, list[int]]] | None) -> float:
+        """Runs the ops in ``ready`` (instance, time) and all they lead to (in step mode: up to
+        the barrier's step; later ones wait in its pending lists). Returns the latest completion."""
+        g, m = self.g, self.m
+        op_message, out_ptr, out_idx = g.op_message, g.out_ptr, g.out_idx
+        step = g.op_step.tolist() if barrier is not None else None
+        limit, pending = barrier if barrier is not None else (0, {})
+        msg_send, msg_recv = g.msg_send.tolist(), g.msg_recv.tolist()
+        rem, dep_ready, issue, done = self.remaining, self.dep_ready, self.issue, self.done
+        posted, post_time = self.posted, self.post_time
         res_of, svc, post, lane_free = self.res_of, self.svc, self.post, self.lane_free
-        start, sent, done, lane = self.start, self.sent, self.done, self.lane
+        start, sent, landed, lane = self.start, self.sent, self.landed, self.lane
         single = [len(x) == 1 for x in lane_free]
-        free1 = [x[0] for x in lane_free]  # the one lane of single-lane links
-        arrive, started = self.arrive, self.started
+        free1 = [x[0] for x in lane_free]
         heap: list[tuple[float, int]] = []
         push, pop = heapq.heappush, heapq.heappop
-        N = g.n + 1
-        for t, v in ready:
-            push(heap, (t, N + v))
-        init_release = self._init_release()
+        latest = 0.0
+        stack: list[tuple[int, float]] = []  # local ops completing, (instance, time)
 
+        def begin(v: int, t: float) -> None:
+            """Issue op instance v at t: post it, or (a local op) complete it (``drain``)."""
+            issue[v] = t
+            p = v // m
+            msg = op_message[p]
+            if msg < 0:
+                stack.append((v, t))
+                return
+            q = msg * m + v - p * m
+            if post_time[q] < t:
+                post_time[q] = t
+            if posted[q]:
+                push(heap, (post_time[q], q))
+            else:
+                posted[q] = 1
+
+        def drain() -> None:
+            """Apply the completions on the stack, and those of the local ops they make ready."""
+            while stack:
+                v, t = stack.pop()
+                done[v] = t
+                p = v // m
+                j = v - p * m
+                for k in range(out_ptr[p], out_ptr[p + 1]):
+                    w = out_idx[k]
+                    vw = w * m + j
+                    rem[vw] -= 1
+                    if dep_ready[vw] < t:
+                        dep_ready[vw] = t
+                    if rem[vw] == 0:
+                        if step is not None and step[w] > limit:
+                            pending.setdefault(step[w], []).append(vw)
+                        else:
+                            begin(vw, dep_ready[vw])
+
+        for v, t in ready:
+            begin(v, t)
+        drain()
         while heap:
-            t, code = pop(heap)
-            batch: list[int] = []
-            while True:
-                if code < N:  # code has landed: dependents whose data is complete are ready
-                    done[code] = t
-                    k0, k1 = raw_ptr[code], raw_ptr[code + 1]
-                    while k0 < k1:
-                        w = raw_idx[k0]
-                        k0 += 1
-                        c = raw_count[w] - 1
-                        raw_count[w] = c
-                        if c == 0:
-                            r0 = raw_init[w]
-                            if r0 >= 0 and init_release[r0] > t:
-                                push(heap, (init_release[r0], N + w))
-                            else:
-                                batch.append(w)
-                    k0, k1 = waw_ptr[code], waw_ptr[code + 1]
-                    while k0 < k1:
-                        x = waw_idx[k0]
-                        k0 += 1
-                        if land_time[x] < t:
-                            land_time[x] = t
-                        lc = land_count[x] - 1
-                        land_count[x] = lc
-                        if lc == 0 and started[x]:
-                            a = arrive[x]
-                            push(heap, (a if a >= land_time[x] else land_time[x], x))
-                else:
-                    batch.append(code - N)
-                if heap and heap[0][0] == t:
-                    code = pop(heap)[1]
-                else:
-                    break
-            if len(batch) > 1:
-                batch.sort()
-            i = 0
-            nb = len(batch)
-            while i < nb:
-                v = batch[i]
-                i += 1
-                r = res_of[v]
-                if r < 0:
-                    s = e = t
-                elif single[r]:
-                    f = free1[r]
-                    s = t if t >= f else f
-                    e = s + svc[v]
-                    free1[r] = e
-                else:
-                    lanes = lane_free[r]
-                    kk = min(range(len(lanes)), key=lanes.__getitem__)
-                    f = lanes[kk]
-                    s = t if t >= f else f
-                    e = s + svc[v]
-                    lanes[kk] = e
-                    lane[v] = kk
-                start[v] = s
-                sent[v] = e
-                q0, q1 = war_ptr[v], war_ptr[v + 1]
-                while q0 < q1:
-                    x = war_idx[q0]
-                    q0 += 1
-                    if land_time[x] < e:
-                        land_time[x] = e
-                    lc = land_count[x] - 1
-                    land_count[x] = lc
-                    if lc == 0 and started[x]:
-                        a = arrive[x]
-                        push(heap, (a if a >= land_time[x] else land_time[x], x))
-                a = e + post[v]
-                if land_count[v] == 0:
-                    push(heap, (a if a >= land_time[v] else land_time[v], v))
-                else:
-                    started[v] = 1
-                    arrive[v] = a
-                if heap and heap[0][0] <= t and i < nb:
-                    # v landed at once (a free local copy): its landing comes before the rest
-                    for w in batch[i:]:
-                        push(heap, (t, N + w))
-                    break
+            t, q = pop(heap)
+            msg = q // m
+            r = res_of[msg]
+            if single[r]:
+                f = free1[r]
+                s = t if t >= f else f
+                e = s + svc[msg]
+                free1[r] = e
+            else:
+                lanes = lane_free[r]
+                k = min(range(len(lanes)), key=lanes.__getitem__)
+                f = lanes[k]
+                s = t if t >= f else f
+                e = s + svc[msg]
+                lanes[k] = e
+                lane[q] = k
+            a = e + post[msg]
+            start[q], sent[q], landed[q] = s, e, a
+            if a > latest:
+                latest = a
+            j = q - msg * m
+            stack.append((msg_send[msg] * m + j, e))
+            stack.append((msg_recv[msg] * m + j, a))
+            drain()
         for r, one in enumerate(single):
             if one:
                 lane_free[r][0] = free1[r]
+        return max(latest, max((t for _, t in ready), default=0.0))
 
-    def _init_release(self) -> list[float]:
-        return self.init_done
-
-    # ------------------------------------------------------------------ with shared limits
-    def _loop_fluid(self, ready: list[tuple[float, int]]) -> None:
-        g = self.g
-        raw_count, land_count, land_time = self.raw_count, self.land_count, self.land_time
+    # ------------------------------------------------------------------ general loop
+    def _general(self, ready: list[tuple[int, float]], barrier: tuple[int, dict[int, list[int]]] | None) -> float:
+        """Every event in time order: completions, then local-op ends, fluid rate changes, lane
+        releases and readiness at one instant (see module docstring)."""
+        g, m = self.g, self.m
+        op_message, out_ptr, out_idx, op_rank = g.op_message, g.out_ptr, g.out_idx, g.op_rank
+        step = g.op_step.tolist() if barrier is not None else None
+        limit, pending = barrier if barrier is not None else (0, {})
+        msg_send, msg_recv = g.msg_send.tolist(), g.msg_recv.tolist()
+        rem, dep_ready, issue, done = self.remaining, self.dep_ready, self.issue, self.done
+        posted, post_time = self.posted, self.post_time
         res_of, resources = self.res_of, self.resources
-        start, sent, done, lane = self.start, self.sent, self.done, self.lane
-        init_release = self._init_release()
-        arrive, started = self.arrive, self.started
+        start, sent, landed, lane = self.start, self.sent, self.landed, self.lane
+        local_rate, op_bytes = self.local_rate, self.op_bytes
+        n_ranks = len(self.rank_start)
         heap: list[tuple[float, int, int]] = []
         push, pop = heapq.heappush, heapq.heappop
-        DONE, FLUID, RELEASE, READY = 0, 1, 2, 3  # at equal times, in this order (see _loop_fast)
-        for t, v in ready:
-            push(heap, (t, READY, v))
-        queues: dict[int, deque[int]] = {}
-        # fluid state: active limited transfers -> [remaining bytes, rate]
-        active: dict[int, list[float]] = {}
-        clock = [0.0]
+        COMPLETE, LOCAL, FLUID, RELEASE, READY = 0, 1, 2, 3, 4  # at one instant, in this order
+        engine_busy = [False] * n_ranks
+        engine_queue: list[deque[int]] = [deque() for _ in range(n_ranks)]
+        link_queue: dict[int, deque[int]] = {}
+        active: dict[int, list[float]] = {}  # limited messages in flight: [bytes left, rate]
+        clock_fluid = [0.0]
         version = [0]
         dirty = [False]
+        latest = [0.0]
 
-        def advance(t: float) -> None:
-            dt = t - clock[0]
+        def begin(v: int, t: float) -> None:
+            issue[v] = t
+            p = v // m
+            msg = op_message[p]
+            if msg >= 0:
+                q = msg * m + v - p * m
+                if post_time[q] < t:
+                    post_time[q] = t
+                if posted[q]:
+                    push(heap, (t, READY, q))
+                else:
+                    posted[q] = 1
+            elif local_rate is None:
+                complete(v, t)
+            else:
+                r = op_rank[p]
+                if engine_busy[r]:
+                    engine_queue[r].append(v)
+                else:
+                    run_local(v, r, t)
+
+        def run_local(v: int, r: int, t: float) -> None:
+            engine_busy[r] = True
+            issue[v] = t
+            push(heap, (t + op_bytes[v // m] / m / local_rate, LOCAL, v))
+
+        def complete(v: int, t: float) -> None:
+            done[v] = t
+            if t > latest[0]:
+                latest[0] = t
+            p = v // m
+            j = v - p * m
+            for k in range(out_ptr[p], out_ptr[p + 1]):
+                w = out_idx[k]
+                vw = w * m + j
+                rem[vw] -= 1
+                if dep_ready[vw] < t:
+                    dep_ready[vw] = t
+                if rem[vw] == 0:
+                    if step is not None and step[w] > limit:
+                        pending.setdefault(step[w], []).append(vw)
+                    else:
+                        begin(vw, t)
+
+        def advance_fluid(t: float) -> None:
+            dt = t - clock_fluid[0]
             if dt > 0:
                 for st in active.values():
                     st[0] -= st[1] * dt
-            clock[0] = t
+            clock_fluid[0] = t
 
-        def land_ready(x: int, t: float) -> None:
-            lc = land_count[x] - 1
-            land_count[x] = lc
-            if lc == 0 and started[x]:
-                a = arrive[x]
-                push(heap, (a if a >= land_time[x] else land_time[x], DONE, x))
-
-        def release(v: int, t: float) -> None:
-            """v's lane is free at t: its source has been read."""
-            sent[v] = t
-            for q in range(g.war_ptr[v], g.war_ptr[v + 1]):
-                x = g.war_idx[q]
-                if land_time[x] < t:
-                    land_time[x] = t
-                land_ready(x, t)
-
-        def arrived(v: int, a: float) -> None:
-            if land_count[v] == 0:
-                push(heap, (a if a >= land_time[v] else land_time[v], DONE, v))
-            else:
-                started[v] = 1
-                arrive[v] = a
-
-        def begin(v: int, t: float, k: int) -> None:
-            """Start v on lane k of its resource at time t."""
-            start[v] = t
-            lane[v] = k
-            r = res_of[v]
-            res = resources[r]
-            if res.limits:
-                advance(t)
-                active[v] = [self.nbytes[v], 0.0]
+        def take_lane(q: int, t: float, k: int) -> None:
+            msg = q // m
+            r = res_of[msg]
+            start[q] = t
+            lane[q] = k
+            if resources[r].limits:
+                advance_fluid(t)
+                active[q] = [self.msg_bytes[msg] / m, 0.0]
                 dirty[0] = True
                 return
-            e = t + self.svc[v]
+            e = t + self.svc[msg]
             self.lane_free[r][k] = e
-            push(heap, (e, RELEASE, v))
-            sent[v] = e
+            push(heap, (e, RELEASE, q))
 
-        def ready_now(v: int, t: float) -> None:
-            r = res_of[v]
-            if r < 0:
-                start[v] = t
-                release(v, t)
-                arrived(v, t)
-                return
-            res = resources[r]
+        def message_ready(q: int, t: float) -> None:
+            r = res_of[q // m]
             lanes = self.lane_free[r]
-            if res.limits:
-                # fluid lanes are marked busy with INF until they finish
+            if resources[r].limits:
                 for k in range(len(lanes)):
                     if lanes[k] <= t:
-                        lanes[k] = INF
-                        begin(v, t, k)
+                        lanes[k] = INF  # busy until the fluid transfer finishes
+                        take_lane(q, t, k)
                         return
-                queues.setdefault(r, deque()).append(v)
+                link_queue.setdefault(r, deque()).append(q)
                 return
             k = min(range(len(lanes)), key=lanes.__getitem__) if len(lanes) > 1 else 0
-            s = t if t >= lanes[k] else lanes[k]
-            begin(v, s, k)
+            take_lane(q, t if t >= lanes[k] else lanes[k], k)
 
-        def finish_data(v: int, t: float) -> None:
-            """A limited transfer has sent its last byte at t."""
-            del active[v]
-            dirty[0] = True
-            r = res_of[v]
-            res = resources[r]
-            if self.overlap:
-                lane_free_at(v, r, t)
-                arrived(v, t + res.latency)
+        def released(q: int, t: float) -> None:
+            """q's lane is free at t (its data has left): its send completes."""
+            msg = q // m
+            r = res_of[msg]
+            sent[q] = t
+            if resources[r].limits:
+                self.lane_free[r][lane[q]] = t
+                waiting = link_queue.get(r)
+                if waiting:
+                    self.lane_free[r][lane[q]] = INF
+                    take_lane(waiting.popleft(), t, lane[q])
+            j = q - msg * m
+            a = t + (resources[r].latency if self.overlap else 0.0)
+            landed[q] = a
+            complete(msg_send[msg] * m + j, t)
+            if a > t:
+                push(heap, (a, COMPLETE, msg_recv[msg] * m + j))
             else:
-                push(heap, (t + res.latency, RELEASE, v))
-
-        def lane_free_at(v: int, r: int, t: float) -> None:
-            release(v, t)
-            self.lane_free[r][lane[v]] = t
-            q = queues.get(r)
-            if q:
-                w = q.popleft()
-                self.lane_free[r][lane[v]] = INF
-                begin(w, t, lane[v])
+                complete(msg_recv[msg] * m + j, a)
 
         def reschedule() -> None:
             dirty[0] = False
             version[0] += 1
             if not active:
                 return
-            rates = _max_min_rates(active, res_of, resources, self.limit_caps)
+            rates = _max_min_rates(active, [res_of[q // m] for q in active], resources, self.limit_caps)
             nxt = INF
-            for v, st in active.items():
-                st[1] = rates[v]
-                if st[1] > 0:
-                    left = st[0] / st[1]
-                    if left < nxt:
-                        nxt = left
+            for q, st in active.items():
+                st[1] = rates[q]
+                if st[1] > 0 and st[0] / st[1] < nxt:
+                    nxt = st[0] / st[1]
             if nxt < INF:
-                push(heap, (clock[0] + max(nxt, 0.0), FLUID, version[0]))
+                push(heap, (clock_fluid[0] + max(nxt, 0.0), FLUID, version[0]))
 
+        for v, t in ready:
+            push(heap, (t, READY, -1 - v))  # ops issued at their start time, in order
         while heap:
-            t, kind, v = pop(heap)
-            if kind == DONE:
-                done[v] = t
-                for k in range(g.raw_ptr[v], g.raw_ptr[v + 1]):
-                    w = g.raw_idx[k]
-                    raw_count[w] -= 1
-                    if raw_count[w] == 0:
-                        r0 = g.raw_init[w]
-                        rel = init_release[r0] if r0 >= 0 else t
-                        push(heap, (rel if rel > t else t, READY, w))
-                for k in range(g.waw_ptr[v], g.waw_ptr[v + 1]):
-                    x = g.waw_idx[k]
-                    if land_time[x] < t:
-                        land_time[x] = t
-                    land_ready(x, t)
-            elif kind == READY:
-                ready_now(v, t)
-            elif kind == RELEASE:
-                r = res_of[v]
-                if resources[r].limits:
-                    lane_free_at(v, r, t)
-                    arrived(v, t)
+            t, what, x = pop(heap)
+            if what == COMPLETE:
+                complete(x, t)
+            elif what == LOCAL:
+                r = op_rank[x // m]
+                engine_busy[r] = False
+                if engine_queue[r]:
+                    run_local(engine_queue[r].popleft(), r, t)
+                complete(x, t)
+            elif what == READY:
+                if x < 0:
+                    begin(-1 - x, t)
                 else:
-                    release(v, t)
-                    arrived(v, t + self.post[v])
+                    message_ready(x, t)
+            elif what == RELEASE:
+                released(x, t)
             else:  # FLUID
-                if v != version[0]:
+                if x != version[0]:
                     continue
-                advance(t)
-                finished = sorted(w for w, st in active.items() if st[0] <= _EPS * max(1.0, self.nbytes[w]) or
-                                  (st[1] > 0 and st[0] / st[1] <= 1e-12 * max(1.0, t)))
+                advance_fluid(t)
+                finished = sorted(q for q, st in active.items()
+                                  if st[0] <= _EPS * max(1.0, self.msg_bytes[q // m] / m)
+                                  or (st[1] > 0 and st[0] / st[1] <= 1e-12 * max(1.0, t)))
                 if not finished:  # rounding: the nearest one finishes now
-                    finished = [min(active, key=lambda w: (active[w][0] / active[w][1] if active[w][1] > 0 else INF, w))]
-                for w in finished:
-                    finish_data(w, t)
+                    finished = [min(active, key=lambda q: (active[q][0] / active[q][1] if active[q][1] > 0 else INF,
+                                                           q))]
+                for q in finished:
+                    del active[q]
+                    dirty[0] = True
+                    if self.overlap:
+                        released(q, t)
+                    else:
+                        push(heap, (t + resources[res_of[q // m]].latency, RELEASE, q))
             if dirty[0] and (not heap or heap[0][0] > t):
-                # rates are only needed once time moves on: batch every change at this instant
-                advance(t)
+                advance_fluid(t)
                 reschedule()
+        return max(latest[0], max((t for _, t in ready), default=0.0))
 
 
-def _max_min_rates(active: dict[int, list[float]], res_of: list[int], resources: list[Resource],
+def _max_min_rates(active: dict[int, list[float]], res_list: list[int], resources: list[Resource],
                    caps: list[float]) -> dict[int, float]:
-    """Max-min fair rates (progressive filling): every active transfer is capped by its lane's
+    """Max-min fair rates (progressive filling): every active message is capped by its lane's
     rate and shares every limit it is under. Each round raises all unfixed rates to the next
     level at which a limit saturates or a lane's own rate is reached, and fixes those."""
+    res_of = dict(zip(active, res_list))
     rate: dict[int, float] = {}
     users: dict[int, set[int]] = {}
-    for v in active:
-        for lim in resources[res_of[v]].limits:
-            users.setdefault(lim, set()).add(v)
+    for q in active:
+        for lim in resources[res_of[q]].limits:
+            users.setdefault(lim, set()).add(q)
     left = {lim: caps[lim] for lim in users}
-    by_cap = sorted(active, key=lambda v: (resources[res_of[v]].rate, v))
+    by_cap = sorted(active, key=lambda q: (resources[res_of[q]].rate, q))
     at = 0
     remaining = len(by_cap)
     tol = 1 + 1e-12
@@ -466,11 +439,11 @@ def _max_min_rates(active: dict[int, list[float]], res_of: list[int], resources:
                     fixed.append(by_cap[k])
                 k += 1
         else:
-            fixed = sorted({v for lim in tight for v in users[lim]})
-        for v in fixed:
-            rate[v] = level
+            fixed = sorted({q for lim in tight for q in users[lim]})
+        for q in fixed:
+            rate[q] = level
             remaining -= 1
-            for lim in resources[res_of[v]].limits:
-                users[lim].discard(v)
+            for lim in resources[res_of[q]].limits:
+                users[lim].discard(q)
                 left[lim] = max(0.0, left[lim] - level)
     return rate

@@ -1,6 +1,6 @@
 """PNG plots with matplotlib (imported here only, Agg canvas, no pyplot state):
 
-* ``plot_simulation``: the timeline of a run (one row per link lane, a bar per transfer,
+* ``plot_simulation``: the timeline of a run (one row per link lane, a bar per message,
   coloured by step) above a link-utilization heatmap (rank x rank: bytes a link carried over
   what its capacity could carry in the whole run, like the traffic heatmaps papers show);
 * ``plot_sizes``: time-vs-size curves of several schedules and models against the lower bound,
@@ -47,13 +47,13 @@ def _save(fig: Any, path: str | os.PathLike[str]) -> None:
 
 
 def timeline(sim: Simulation, ax: Any) -> None:
-    """Gantt chart of link lanes; transfers coloured by step."""
+    """Gantt chart of link lanes; messages coloured by step."""
     import matplotlib as mpl
 
     res = sim.resource
     used = res >= 0
     if not np.any(used):
-        ax.text(0.5, 0.5, "no link transfers", ha="center", va="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, "no messages", ha="center", va="center", transform=ax.transAxes)
         return
     busy = np.bincount(res[used], weights=(sim.sent - sim.start)[used], minlength=len(sim.resource_pairs))
     order = sorted(range(len(sim.resource_pairs)), key=lambda k: (-busy[k], sim.resource_pairs[k]))
@@ -64,7 +64,7 @@ def timeline(sim: Simulation, ax: Any) -> None:
                 rows.append((k, lane))
     rows.sort(key=lambda x: (sim.resource_pairs[x[0]], x[1]))
     row_of = {key: i for i, key in enumerate(rows)}
-    steps = np.repeat(sim.graph.step, sim.slices)
+    steps = np.repeat(sim.graph.msg_step, sim.slices)
     n_steps = max(1, int(steps.max()) + 1 if len(steps) else 1)
     cmap = mpl.colormaps["viridis"]
     end = max(sim.report.time_us, 1e-9)
@@ -107,9 +107,9 @@ def _merge(starts: np.ndarray, ends: np.ndarray, gap: float) -> list[tuple[float
 
 def heatmap(sim: Simulation, ax: Any, fig: Any) -> None:
     """Link utilization, rank x rank (blank: no link between the two ranks)."""
-    n = sim.algorithm.collective.n_ranks
+    n = sim.program.n_ranks
     grid = np.full((n, n), np.nan)
-    for link in sim.algorithm.topology.flat().links:
+    for link in sim.program.topology.flat().links:
         grid[link.src, link.dst] = 0.0
     for link in sim.report.links:
         grid[link.src, link.dst] = link.utilization
@@ -134,7 +134,7 @@ def rank_traffic(sim: Simulation, ax: Any) -> None:
 
 
 def plot_simulation(sim: Simulation, path: str | os.PathLike[str]) -> None:
-    from ccl.report import format_bytes, format_us
+    from ccl.report import NOT_COMPUTED, format_bytes, format_us
 
     rep = sim.report
     rows = min(MAX_ROWS, sum(sim.resource_lanes)) or 1
@@ -143,8 +143,9 @@ def plot_simulation(sim: Simulation, path: str | os.PathLike[str]) -> None:
     timeline(sim, fig.add_subplot(grid[0, :]))
     heatmap(sim, fig.add_subplot(grid[1, 0]), fig)
     rank_traffic(sim, fig.add_subplot(grid[1, 1]))
+    versus = "" if rep.bound_binding == NOT_COMPUTED else f", {rep.bound_ratio:.2f}x the lower bound"
     fig.suptitle(f"{rep.algorithm} ({rep.collective} on {rep.topology}): {format_us(rep.time_us)} at "
-                 f"{format_bytes(rep.size)}, {rep.bound_ratio:.2f}x the lower bound", fontsize=10)
+                 f"{format_bytes(rep.size)}{versus}", fontsize=10)
     _save(fig, path)
 
 

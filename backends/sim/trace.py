@@ -1,13 +1,16 @@
 """Chrome trace JSON (Trace Event Format) of a simulation, for Perfetto and chrome://tracing.
 
 Layout: one process per rank ("rank r"); inside it one thread (track) per lane of every link
-the rank sends on ("-> d" or "-> d lane k"), plus "local" for its local copies. Every transfer
-(every slice of it) is one complete event ("ph": "X") on the track of the lane it used, from
-when it took the lane to when it released it, named after what it moves, with args: transfer
-index, step, slice, op, chunk (the smallest input-chunk id in the value moved) and chunks (how
-many input chunks are summed in it), bytes, source and destination slots, and when its data
-landed. Times are microseconds, the format's unit. ``TRACE_SCHEMA`` is a JSON schema of
-exactly the subset emitted; the tests validate traces against it.
+the rank sends on ("-> d" or "-> d lane k"), plus "local ops" for its copies and reductions.
+Every message (every slice of it) is one complete event ("ph": "X", category "message") on the
+track of the lane it used, from when it took the lane to when it released it; every local op is
+one on the rank's local track, from when it was issued to when it finished (no time unless local
+copies have a bandwidth). Events are named after what they move, with args: the message number
+(or the op's index in its rank's list), step, slice, chunk (the smallest input-chunk id in the
+value moved) and chunks (how many input chunks are summed in it), bytes, source and destination
+slots, and for messages when the data landed. Times are microseconds, the format's unit.
+``TRACE_SCHEMA`` is a JSON schema of exactly the subset emitted; the tests validate traces
+against it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import json
 import os
 from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
 
 from .files import write_atomic
 
@@ -62,7 +67,7 @@ TRACE_SCHEMA: dict[str, Any] = {
                         "additionalProperties": False,
                         "properties": {
                             "name": {"type": "string"},
-                            "cat": {"enum": ["copy", "reduce"]},
+                            "cat": {"enum": ["message", "copy", "reduce"]},
                             "ph": {"const": "X"},
                             "ts": {"type": "number", "minimum": 0},
                             "dur": {"type": "number", "minimum": 0},
@@ -70,12 +75,12 @@ TRACE_SCHEMA: dict[str, Any] = {
                             "tid": {"type": "integer", "minimum": 0},
                             "args": {
                                 "type": "object",
-                                "required": ["transfer", "step", "slice", "chunk", "chunks", "bytes", "src", "dst",
-                                             "lands_us"],
+                                "required": ["step", "slice", "chunk", "chunks", "bytes", "src", "dst"],
                                 "additionalProperties": False,
                                 "properties": {
-                                    "transfer": {"type": "integer", "minimum": 0},
-                                    "step": {"type": "integer", "minimum": 0},
+                                    "message": {"type": "integer", "minimum": 0},
+                                    "op": {"type": "integer", "minimum": 0},
+                                    "step": {"type": "integer", "minimum": -1},
                                     "slice": {"type": "integer", "minimum": 0},
                                     "chunk": {"type": ["integer", "null"], "minimum": 0},
                                     "chunks": {"type": "integer", "minimum": 0},
@@ -94,11 +99,14 @@ TRACE_SCHEMA: dict[str, Any] = {
 }
 
 
-def chunk_labels(sim: Simulation) -> list[tuple[int | None, int]]:
-    """For each transfer in execution order: (smallest input-chunk id, number of chunks) of the
-    value it moves (its first slot), by running the schedule on (min, count) labels."""
-    g = sim.graph
-    coll = sim.algorithm.collective
+def chunk_labels(sim: Simulation) -> tuple[list[tuple[int | None, int]], list[tuple[int | None, int]]]:
+    """(smallest input-chunk id, number of chunks) of the value every message moves (its first
+    slot), by message, and of the value every local op writes, by op (graph numbering), from
+    running the Program on such labels: per step, every send reads, every receive writes, then
+    every rank's local ops run in list order (the order a well-leveled Program allows)."""
+    program, g = sim.program, sim.graph
+    coll = program.collective
+    table = program.ops
     state: dict[tuple[int, int, int], tuple[int, int]] = {}
     for r, slots in enumerate(coll.inputs):
         for i, c in enumerate(slots):
@@ -107,40 +115,71 @@ def chunk_labels(sim: Simulation) -> list[tuple[int | None, int]]:
         for j, a in enumerate(slots):
             if a is not None:
                 state[(r, 1, j)] = (coll.inputs[r][a], 1)
-    src, sbuf, sidx = g.src.tolist(), g.src_buf.tolist(), g.src_index.tolist()
-    dst, dbuf, didx = g.dst.tolist(), g.dst_buf.tolist(), g.dst_index.tolist()
-    count, reduce = g.count.tolist(), g.reduce.tolist()
-    out: list[tuple[int | None, int]] = [(None, 0)] * g.n
-    ptr = g.step_ptr
-    for s in range(len(ptr) - 1):
-        writes: list[tuple[tuple[int, int, int], tuple[int, int], bool]] = []
-        for v in range(ptr[s], ptr[s + 1]):
-            for j in range(count[v]):
-                value = state.get((src[v], sbuf[v], sidx[v] + j), (None, 0))
+    rank = g.op_rank
+    row = g.row.tolist()
+    kind, buf, index = table.kind.tolist(), table.buf.tolist(), table.index.tolist()
+    count, src_buf, src_index = table.count.tolist(), table.src_buf.tolist(), table.src_index.tolist()
+    msg_labels: list[tuple[int | None, int]] = [(None, 0)] * g.n_messages
+    op_labels: list[tuple[int | None, int]] = [(None, 0)] * g.n_ops
+    send_of = g.msg_send.tolist()
+    recv_of = g.msg_recv.tolist()
+    msg_of_send = {p: q for q, p in enumerate(send_of)}
+    steps = g.op_step
+    bounds = [0, *(np.flatnonzero(steps[1:] != steps[:-1]) + 1).tolist(), g.n_ops]
+    for lo, hi in zip(bounds, bounds[1:]):  # ops are numbered by step
+        carried: dict[int, list[tuple[int, int]]] = {}
+        for p in range(lo, hi):
+            x = row[p]
+            if kind[x] == 0:  # send
+                values = [state.get((rank[p], buf[x], index[x] + j), (None, 0)) for j in range(count[x])]
+                q = msg_of_send[p]
+                carried[q] = values  # type: ignore[assignment]
+                msg_labels[q] = values[0] if values else (None, 0)  # type: ignore[assignment]
+        for q, values in carried.items():
+            x = row[recv_of[q]]
+            for j, v in enumerate(values):
+                state[(rank[recv_of[q]], buf[x], index[x] + j)] = v
+        for p in range(lo, hi):
+            x = row[p]
+            if kind[x] < 2:
+                continue
+            r = rank[p]
+            for j in range(count[x]):
+                v = state.get((r, src_buf[x], src_index[x] + j), (None, 0))
+                key = (r, buf[x], index[x] + j)
+                if kind[x] == 3:
+                    base = state.get(key, (None, 0))
+                    if base[0] is None:
+                        pass
+                    elif v[0] is None:
+                        v = base
+                    else:
+                        v = (min(base[0], v[0]), base[1] + v[1])
+                state[key] = v
                 if j == 0:
-                    out[v] = value  # type: ignore[assignment]
-                writes.append(((dst[v], dbuf[v], didx[v] + j), value, reduce[v]))  # type: ignore[arg-type]
-        landed: dict[tuple[int, int, int], tuple[int, int]] = {}
-        for key, value, is_reduce in writes:
-            base = landed.get(key, state.get(key)) if is_reduce else None
-            if base is None or base[0] is None:
-                landed[key] = value
-            elif value[0] is None:
-                landed[key] = base
-            else:
-                landed[key] = (min(base[0], value[0]), base[1] + value[1])
-        state.update(landed)
-    return out
+                    op_labels[p] = v
+    return msg_labels, op_labels
+
+
+def _slots(rank: int, buf: int, index: int, count: int) -> str:
+    span = "" if count == 1 else f"..+{count}"
+    return f"{rank} {BUFFER_NAMES[buf]}[{index}{span}]"
+
+
+def _what(label: tuple[int | None, int]) -> str:
+    chunk, chunks = label
+    return "nothing" if chunk is None else (f"c{chunk}" if chunks == 1 else f"sum of {chunks} from c{chunk}")
 
 
 def _events(sim: Simulation) -> Iterator[dict[str, Any]]:
-    g = sim.graph
-    n_ranks = sim.algorithm.collective.n_ranks
+    program, g = sim.program, sim.graph
+    table = program.ops
+    n_ranks = program.n_ranks
     m = sim.slices
-    labels = chunk_labels(sim)
+    msg_labels, op_labels = chunk_labels(sim)
     pairs = sim.resource_pairs
     lanes = sim.resource_lanes
-    # tracks: per rank, the lanes of its outgoing links, then "local"
+    # tracks: per rank, the lanes of its outgoing links, then its local ops
     tid: dict[tuple[int, int], int] = {}
     for r in range(n_ranks):
         yield {"name": "process_name", "ph": "M", "pid": r, "tid": 0, "args": {"name": f"rank {r}"}}
@@ -149,48 +188,60 @@ def _events(sim: Simulation) -> Iterator[dict[str, Any]]:
     for k, (a, b) in enumerate(pairs):
         for lane in range(lanes[k]):
             tid[(k, lane)] = next_tid[a]
-            if a == b:
-                name = "local copies"
-            else:
-                name = f"-> {b}" + (f" lane {lane}" if lanes[k] > 1 else "")
+            name = f"-> {b}" + (f" lane {lane}" if lanes[k] > 1 else "")
             yield {"name": "thread_name", "ph": "M", "pid": a, "tid": next_tid[a], "args": {"name": name}}
             next_tid[a] += 1
     local_tid = []
     for r in range(n_ranks):
         local_tid.append(next_tid[r])
-        yield {"name": "thread_name", "ph": "M", "pid": r, "tid": next_tid[r], "args": {"name": "local (free)"}}
-    src, sbuf, sidx = g.src.tolist(), g.src_buf.tolist(), g.src_index.tolist()
-    dst, dbuf, didx = g.dst.tolist(), g.dst_buf.tolist(), g.dst_index.tolist()
-    count, reduce, step = g.count.tolist(), g.reduce.tolist(), g.step.tolist()
-    index = sim.transfer_index.tolist()
+        yield {"name": "thread_name", "ph": "M", "pid": r, "tid": next_tid[r], "args": {"name": "local ops"}}
+    row = g.row.tolist()
+    buf, index, count = table.buf.tolist(), table.index.tolist(), table.count.tolist()
+    src_buf, src_index, kinds = table.src_buf.tolist(), table.src_index.tolist(), table.kind.tolist()
+    rank_ptr = table.rank_ptr.tolist()
+    rank = g.op_rank
     start, sent, done = sim.start.tolist(), sim.sent.tolist(), sim.done.tolist()
     res, lane_of, nbytes = sim.resource.tolist(), sim.lane.tolist(), sim.nbytes.tolist()
-    for i in range(g.n):
-        chunk, chunks = labels[i]
-        op = "reduce" if reduce[i] else "copy"
-        span = "" if count[i] == 1 else f"..+{count[i]}"
-        what = "nothing" if chunk is None else (f"c{chunk}" if chunks == 1 else f"sum of {chunks} from c{chunk}")
-        name = f"{op} {what}"
-        s_slot = f"{src[i]} {BUFFER_NAMES[sbuf[i]]}[{sidx[i]}{span}]"
-        d_slot = f"{dst[i]} {BUFFER_NAMES[dbuf[i]]}[{didx[i]}{span}]"
+    send_of, recv_of = g.msg_send.tolist(), g.msg_recv.tolist()
+    steps = g.msg_step.tolist()
+    for q in range(g.n_messages):
+        s_row, r_row = row[send_of[q]], row[recv_of[q]]
+        a, b = rank[send_of[q]], rank[recv_of[q]]
+        src = _slots(a, buf[s_row], index[s_row], count[s_row])
+        dst = _slots(b, buf[r_row], index[r_row], count[r_row])
+        chunk, chunks = msg_labels[q]
         for j in range(m):
-            v = i * m + j
-            r = res[v]
-            if r < 0:
-                pid, track = src[i], local_tid[src[i]]
-            else:
-                pid, track = pairs[r][0], tid[(r, lane_of[v])]
+            v = q * m + j
             yield {
-                "name": name, "cat": op, "ph": "X", "ts": start[v], "dur": max(0.0, sent[v] - start[v]),
-                "pid": pid, "tid": track,
-                "args": {"transfer": index[i], "step": step[i], "slice": j, "chunk": chunk, "chunks": chunks,
-                         "bytes": nbytes[v], "src": s_slot, "dst": d_slot, "lands_us": done[v]},
+                "name": _what(msg_labels[q]), "cat": "message", "ph": "X", "ts": start[v],
+                "dur": max(0.0, sent[v] - start[v]), "pid": a, "tid": tid[(res[v], lane_of[v])],
+                "args": {"message": q, "step": steps[q], "slice": j, "chunk": chunk, "chunks": chunks,
+                         "bytes": nbytes[v], "src": src, "dst": dst, "lands_us": done[v]},
+            }
+    issue, finish = sim.issue.tolist(), sim.finish.tolist()
+    op_bytes = (g.count.astype(float) * sim.report.slot_bytes / m).tolist()
+    op_step = g.op_step.tolist()
+    for p in range(g.n_ops):
+        x = row[p]
+        if kinds[x] < 2:
+            continue
+        r = rank[p]
+        cat = "reduce" if kinds[x] == 3 else "copy"
+        chunk, chunks = op_labels[p]
+        for j in range(m):
+            v = p * m + j
+            yield {
+                "name": f"{cat} {_what(op_labels[p])}", "cat": cat, "ph": "X", "ts": issue[v],
+                "dur": max(0.0, finish[v] - issue[v]), "pid": r, "tid": local_tid[r],
+                "args": {"op": x - rank_ptr[r], "step": op_step[p], "slice": j, "chunk": chunk, "chunks": chunks,
+                         "bytes": op_bytes[p], "src": _slots(r, src_buf[x], src_index[x], count[x]),
+                         "dst": _slots(r, buf[x], index[x], count[x])},
             }
 
 
 def _other(sim: Simulation) -> dict[str, Any]:
     rep = sim.report
-    return {"algorithm": rep.algorithm, "collective": rep.collective, "topology": rep.topology,
+    return {"program": rep.algorithm, "collective": rep.collective, "topology": rep.topology,
             "size": rep.size, "mode": rep.mode, "time_us": rep.time_us, "bound_us": rep.bound_us,
             "producer": "ccl simulator"}
 

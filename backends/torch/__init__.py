@@ -1,10 +1,13 @@
-"""The torch.distributed backend: run verified schedules on process groups.
+"""The torch.distributed backend: run verified Programs on process groups.
 
-    import backends.torch as cclt
-    allreduce = cclt.load("allreduce.json")      # after torch.distributed.init_process_group
+    import ccl
+    allreduce = ccl.executor("allreduce.json")    # after torch.distributed.init_process_group
     allreduce(grad)                               # in place, like torch.distributed.all_reduce
 
-* ``load`` / ``Executor`` (executor.py): a schedule as a collective on a live process group;
+Everything here runs the Program ``ccl.lower`` made (the driver, ``ccl.compiler``, lowers and
+verifies; this package never lowers):
+
+* ``Executor`` (executor.py): a Program as a collective on a live process group;
 * ``emit_script`` (codegen.py): a standalone torchrun script with no dependency on this project;
 * ``run_local`` (launch.py): spawn local gloo processes, check against torch's collective, time
   both side by side (``ccl run``).
@@ -25,9 +28,7 @@ INSTALL_HINT = ("torch is not installed; install the CPU build with `pip install
 
 _LAZY = {
     "Executor": "executor",
-    "load": "executor",
-    "to_spec": "spec",
-    "as_program": "spec",
+    "to_plain": "plain",
     "emit_script": "codegen",
     "run_local": "launch",
     "RunReport": "launch",
@@ -49,6 +50,6 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'backends.torch' has no attribute {name!r}")
-    if module not in ("codegen", "spec"):
+    if module not in ("codegen", "plain"):
         require_torch()
     return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -12,10 +12,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ccl.algorithm import Algorithm
 from ccl.program import Program
 
-from .spec import as_program, to_spec
+from .plain import to_plain
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SCRIPT_IMPORTS = ("# --- script imports", "# --- end script imports")
@@ -88,10 +87,9 @@ def _schedule_literal(spec: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def emit_script(schedule: Algorithm | Program, *, source: str | None = None) -> str:
-    """The standalone script text for a schedule (verified, lowered, and checked)."""
-    program = as_program(schedule)
-    spec = to_spec(program)
+def emit_script(program: Program, *, source: str | None = None) -> str:
+    """The standalone script text for a Program (verified here unless it was already)."""
+    spec = to_plain(program)
     n = spec["n_ranks"]
     root = f", root {spec['root']}" if spec["root"] is not None else ""
     origin = f"\nSource: {source}" if source else ""

@@ -1,12 +1,12 @@
-"""The in-process executor: a verified schedule as a collective on a live process group.
+"""The in-process executor: a verified Program as a collective on a live process group.
 
-    import backends.torch as cclt
-    allreduce = cclt.load("allreduce.json")     # any process group: gloo, NCCL, ...
+    import ccl
+    allreduce = ccl.executor("allreduce.json")   # loads, verifies, lowers: any process group
     allreduce(grad)                              # in place, like torch.distributed.all_reduce
 
 ``Executor`` wraps ``runtime.ScheduleRunner`` (the code generated scripts embed too) with the
-project's types and errors: it accepts an ``Algorithm`` (verified, then lowered) or a
-``Program`` (verified), offers torch's calling conventions (``all_reduce``,
+project's types and errors: it runs a ``Program`` (verified here; the driver lowers schedules,
+``ccl.executor``), offers torch's calling conventions (``all_reduce``,
 ``all_gather_single``, ``reduce_scatter_single``, ``all_to_all_single``, ``broadcast``,
 ``reduce``, ``gather``, ``scatter``) and a uniform ``__call__(input, output=None, op=...)``, and
 raises ``InputError`` (bad arguments) or ``BackendError`` (transport failures) only.
@@ -14,17 +14,15 @@ raises ``InputError`` (bad arguments) or ``BackendError`` (transport failures) o
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 
-from ccl.algorithm import Algorithm
 from ccl.errors import BackendError, CclError, InputError
 from ccl.program import Program
 
+from .plain import to_plain
 from .runtime import ScheduleError, ScheduleRunner
-from .spec import as_program, to_spec
 
 
 def _translate(exc: ScheduleError) -> CclError:
@@ -37,15 +35,13 @@ class Executor:
     ``timeout`` (seconds) bounds every wait for a transfer (None: the group's timeout); a peer
     that dies or never calls raises ``BackendError`` naming this rank, the op and the peer.
     ``validate`` ("first", "always", "never") controls the cross-rank check of schedule, sizes,
-    dtype and reduction (see ``runtime.ScheduleRunner``). ``channels`` and ``fuse`` are
-    lowering options (``ccl.lower``): ``fuse=False`` keeps the pieces a schedule moves
-    separately as separate messages, so a piece's reduction overlaps the next one's transfer.
+    dtype and reduction (see ``runtime.ScheduleRunner``).
     """
 
-    def __init__(self, schedule: Algorithm | Program, group: Any = None, *, timeout: float | None = None,
-                 validate: str = "first", channels: int = 1, fuse: bool = True) -> None:
-        self.program = as_program(schedule, channels=channels, fuse=fuse)
-        self.spec = to_spec(self.program)
+    def __init__(self, program: Program, group: Any = None, *, timeout: float | None = None,
+                 validate: str = "first") -> None:
+        self.program = program
+        self.spec = to_plain(program)
         try:
             self.runner = ScheduleRunner(self.spec, group, timeout=timeout, validate=validate)
         except ScheduleError as exc:
@@ -166,13 +162,3 @@ class Executor:
         else:
             source = self._empty(tensor)
         return self(source, tensor)
-
-
-def load(schedule: str | os.PathLike[str] | Algorithm | Program, group: Any = None, **options: Any) -> Executor:
-    """An ``Executor`` from a schedule file (written by ``ccl synthesize``) or an
-    Algorithm/Program. Options: ``timeout``, ``validate``, ``channels``, ``fuse``."""
-    if isinstance(schedule, (str, os.PathLike)):
-        from ccl.serialize import load_algorithm
-
-        schedule = load_algorithm(schedule)
-    return Executor(schedule, group, **options)

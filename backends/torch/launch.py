@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ccl.errors import BackendError, InputError
+from ccl.program import Program
 
 
 @dataclass(frozen=True)
@@ -352,19 +353,15 @@ def _log_tail(folder: str, rank: int) -> str:
     return f": {lines[-1]}" if lines else ""
 
 
-def run_local(schedule: Any, *, size: int, ranks: int | None = None, repeat: int = 5, warmup: int = 1,
+def run_local(program: Program, *, size: int, ranks: int | None = None, repeat: int = 5, warmup: int = 1,
               dtype: str = "float32", op: str = "sum", in_place: bool = False, timeout: float = 60.0,
-              check: bool = True, fuse: bool = True) -> RunReport:
-    """Run a schedule (Algorithm, Program or file) on local gloo processes: check it against
-    torch's collective on random data and time both. ``size`` is in bytes, counted as
-    nccl-tests does (the largest buffer of any rank)."""
-    from ccl.serialize import load_algorithm
+              check: bool = True) -> RunReport:
+    """Run a Program on local gloo processes: check it against torch's collective on random
+    data and time both. ``size`` is in bytes, counted as nccl-tests does (the largest buffer of
+    any rank)."""
+    from .plain import to_plain
 
-    from .spec import as_program, to_spec
-
-    if isinstance(schedule, (str, os.PathLike)):
-        schedule = load_algorithm(schedule)
-    spec = to_spec(as_program(schedule, fuse=fuse))
+    spec = to_plain(program)
     n = spec["n_ranks"]
     if ranks is not None and ranks != n:
         raise InputError(f"the schedule {spec['name']!r} is for {n} ranks, not {ranks}")

@@ -155,9 +155,6 @@ class _Plan:
             self.steps.append((tuple(sorted(waits)), net, local))
         self.alias = [(io_offset(a), io_offset(j), io_offset(j + c) - io_offset(j)) for a, j, c in runner.alias_runs]
         self.reduced = [(io_offset(j), io_offset(j + c), t) for j, c, t in runner.reduced_runs]
-        self.input_offset = io_offset
-        self.input_elems = runner.input_base * unit
-        self.output_elems = runner.output_base * unit
 
 
 class ScheduleRunner:

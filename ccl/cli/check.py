@@ -1,13 +1,9 @@
 """``ccl check FILE.ccl``: parse, lower and verify a description; ``ccl synthesize FILE.ccl``
 runs its requests (the file half of ``ccl synthesize`` lives here).
 
-Both take ``--emit ast|problem|algorithm`` to print a stage instead of the summary:
-
-* ``ast``: the syntax tree, one node per line with its position (JSON with ``--json``);
-* ``problem``: the lowered requests as a flat, self-contained description (every link spelled
-  out) that lowers to the same Problem; a file without requests shows its topologies instead;
-* ``algorithm``: the hand-written algorithms (``check``) or the synthesized schedules
-  (``synthesize``) as a hand-written algorithm; with ``--json``, schedule files.
+Both take ``--emit ast|problem|algorithm|program`` (``stages``) to print a stage instead of the
+summary: ``check`` prints the file's hand-written algorithms and their Programs, ``synthesize``
+the schedules it synthesizes and theirs.
 """
 
 from __future__ import annotations
@@ -19,14 +15,21 @@ import sys
 from typing import Any
 
 from .common import command, emit
-
-EMITS = ("ast", "problem", "algorithm")
+from .stages import (
+    STAGES,
+    add_emit,
+    emit_algorithms,
+    emit_ast,
+    emit_problems,
+    emit_programs,
+    emit_topologies,
+)
 
 
 def _load(path: str):
-    import dsl
+    from .. import compiler
 
-    return dsl.load(path)
+    return compiler.describe(path)
 
 
 def _default_topologies(module: Any) -> list[tuple[str, Any]]:
@@ -40,56 +43,10 @@ def _default_topologies(module: Any) -> list[tuple[str, Any]]:
     return out
 
 
-def _emit_ast(args: argparse.Namespace, path: str) -> int:
-    import dsl
-    from dsl.printer import ast_to_json, dump_ast
-
-    tree = dsl.parse_file(path)
-    emit(args, {"ast": ast_to_json(tree)}, dump_ast(tree).rstrip("\n"))
-    return 0
-
-
 def _emit_problems(args: argparse.Namespace, module: Any, requests: list) -> int:
-    from dsl.printer import format_problem, format_topology
-
-    from ..serialize import collective_to_json, topology_to_json
-
     if requests:
-        texts = [f"# request {r.name} ({r.span})\n" + format_problem(r.problem, r.name) for r in requests]
-        data = {"problems": [{"name": r.name, "topology": topology_to_json(r.problem.topology),
-                              "collective": collective_to_json(r.problem.collective),
-                              "request": _request_json(r.problem.request)} for r in requests]}
-    else:
-        topos = [(name, t) for name, t in _default_topologies(module) if t is not None]
-        texts = [format_topology(t) for _, t in topos]
-        data = {"topologies": [topology_to_json(t) for _, t in topos]}
-    emit(args, data, "\n".join(texts).rstrip("\n"))
-    return 0
-
-
-def _request_json(request: Any) -> dict[str, Any]:
-    sketch = request.sketch
-    return {
-        "solver": request.solver, "chunks": request.chunks, "steps": request.steps, "rounds": request.rounds,
-        "size": request.size, "time_limit": request.time_limit, "objective": request.objective,
-        "sketch": None if sketch is None else {
-            "relays": None if sketch.relays is None else list(sketch.relays),
-            "internode": None if sketch.internode is None else [list(p) for p in sketch.internode],
-            "switch_policy": sketch.switch_policy, "symmetry": list(sketch.symmetry),
-            "chunk_partition": sketch.chunk_partition,
-        },
-        "options": {k: list(v) if isinstance(v, tuple) else v for k, v in request.options},
-    }
-
-
-def _emit_algorithms(args: argparse.Namespace, algorithms: list) -> int:
-    from dsl.printer import format_algorithm
-
-    from ..serialize import algorithm_to_json
-
-    text = "\n".join(format_algorithm(a) for a in algorithms).rstrip("\n")
-    emit(args, {"algorithms": [algorithm_to_json(a) for a in algorithms]}, text)
-    return 0
+        return emit_problems(args, [(r.name, str(r.span), r.problem) for r in requests])
+    return emit_topologies(args, [t for _, t in _default_topologies(module) if t is not None])
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -101,7 +58,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from ..verify import VerificationError
 
     if args.emit == "ast":
-        return _emit_ast(args, args.file)
+        return emit_ast(args, args.file)
     module = _load(args.file)
     topologies = _default_topologies(module)
     requests = module.requests()
@@ -132,8 +89,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         save_algorithm(items[0].algorithm, args.output)
     if args.emit == "problem":
         return _emit_problems(args, module, requests)
+    if args.emit in ("algorithm", "program") and not items:
+        raise InputError(f"{args.file} has no hand-written algorithms to print (`ccl synthesize {args.file} "
+                         f"--emit {args.emit}` prints the schedules of its requests)")
     if args.emit == "algorithm":
-        return _emit_algorithms(args, [item.algorithm for item in items])
+        return emit_algorithms(args, [item.algorithm for item in items])
+    if args.emit == "program":
+        return emit_programs(args, [item.algorithm for item in items])
     topo_rows = []
     for name, topo in topologies:
         definition = module.topologies()[name]
@@ -213,7 +175,7 @@ def synthesize_file(args: argparse.Namespace) -> int:
         if getattr(args, flag, default) != default:
             raise InputError(f"--{flag} does not combine with a description file: set it in {args.file}")
     if args.emit == "ast":
-        return _emit_ast(args, args.file)
+        return emit_ast(args, args.file)
     module = _load(args.file)
     requests = module.requests()
     if args.request:
@@ -235,7 +197,9 @@ def synthesize_file(args: argparse.Namespace) -> int:
                   file=sys.stderr, flush=True)
         results.append(compiler.synthesize(request.problem))
     if args.emit == "algorithm":
-        return _emit_algorithms(args, [r.algorithm for r in results])
+        return emit_algorithms(args, [r.algorithm for r in results])
+    if args.emit == "program":
+        return emit_programs(args, [r.algorithm for r in results])
     outputs: list[str | None] = []
     for request in requests:
         target = None
@@ -256,15 +220,10 @@ def synthesize_file(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_emit(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument("--emit", choices=EMITS, help=f"print a stage instead of {what}: the syntax tree, the "
-                        "lowered problem(s) as a flat description, or the algorithm(s) as a hand-written one")
-
-
 def register(sub: Any) -> None:
     chk = command(sub, "check", "parse and lower a description file, verify its hand-written algorithms", cmd_check)
     chk.add_argument("file", help="a .ccl description")
-    add_emit(chk, "the summary")
+    add_emit(chk, STAGES, "the summary")
     chk.add_argument("--algorithm", action="append", metavar="NAME",
                      help="check only this algorithm (NAME or NAME(args) as the summary shows it); repeatable")
     chk.add_argument("-o", "--output", help="write the (single or selected) hand-written schedule here (JSON)")

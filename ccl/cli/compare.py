@@ -8,16 +8,16 @@ from typing import Any
 
 from .bounds import sizes_arg
 from .common import add_problem_arguments, command, emit, positive_int
+from .stages import add_lowering_options, lowering
 
 SWEEP = [4**k * 1024 for k in range(11)]  # 1KiB .. 1GiB
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ..compiler import load_topology
+    from ..compiler import compare, load_topology
     from ..errors import InputError
 
     topo = load_topology(args.topology)
-    from backends.sim.compare import compare
     from solvers import SOLVERS
 
     names = None
@@ -32,14 +32,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     slow = bool(names) and any(not SOLVERS[x].template for x in names if x in SOLVERS)
     results = compare(topo, args.collective, args.size, root=args.root, chunks=args.chunks, solvers=names,
                       only=args.only, mode=args.mode, slices=args.slices, time_limit=args.time_limit,
-                      progress=progress if slow else None)
+                      progress=progress if slow else None, **lowering(args))
     plot_note = ""
     if args.plot:
         sweep = args.size if len(args.size) > 1 else SWEEP
         curves_src = results if len(args.size) > 1 else compare(
             topo, args.collective, sweep, root=args.root, chunks=args.chunks, solvers=names, only=args.only,
-            mode=args.mode,
-            slices=args.slices, time_limit=args.time_limit, progress=progress if slow else None)
+            mode=args.mode, slices=args.slices, time_limit=args.time_limit, progress=progress if slow else None,
+            **lowering(args))
         _plot(curves_src, args.plot)
         plot_note = f"\ntime-vs-size plot ({len(sweep)} sizes) written to {args.plot}"
     first = results[0]
@@ -81,7 +81,9 @@ def register(sub: Any) -> None:
                    "implements the collective always runs; slow solvers such as smt or milp run only when named)")
     p.add_argument("--only", action="store_true", help="compare just the solvers named in --solvers")
     p.add_argument("--mode", choices=("dependency", "step"), default="dependency", help="simulation mode")
-    p.add_argument("--slices", type=positive_int, default=1, help="pipelined slices per transfer")
+    p.add_argument("--slices", type=positive_int, default=1,
+                   help="run every rank's program this many times side by side on 1/slices of the data each")
+    add_lowering_options(p)
     p.add_argument("--time-limit", type=float, default=None, help="seconds per slow solver")
     p.add_argument("--plot", help="write a PNG of time and bus bandwidth against size (a sweep 1KiB..1GiB when "
                    "one size is given)")

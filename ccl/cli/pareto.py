@@ -112,14 +112,6 @@ class progress_on_stderr:
 
 
 # ---------------------------------------------------------------------- ccl pareto
-def _simulator():
-    try:
-        from backends.sim import simulate  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return simulate
-
-
 def cmd_pareto(args: argparse.Namespace) -> int:
     from fractions import Fraction
 
@@ -145,10 +137,6 @@ def cmd_pareto(args: argparse.Namespace) -> int:
 
         raise InfeasibleError(f"z3 found no schedule of {coll.name} on {topo.name} with at most {args.max_chunks} "
                               "chunks within the step limit (raise --option max_steps=S)", bound="z3 proof (unsat)")
-    simulate = _simulator()
-    if simulate is None:
-        print("ccl: note: the simulator (backends.sim) is not available; simulated-time columns omitted",
-              file=sys.stderr)
     rows = []
     for p in frontier.points:
         verify(p.algorithm)  # nothing unverified leaves the tool
@@ -157,8 +145,8 @@ def cmd_pareto(args: argparse.Namespace) -> int:
                                "rounds_per_chunk_value": float(p.rounds_per_chunk),
                                "step_rounds": list(p.algorithm.rounds or ()),
                                "solve_seconds": round(p.seconds, 3)}
-        if simulate is not None:
-            row["time_us"] = {format_size(s): simulate(p.algorithm, s).time_us for s in sizes}
+        row["time_us"] = {format_size(s): compiler.simulate(p.algorithm, s, bound=False, baselines=False).time_us
+                          for s in sizes}
         if args.save_dir:
             os.makedirs(args.save_dir, exist_ok=True)
             path = os.path.join(args.save_dir, f"{coll.name}-{topo.name}-s{p.steps}-r{p.rounds}-c{p.chunks}.json")
@@ -178,14 +166,12 @@ def cmd_pareto(args: argparse.Namespace) -> int:
             f"{len(rows)} point(s) in {frontier.seconds:.2f} s, {len(frontier.checks)} z3 checks")
     lines = [head, f"  bounds: {frontier.step_bound} steps; {bound} rounds per chunk ({frontier.rounds_bound_name})"]
     cols = ["steps", "rounds", "chunks", "rounds/chunk", "solve s"]
-    if simulate is not None:
-        cols += [f"time @{format_size(s)} (us)" for s in sizes]
+    cols += [f"time @{format_size(s)} (us)" for s in sizes]
     table = [cols]
     for p, row in zip(frontier.points, rows):
         cells = [str(p.steps), str(p.rounds), str(p.chunks), f"{p.rounds_per_chunk} ({float(p.rounds_per_chunk):.3f})",
                  f"{p.seconds:.2f}"]
-        if simulate is not None:
-            cells += [f"{t:.2f}" for t in row["time_us"].values()]
+        cells += [f"{t:.2f}" for t in row["time_us"].values()]
         table.append(cells)
     widths = [max(len(r[i]) for r in table) for i in range(len(cols))]
     for r in table:

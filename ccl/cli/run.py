@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from .common import command, emit, positive_int
+from .stages import add_emit, emit_programs, lowering
 
 
 def _ms(seconds: float | None) -> str:
@@ -17,19 +18,25 @@ def _bw(value: float | None) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from .. import compiler
     from ..errors import EXIT_BACKEND, InputError
-    from ..serialize import load_algorithm
     from ..units import format_size, parse_size
 
+    if args.emit == "program":
+        from ..serialize import load_algorithm
+        from ..verify import verify
+
+        alg = load_algorithm(args.file)
+        verify(alg)
+        return emit_programs(args, [alg])
+    if args.size is None:
+        raise InputError("--size is required (the message size, as nccl-tests counts it, e.g. 16MiB)")
     size = parse_size(args.size)
     if size < 1:
         raise InputError("--size must be at least 1 byte")
-    alg = load_algorithm(args.file)
-    from backends.torch.launch import run_local
-
-    report = run_local(alg, size=size, ranks=args.ranks, repeat=args.repeat, warmup=args.warmup,
-                       dtype=args.dtype, op=args.op, in_place=args.in_place, timeout=args.timeout,
-                       fuse=not args.no_fuse)
+    report = compiler.run_local(args.file, size=size, ranks=args.ranks, repeat=args.repeat, warmup=args.warmup,
+                                dtype=args.dtype, op=args.op, in_place=args.in_place, timeout=args.timeout,
+                                **lowering(args))
     data = {"ok": report.correct is not False, "file": args.file, **report.to_json()}
     algbw, busbw = report.bandwidth(report.ours_seconds)
     nalgbw, nbusbw = report.bandwidth(report.native_seconds)
@@ -55,7 +62,7 @@ def register(sub: Any) -> None:
     run = command(sub, "run", "run a schedule on local gloo processes, check it against torch and time it",
                   cmd_run)
     run.add_argument("file", help="schedule JSON written by `ccl synthesize`")
-    run.add_argument("--size", required=True, help="message size, as nccl-tests counts it (e.g. 16MiB)")
+    run.add_argument("--size", help="message size, as nccl-tests counts it (e.g. 16MiB); required unless --emit")
     run.add_argument("--ranks", "-n", type=positive_int, default=None,
                      help="number of processes (must equal the schedule's ranks; default: the schedule's)")
     run.add_argument("--repeat", "-r", type=int, default=5, help="timed iterations (default 5; 0: check only)")
@@ -63,7 +70,6 @@ def register(sub: Any) -> None:
     run.add_argument("--dtype", default="float32", help="torch dtype name (default float32)")
     run.add_argument("--op", default="sum", help="reduction: sum, avg, prod, max, min, band, bor, bxor")
     run.add_argument("--in-place", action="store_true", help="run in place (torch's in-place layout)")
-    run.add_argument("--no-fuse", action="store_true",
-                     help="keep every transfer its own message (pieces overlap instead of merging)")
+    add_emit(run, ("program",), "running (the Program the ranks run)")
     run.add_argument("--timeout", type=float, default=60.0,
                      help="seconds a rank waits for a peer before failing (default 60)")

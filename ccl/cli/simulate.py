@@ -7,6 +7,7 @@ from typing import Any
 
 from .bounds import size_arg
 from .common import command, emit
+from .stages import add_emit, emit_programs, lowering
 
 
 def bandwidth_arg(text: str) -> float:
@@ -23,15 +24,20 @@ def bandwidth_arg(text: str) -> float:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    from .. import compiler
+    from ..errors import InputError
     from ..serialize import load_algorithm
     from ..verify import verify
 
     alg = load_algorithm(args.file)
     verify(alg, in_place=args.in_place)
-    from backends.sim import run
-
-    sim = run(alg, args.size, mode=args.mode, slices=args.slices, in_place=args.in_place,
-              overlap_latency=args.overlap_latency, local_bandwidth=args.local_bandwidth)
+    if args.emit == "program":
+        return emit_programs(args, [alg])
+    if args.size is None:
+        raise InputError("--size is required (the bytes the collective is called with, e.g. 64MiB)")
+    sim = compiler.simulation(alg, args.size, mode=args.mode, slices=args.slices, in_place=args.in_place,
+                              overlap_latency=args.overlap_latency, local_bandwidth=args.local_bandwidth,
+                              **lowering(args))
     if args.trace:
         sim.write_trace(args.trace)
     if args.plot:
@@ -48,14 +54,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    p = command(sub, "simulate", "verify and simulate a schedule: time, bandwidth, bound, trace, plots", cmd_simulate)
+    p = command(sub, "simulate", "verify, lower and simulate a schedule: time, bandwidth, bound, trace, plots",
+                cmd_simulate)
     p.add_argument("file", help="schedule JSON written by `ccl synthesize`")
-    p.add_argument("--size", required=True, type=size_arg,
-                   help="bytes the collective is called with, nccl-tests convention (64MiB, 1GB, 4096)")
+    add_emit(p, ("program",), "the report (the Program the simulator times)")
+    p.add_argument("--size", type=size_arg,
+                   help="bytes the collective is called with, nccl-tests convention (64MiB, 1GB, 4096); "
+                        "required unless --emit")
     p.add_argument("--mode", choices=("dependency", "step"), default="dependency",
-                   help="dependency: transfers start when their data is there (default); step: a barrier after "
-                        "every step")
-    p.add_argument("--slices", type=_positive, default=1, help="cut every transfer into this many pipelined slices")
+                   help="dependency: every rank runs on as its dependencies allow (default); step: a barrier "
+                        "after every step")
+    p.add_argument("--slices", type=_positive, default=1,
+                   help="run every rank's program this many times side by side on 1/slices of the data each")
     p.add_argument("--in-place", action="store_true", help="aliased output slots are their input slots (no copy)")
     p.add_argument("--overlap-latency", action="store_true",
                    help="a lane is busy for bytes/bandwidth only; latency overlaps the next transfer")

@@ -8,6 +8,7 @@ from typing import Any
 from ..units import parse_seconds, parse_size
 from .common import add_problem_arguments, command, emit, positive_int
 from .pareto import add_exact_arguments
+from .stages import STAGES, add_emit, emit_algorithms, emit_problems, emit_programs
 
 
 def cmd_synthesize(args: argparse.Namespace) -> int:
@@ -23,8 +24,10 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
         return synthesize_file(args)
     if not args.topology or not args.collective:
         raise InputError("give a description FILE.ccl, or both --topology and --collective")
-    if args.emit or args.request:
-        raise InputError("--emit and --request apply to a description FILE.ccl")
+    if args.request:
+        raise InputError("--request applies to a description FILE.ccl")
+    if args.emit == "ast":
+        raise InputError("--emit ast prints the syntax tree of a description FILE.ccl")
     topo = compiler.load_topology(args.topology)
     options = dict(parse_options(args.option))
     if args.backend is not None:
@@ -35,10 +38,16 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
                       sketch=compiler.load_sketch(args.sketch) if args.sketch is not None else None,
                       options=tuple(options.items()))
     problem = Problem(topo, collective_from_args(args, topo.n_ranks), request)
+    if args.emit == "problem":
+        return emit_problems(args, [(f"{problem.collective.kind}-{topo.name}-{request.solver}", "command line",
+                                     problem)])
     with progress_on_stderr():
         result = compiler.synthesize(problem)
     alg = result.algorithm
-    assert alg is not None
+    if args.emit == "algorithm":
+        return emit_algorithms(args, [alg])
+    if args.emit == "program":
+        return emit_programs(args, [alg])
     if args.output:
         save_algorithm(alg, args.output)
     data = result.to_json()
@@ -69,12 +78,10 @@ def summary(result: Any, label: str, where: str) -> str:
 
 
 def register(sub: Any) -> None:
-    from .check import add_emit
-
     syn = command(sub, "synthesize", "synthesize, verify and save a schedule", cmd_synthesize)
     syn.add_argument("file", nargs="?", help="a .ccl description: run its `synthesize` requests")
     syn.add_argument("--request", action="append", metavar="NAME", help="run only this request of FILE; repeatable")
-    add_emit(syn, "solving (problem) or the summary (algorithm)")
+    add_emit(syn, STAGES, "solving (ast, problem) or the summary (algorithm, program)")
     add_problem_arguments(syn, required=False)
     syn.add_argument("--chunks", "-k", type=positive_int, default=1, help="chunk factor (pieces per rank's part)")
     syn.add_argument("--solver", "-s", default="ring", help="solver name (see `ccl solvers`)")

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from .common import command, emit
+from .stages import add_emit, emit_algorithms, emit_programs
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -15,6 +16,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     alg = load_algorithm(args.file)
     result = verify(alg)
+    if args.emit == "algorithm":
+        return emit_algorithms(args, [alg])
+    if args.emit == "program":
+        return emit_programs(args, [alg])
     try:
         verify(alg, in_place=True)
         in_place, in_place_reason = True, None
@@ -32,3 +37,4 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     ver = command(sub, "verify", "check that a schedule implements its collective", cmd_verify)
     ver.add_argument("file", help="schedule JSON written by `ccl synthesize`")
+    add_emit(ver, ("algorithm", "program"), "the verdict")

@@ -11,9 +11,10 @@
 5. conversion to the Algorithm IR (``emit``), verified by the caller.
 
 Every candidate set of routes (the MILP's, the heuristics', the templates' where they can be
-read off, ``seeds``) goes through stages 3 and 5 and is judged by the simulator at the target
-size (``backends.sim``, its default alpha-beta model); the fastest is batched by stage 4 and kept
-if batching makes it faster still. Progress lines on stderr say how each candidate did.
+read off, ``seeds``) goes through stages 3 and 5 and is judged at the target size by the cost
+judge the driver passes in (``ccl.judge``: the simulator timing the lowered Program); the
+fastest is batched by stage 4 and kept if batching makes it faster still. Progress lines on
+stderr say how each candidate did.
 
 Collectives: allgather, alltoall, broadcast directly; reducescatter as the time reversal of an
 allgather on the reversed topology; allreduce as reducescatter then allgather.
@@ -34,6 +35,7 @@ from dataclasses import replace
 from ccl.algorithm import Algorithm, Transfer
 from ccl.collective import Collective
 from ccl.errors import CclError, CollectiveError, InputError, SolverTimeout
+from ccl.judge import CostJudge
 from ccl.problem import Problem, Request
 
 from ..common import collective_for, pieces
@@ -56,9 +58,10 @@ Build = Callable[[Plan, list[Batch], SlotFn], list[Transfer]]
 class _Run:
     """One synthesis: settings, the time budget, the judge and the record of every solve."""
 
-    def __init__(self, problem: Problem, collective: Collective) -> None:
+    def __init__(self, problem: Problem, collective: Collective, judge: CostJudge) -> None:
         req = problem.request
         self.problem = problem
+        self.cost = judge
         self.collective = collective
         self.variant = req.solver
         self.size = req.size or DEFAULT_SIZE
@@ -96,12 +99,10 @@ class _Run:
 
     def time_of(self, algorithm: Algorithm) -> float:
         """Simulated time (us) of a schedule at the target size."""
-        from backends.sim import simulate
-
-        return simulate(algorithm, self.size, bound=False, baselines=False).time_us
+        return self.cost.time_us(algorithm, self.size)
 
 
-def synthesize(problem: Problem) -> Algorithm:
+def synthesize(problem: Problem, judge: CostJudge) -> Algorithm:
     kind = problem.collective.kind
     if kind not in KINDS:
         raise CollectiveError(f"the MILP solvers implement {', '.join(KINDS)}, not {kind}")
@@ -109,7 +110,7 @@ def synthesize(problem: Problem) -> Algorithm:
     probe = default_sketch(problem.topology, problem.request.sketch)
     P = probe.chunk_partition or pieces(problem)
     coll = collective_for(problem, n * P if kind == "allreduce" else P)
-    run = _Run(problem, coll)
+    run = _Run(problem, coll, judge)
     slot_bytes = run.size / max(coll.max_input_slots, coll.max_output_slots, 1)
     progress(f"{run.variant}: {kind} on {problem.topology.name}, {slot_bytes:.6g} bytes per slot, "
              f"{P} piece(s) per part")
@@ -130,9 +131,9 @@ def synthesize(problem: Problem) -> Algorithm:
         gaps = [s.gap for s in run.solves if s.gap is not None]
         raise SolverTimeout("a MILP reached its time limit before proving optimality",
                             best=algorithm, gap=max(gaps) if gaps else None, details=details)
-    from .. import Outcome
+    from .. import Solution
 
-    return Outcome(algorithm, details)
+    return Solution(algorithm, details)
 
 
 def _against_templates(run: _Run, algorithm: Algorithm) -> tuple[Algorithm, str, float]:
@@ -150,7 +151,7 @@ def _against_templates(run: _Run, algorithm: Algorithm) -> tuple[Algorithm, str,
             continue
         request = Request(solver=name, chunks=problem.request.chunks)
         try:
-            template = solvers.synthesize(Problem(problem.topology, problem.collective, request))
+            template = solvers.synthesize(Problem(problem.topology, problem.collective, request), judge=run.cost)
         except CclError:
             continue  # a template that does not apply (hierarchical on one node)
         us = run.time_of(template)

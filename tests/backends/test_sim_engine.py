@@ -1,4 +1,4 @@
-"""The event loop's two paths agree, and every template's schedule runs to completion."""
+"""The event loop's two paths agree, and every template's Program runs to completion."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ import solvers
 import topologies as T
 from backends.sim import Simulator
 from backends.sim.engine import Engine
-from ccl import Problem, Request
+from ccl import InfeasibleError, InputError, Problem, Request
 from ccl.collective import ROOTED_KINDS, builtin
+from ccl.lower import lower
 
 SPECS = ["ring:5", "dgx1", "torus:2x3", "line:4", "amd8", "hypercube:8", "star:5"]
 
 
-def schedules(spec: str):
+def programs(spec: str):
     topo = T.build(spec)
     n = topo.n_ranks
     for name in solvers.TEMPLATES:
@@ -23,34 +24,63 @@ def schedules(spec: str):
         for kind in info.kinds:
             root = n - 1 if kind in ROOTED_KINDS else None
             try:
-                yield solvers.synthesize(Problem(topo, builtin(kind, n, root), Request(name, chunks=2)))
-            except Exception:  # noqa: BLE001 - hierarchical on one node
+                alg = solvers.synthesize(Problem(topo, builtin(kind, n, root), Request(name, chunks=2)))
+            except (InputError, InfeasibleError):  # hierarchical on one node
                 continue
+            yield lower(alg)
+            yield lower(alg, fuse=False, channels=2)
 
 
 @pytest.mark.parametrize("spec", SPECS)
-def test_fluid_path_matches_fast_path_without_limits(spec, monkeypatch):
+def test_general_path_matches_fast_path_without_limits(spec, monkeypatch):
     assert not T.build(spec).flat().limits
-    for alg in schedules(spec):
+    for program in programs(spec):
         for options in ({}, {"mode": "step"}, {"slices": 2, "overlap_latency": True}):
-            fast = Simulator(alg).run(3e6 + 1, bound=False, baselines=False, **options)
+            fast = Simulator(program).run(3e6 + 1, **options)
             with monkeypatch.context() as m:
-                m.setattr(Engine, "_loop", lambda self, ready: self._loop_fluid(ready))
-                fluid = Simulator(alg).run(3e6 + 1, bound=False, baselines=False, **options)
-            assert np.allclose(fast.done, fluid.done, rtol=1e-9, atol=1e-9), (alg.name, options)
-            assert np.allclose(fast.start, fluid.start, rtol=1e-9, atol=1e-9), (alg.name, options)
+                m.setattr(Engine, "uses_fast_loop", property(lambda self: False))
+                general = Simulator(program).run(3e6 + 1, **options)
+            for name in ("done", "start", "sent", "issue", "finish"):
+                assert np.allclose(getattr(fast, name), getattr(general, name), rtol=1e-9, atol=1e-9), \
+                    (program.name, options, name)
 
 
-def test_every_transfer_runs_once_per_slice():
+def test_local_bandwidth_takes_the_general_path_and_only_adds_time():
     alg = solvers.synthesize(Problem(T.ndv2(2), builtin("allreduce", 16), Request("hierarchical", chunks=2)))
-    sim = Simulator(alg).run(2**24, slices=3)
-    assert len(sim.done) == 3 * len(alg.transfers)
+    program = lower(alg)
+    free = Simulator(program).run(2**24).report.time_us
+    charged = Simulator(program).run(2**24, local_bandwidth=500.0)
+    assert charged.report.time_us > free
+    local = np.array([program.ops.kind[r] >= 2 for r in charged.graph.row.tolist()])
+    assert np.all(charged.finish[local] >= charged.issue[local])  # copies and reductions take time
+
+
+def test_every_message_runs_once_per_slice():
+    alg = solvers.synthesize(Problem(T.ndv2(2), builtin("allreduce", 16), Request("hierarchical", chunks=2)))
+    program = lower(alg)
+    sim = Simulator(program).run(2**24, slices=3)
+    assert len(sim.done) == 3 * program.n_messages and len(sim.finish) == 3 * program.n_ops
     assert np.all(np.isfinite(sim.done)) and np.all(sim.done >= sim.sent - 1e-9) and np.all(sim.sent >= sim.start)
-    assert sim.report.time_us == pytest.approx(float(sim.done.max()))
-    # a lane never carries two transfers at once
+    assert np.all(sim.finish >= sim.issue - 1e-9)
+    assert sim.report.time_us == pytest.approx(float(sim.finish.max()))
+    # a lane never carries two messages at once
     for r in range(len(sim.resource_pairs)):
         for lane in range(sim.resource_lanes[r]):
             sel = np.flatnonzero((sim.resource == r) & (sim.lane == lane))
             order = np.argsort(sim.start[sel], kind="stable")
             s, e = sim.start[sel][order], sim.sent[sel][order]
             assert np.all(s[1:] >= e[:-1] - 1e-9)
+
+
+def test_a_program_that_cannot_finish_is_a_backend_error():
+    from ccl import BackendError, Program
+    from ccl.collective import allgather
+    from ccl.program import Op
+
+    # rank 0 waits for a receive that rank 1 never sends to it before it receives itself: the
+    # verifier would call this a deadlock; the simulator stops with a stall, not a time
+    rank0 = [Op("recv", 0, "output", 1, 1, 1, tag=0), Op("send", 1, "output", 0, 1, 1, tag=0, deps=(0,))]
+    rank1 = [Op("recv", 0, "output", 0, 1, 0, tag=0), Op("send", 1, "output", 1, 1, 0, tag=0, deps=(0,))]
+    program = Program("stuck", allgather(2), T.ring(2), (tuple(rank0), tuple(rank1)), ((), ()), steps=2)
+    with pytest.raises(BackendError, match="stalled"):
+        Simulator(program).run(1e6)

@@ -7,10 +7,12 @@ import sys
 
 import solvers
 import topologies as T
-from backends.sim import Simulator, run
+from backends.sim import Simulator
 from backends.sim.plots import plot_sizes
 from ccl import Problem, Request
 from ccl.collective import builtin
+from ccl.compiler import simulation
+from ccl.lower import lower
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -19,7 +21,7 @@ def test_simulation_plot(tmp_path):
     topo = T.dgx1()
     alg = solvers.synthesize(Problem(topo, builtin("allreduce", 8), Request("recursive-halving", chunks=2)))
     path = tmp_path / "sim.png"
-    run(alg, 2**24).plot(str(path))
+    simulation(alg, 2**24).plot(str(path))
     assert path.read_bytes()[:8] == PNG
 
 
@@ -31,7 +33,7 @@ def test_large_timeline_merges_bars(tmp_path, monkeypatch):
     topo = T.ring(16)
     alg = solvers.synthesize(Problem(topo, builtin("allreduce", 16), Request("ring", chunks=2)))
     path = tmp_path / "big.png"
-    run(alg, 2**24).plot(str(path))  # 960 transfers: bars merged, busiest 8 lanes shown
+    simulation(alg, 2**24, fuse=False).plot(str(path))  # 960 messages: bars merged, busiest 8 lanes shown
     assert path.read_bytes()[:8] == PNG
 
 
@@ -43,8 +45,8 @@ def test_size_curves(tmp_path):
 
     sizes = [2**k for k in range(10, 27, 4)]
     for name in ("ring", "recursive-doubling"):
-        sim = Simulator(solvers.synthesize(Problem(topo, builtin("allgather", 8), Request(name))))
-        curves[name] = [(s, sim.run(s, bound=False, baselines=False).time_us) for s in sizes]
+        sim = Simulator(lower(solvers.synthesize(Problem(topo, builtin("allgather", 8), Request(name)))))
+        curves[name] = [(s, sim.run(s).time_us) for s in sizes]
     bound = [(s, lower_bound(topo, builtin("allgather", 8), s).bound_us) for s in sizes]
     path = tmp_path / "sizes.png"
     plot_sizes(curves, bound, str(path), title="allgather on ring8", bus_factor=7 / 8)

@@ -3,6 +3,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import ccl
 
 
@@ -12,14 +14,15 @@ def test_public_names_are_pinned():
         "DslError", "InfeasibleError", "InputError", "Link", "Problem", "Report", "Request", "SharedLimit", "Sketch",
         "SolverTimeout", "Span", "Switch", "Topology", "TopologyError", "Transfer", "VerificationError",
         "VerificationResult", "Z3Error", "collectives", "load", "problem", "save", "simulate", "synthesize", "topology", "verify",
-        "Op", "Program", "ProgramVerification", "lower", "verify_program",
+        "Op", "Program", "ProgramVerification", "lower", "verify_program", "SynthesisResult", "executor",
     ])
     for name in ccl.__all__:
         assert hasattr(ccl, name), name
 
 
 def test_import_ccl_is_cheap():
-    code = "import sys, ccl; heavy = [m for m in ('z3', 'pulp', 'torch', 'lark', 'numpy', 'solvers', 'topologies') if m in sys.modules]; print(heavy)"
+    code = ("import sys, ccl; heavy = [m for m in ('z3', 'pulp', 'torch', 'lark', 'numpy', 'solvers', 'topologies', "
+            "'dsl', 'backends', 'ccl.compiler') if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -45,6 +48,7 @@ def test_dsl_error_renders_file_line_column_and_caret():
 def test_python_api_quick_start(tmp_path):
     problem = ccl.problem("dgx1", "allgather", solver="ring", chunks=2)
     result = ccl.synthesize(problem)
+    assert isinstance(result, ccl.SynthesisResult) and isinstance(result.algorithm, ccl.Algorithm)
     assert result.status == "ok" and result.verification is not None
     ccl.save(result.algorithm, tmp_path / "ag.json")
     assert ccl.verify(ccl.load(tmp_path / "ag.json")).steps == result.algorithm.n_steps
@@ -56,3 +60,19 @@ def test_python_api_simulate():
     assert isinstance(report, ccl.Report) and report.size == 64 * 2**20
     assert report.time_us >= report.bound_us > 0 and report.synthesis_seconds is not None
     assert ccl.simulate(result.algorithm, 2**20, mode="step").synthesis_seconds is None
+    # a Program is simulated as it is; an Algorithm is lowered with the options given
+    program = ccl.lower(result.algorithm)
+    assert ccl.simulate(program, 2**20).time_us == ccl.simulate(result.algorithm, 2**20).time_us
+    direct = ccl.synthesize(ccl.problem("ring:3", "allgather", solver="direct", chunks=2)).algorithm
+    assert (ccl.simulate(direct, 2**20).messages, ccl.simulate(direct, 2**20, fuse=False).messages) == (6, 12)
+
+
+def test_python_api_executor_lowers_what_it_is_given(tmp_path):
+    """``ccl.executor`` takes a schedule file, an Algorithm, a SynthesisResult or a Program and
+    hands the torch backend a verified Program (tests/backends/torch run it on process groups);
+    anything else is refused before a process group is touched."""
+    pytest.importorskip("torch")
+    with pytest.raises(ccl.InputError, match="expected an Algorithm, a SynthesisResult or a Program, got int"):
+        ccl.executor(42)
+    with pytest.raises(ccl.InputError, match="no such file"):
+        ccl.executor(str(tmp_path / "missing.json"))

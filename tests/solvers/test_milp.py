@@ -1,5 +1,6 @@
 """The MILP and time-expanded solvers: every schedule verified, sketches honoured, time limits
-kept, never slower in simulation than the best template whose routes it could read."""
+kept, never slower in simulation than the best template whose routes it could read, candidates
+judged by the cost judge the caller passes (the driver's: the simulator on the lowered Program)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,26 @@ import pytest
 import dsl
 import solvers
 import topologies as T
-from backends.sim import simulate
-from ccl import InfeasibleError, InputError, Problem, Request, Sketch, SolverTimeout, verify
+from ccl import (
+    InfeasibleError,
+    InputError,
+    Problem,
+    Request,
+    Sketch,
+    SolverTimeout,
+    compiler,
+    verify,
+)
 from ccl.cli import main
 from ccl.collective import builtin
 
 KINDS = ("allgather", "alltoall", "reducescatter", "allreduce", "broadcast")
+JUDGE = compiler.SimulationJudge()
+
+
+def simulate(algorithm, size):
+    """The simulator's time of the lowered Program, as the judge sees it (no bound, no baselines)."""
+    return compiler.simulate(algorithm, size, bound=False, baselines=False)
 
 
 def run(topo, kind, solver="milp", **request):
@@ -23,8 +38,8 @@ def run(topo, kind, solver="milp", **request):
     request.setdefault("time_limit", 8)
     problem = Problem(topo, builtin(kind, topo.n_ranks, root), Request(solver, **request))
     try:
-        outcome = solvers.solve(problem)
-        algorithm, details = outcome.algorithm, outcome.details
+        solution = solvers.solve(problem, judge=JUDGE)
+        algorithm, details = solution.algorithm, solution.details
     except SolverTimeout as exc:
         assert exc.best is not None, "a time limit with no schedule"
         algorithm, details = exc.best, exc.details
@@ -124,7 +139,7 @@ def test_time_limit_returns_the_best_schedule_with_its_gap():
     topo = T.ndv2(2)
     problem = Problem(topo, builtin("allgather", 16), Request("milp", size=1 << 20, time_limit=2))
     with pytest.raises(SolverTimeout) as info:
-        solvers.solve(problem)
+        solvers.solve(problem, judge=JUDGE)
     exc = info.value
     assert exc.best is not None and exc.gap is not None and exc.gap > 0
     verify(exc.best)
@@ -186,21 +201,22 @@ def test_switch_policy_changes_how_many_connections_are_used():
 def test_settings_it_cannot_honour_are_refused(request_fields, message):
     problem = Problem(T.ring(4), builtin("allgather", 4), Request("milp", **request_fields))
     with pytest.raises(InputError, match=message):
-        solvers.synthesize(problem)
+        solvers.synthesize(problem, judge=JUDGE)
 
 
 def test_a_template_that_simulates_faster_is_returned_whole():
     """On a bidirectional ring the multi-ring template splits every part in two and pipelines
     both directions; the pipeline (one piece per part) cannot, so its schedule is returned."""
     topo = T.ring(4)
-    outcome = solvers.solve(Problem(topo, builtin("allgather", 4), Request("milp", size=1 << 20)))
-    verify(outcome.algorithm)
+    solution = solvers.solve(Problem(topo, builtin("allgather", 4), Request("milp", size=1 << 20)), judge=JUDGE)
+    verify(solution.algorithm)
     multi = solvers.synthesize(Problem(topo, builtin("allgather", 4), Request("multi-ring")))
-    assert outcome.details["schedule"] == "multi-ring template"
-    assert outcome.details["simulated_us"] == pytest.approx(simulate(multi, 1 << 20).time_us)
-    assert outcome.algorithm.solver == "milp"
+    assert solution.details["schedule"] == "multi-ring template"
+    assert solution.details["simulated_us"] == pytest.approx(simulate(multi, 1 << 20).time_us)
+    assert solution.algorithm.solver == "milp"
     # with a sketch the user's constraints rule: no template is returned
-    sketched = solvers.solve(Problem(topo, builtin("allgather", 4), Request("milp", size=1 << 20, sketch=Sketch())))
+    sketched = solvers.solve(Problem(topo, builtin("allgather", 4), Request("milp", size=1 << 20, sketch=Sketch())),
+                             judge=JUDGE)
     assert sketched.details["schedule"] == "MILP pipeline"
 
 
@@ -217,3 +233,37 @@ def test_sketches_that_name_missing_ranks_or_cut_the_machine_are_refused():
         for solver in ("milp", "teccl"):
             with pytest.raises(InfeasibleError, match="the sketch leaves no path from rank"):
                 run(topo, kind, solver, sketch=cut)
+
+
+@pytest.mark.parametrize("solver", ["milp", "teccl"])
+def test_cost_aware_solvers_need_a_judge(solver):
+    assert solvers.SOLVERS[solver].judged and not solvers.SOLVERS["ring"].judged
+    problem = Problem(T.ring(4), builtin("allgather", 4), Request(solver, size=1 << 16, time_limit=8))
+    for call in (solvers.solve, solvers.synthesize):
+        with pytest.raises(InputError, match=f"solver '{solver}' judges candidate schedules by their time and needs "
+                                             "a cost judge"):
+            call(problem)
+    # the driver passes the simulator: ccl.compiler.synthesize needs no judge from its caller
+    result = compiler.synthesize(problem)
+    assert result.algorithm.solver == solver and result.status in ("ok", "timeout")
+    assert result.details["simulated_us"] == pytest.approx(simulate(result.algorithm, 1 << 16).time_us)
+
+
+class CountingJudge:
+    """The driver's judge, recording what it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, float]] = []
+
+    def time_us(self, algorithm, size):
+        self.asked.append((algorithm.solver, size))
+        return JUDGE.time_us(algorithm, size)
+
+
+def test_candidates_are_judged_by_the_judge_passed_at_the_target_size():
+    judge = CountingJudge()
+    problem = Problem(T.ring(4), builtin("allgather", 4), Request("milp", size=12345, time_limit=8))
+    solution = solvers.solve(problem, judge=judge)
+    assert len(judge.asked) >= 2 and {size for _, size in judge.asked} == {12345}
+    assert "multi-ring" in {name for name, _ in judge.asked}  # templates are judged by the same judge
+    assert solution.details["simulated_us"] == pytest.approx(JUDGE.time_us(solution.algorithm, 12345))

@@ -1,6 +1,8 @@
 """Executor scenarios the tests run as ``launch.Call`` jobs inside real gloo process groups.
 
-``api``: torch's calling conventions against torch's own collectives. ``mismatches``: a
+``api``: torch's calling conventions against torch's own collectives, on executors made every
+way there is (``ccl.executor`` from a schedule file, an Algorithm, a SynthesisResult or a
+Program; ``backends.torch.Executor`` from a Program the driver lowered). ``mismatches``: a
 schedule for another world size, ranks disagreeing on dtype, size or schedule (the group stays
 usable). ``absent``: a peer that never calls (the others time out; gloo closes the connections,
 so it ends the group). ``dies``: a peer process that exits (ends the group).
@@ -15,8 +17,8 @@ import torch
 import torch.distributed as dist
 
 import ccl
-from backends.torch import load
-from ccl import BackendError, InputError
+from backends.torch import Executor
+from ccl import BackendError, InputError, compiler
 
 TIMEOUT = 3.0
 
@@ -45,7 +47,7 @@ def api(rank: int, n: int, folder: str) -> list[str]:
     if rank == 0:
         ccl.save(ar, path)
     dist.barrier()
-    allreduce = load(path, timeout=TIMEOUT)
+    allreduce = ccl.executor(path, timeout=TIMEOUT)
     mine, theirs = x.clone(), x.clone()
     allreduce.all_reduce(mine)
     dist.all_reduce(theirs)
@@ -63,7 +65,7 @@ def api(rank: int, n: int, folder: str) -> list[str]:
     expect("allreduce bxor out of place", out, theirs)
     expect("allreduce leaves its input alone", ints, torch.arange(7, dtype=torch.int64) * (rank + 1))
 
-    ag = load(schedule(f"ring:{n}", "allgather", "recursive-doubling"), timeout=TIMEOUT)
+    ag = ccl.executor(schedule(f"ring:{n}", "allgather", "recursive-doubling"), timeout=TIMEOUT)
     gathered = ag(x)  # output allocated: (n * 2, 5)
     theirs = torch.empty(2 * n, 5)
     dist.all_gather_single(theirs, x)
@@ -73,14 +75,18 @@ def api(rank: int, n: int, folder: str) -> list[str]:
     ag.all_gather_single(buf, buf[rank * 10:(rank + 1) * 10])  # in place
     expect("all_gather_single in place", buf, theirs.view(-1))
 
-    rs = load(schedule(f"ring:{n}", "reducescatter", "ring", chunks=2), timeout=TIMEOUT)
+    # the backend's own entry: a Program the driver lowered (pieces as separate messages on 2 channels)
+    rs_program = compiler.program(schedule(f"ring:{n}", "reducescatter", "ring", chunks=2), fuse=False, channels=2)
+    rs = Executor(rs_program, timeout=TIMEOUT)
+    if rs.program is not rs_program:
+        problems.append("the Executor does not run the Program it was given")
     big = torch.randn(n * 3, generator=gen)
     part, theirs = torch.empty(3), torch.empty(3)
     rs.reduce_scatter_single(part, big)
     dist.reduce_scatter_single(theirs, big.clone())
     expect("reduce_scatter_single", part, theirs)
 
-    a2a = load(schedule(f"ring:{n}", "alltoall", "direct"), timeout=TIMEOUT)
+    a2a = ccl.executor(ccl.synthesize(ccl.problem(f"ring:{n}", "alltoall", solver="direct")), timeout=TIMEOUT)
     src = torch.arange(n * 2, dtype=torch.int32) + 100 * rank
     mine, theirs = torch.empty_like(src), torch.empty_like(src)
     a2a.all_to_all_single(mine, src)
@@ -91,20 +97,20 @@ def api(rank: int, n: int, folder: str) -> list[str]:
     expect("all_to_all_single on one tensor", same, theirs)
 
     root = n - 1
-    bc = load(schedule(f"ring:{n}", "broadcast", "binomial-tree", root=root), timeout=TIMEOUT)
+    bc = ccl.executor(ccl.lower(schedule(f"ring:{n}", "broadcast", "binomial-tree", root=root)), timeout=TIMEOUT)
     mine = x.clone() if rank == root else torch.zeros(2, 5)
     theirs = mine.clone()
     bc.broadcast(mine)
     dist.broadcast(theirs, src=root)
     expect("broadcast", mine, theirs)
 
-    rd = load(schedule(f"ring:{n}", "reduce", "ring", root=root), timeout=TIMEOUT)
+    rd = ccl.executor(schedule(f"ring:{n}", "reduce", "ring", root=root), timeout=TIMEOUT)
     mine, theirs = x.clone(), x.clone()
     rd.reduce(mine, op="max")
     dist.reduce(theirs, dst=root, op=dist.ReduceOp.MAX)
     expect("reduce", mine if rank == root else mine, theirs if rank == root else x)
 
-    ga = load(schedule(f"ring:{n}", "gather", "direct", root=root), timeout=TIMEOUT)
+    ga = ccl.executor(schedule(f"ring:{n}", "gather", "direct", root=root), timeout=TIMEOUT)
     parts = [torch.empty(2, 5) for _ in range(n)] if rank == root else None
     ga.gather(x, parts)
     theirs_parts = [torch.empty(2, 5) for _ in range(n)] if rank == root else None
@@ -112,7 +118,7 @@ def api(rank: int, n: int, folder: str) -> list[str]:
     if rank == root:
         expect("gather", torch.stack(parts), torch.stack(theirs_parts))
 
-    sc = load(schedule(f"ring:{n}", "scatter", "direct", root=root), timeout=TIMEOUT)
+    sc = ccl.executor(schedule(f"ring:{n}", "scatter", "direct", root=root), timeout=TIMEOUT)
     pieces = [torch.full((3,), float(10 * i)) for i in range(n)] if rank == root else None
     mine, theirs = torch.empty(3), torch.empty(3)
     sc.scatter(mine, pieces)
@@ -123,7 +129,7 @@ def api(rank: int, n: int, folder: str) -> list[str]:
     members = list(range(1, n))
     sub = dist.new_group(members)
     if rank in members:
-        part = load(schedule(f"ring:{len(members)}", "allreduce", "ring", chunks=2), sub, timeout=TIMEOUT)
+        part = ccl.executor(schedule(f"ring:{len(members)}", "allreduce", "ring", chunks=2), sub, timeout=TIMEOUT)
         mine, theirs = x.clone(), x.clone()
         part.all_reduce(mine)
         dist.all_reduce(theirs, group=sub)
@@ -134,6 +140,12 @@ def api(rank: int, n: int, folder: str) -> list[str]:
         problems.append("calling an allreduce schedule as allgather was accepted")
     except InputError:
         pass
+    try:
+        Executor(ar, timeout=TIMEOUT)  # the backend never lowers: an Algorithm is refused
+        problems.append("the Executor accepted an Algorithm")
+    except InputError as exc:
+        if "runs a Program" not in exc.message:
+            problems.append(f"the Executor refused an Algorithm with {exc.message!r}")
     return problems
 
 
@@ -150,14 +162,15 @@ def expect_error(run, cls) -> dict:
 
 def mismatches(rank: int, n: int) -> dict[str, dict]:
     faulty = n - 1
-    out = {"world": expect_error(lambda: load(schedule("ring:4" if n != 4 else "ring:3", "allgather", "ring")),
+    out = {"world": expect_error(lambda: ccl.executor(schedule("ring:4" if n != 4 else "ring:3", "allgather", "ring")),
                                  InputError)}
-    ar = load(schedule(f"ring:{n}", "allreduce", "ring"), timeout=TIMEOUT)
+    ar = ccl.executor(schedule(f"ring:{n}", "allreduce", "ring"), timeout=TIMEOUT)
     t = torch.ones(12, dtype=torch.float64 if rank == faulty else torch.float32)
     out["dtype"] = expect_error(lambda: ar(t), InputError)
     t = torch.ones(13 if rank == faulty else 12)
     out["size"] = expect_error(lambda: ar(t), InputError)
-    other = load(schedule(f"ring:{n}", "allreduce", "recursive-halving" if rank == faulty else "ring"), timeout=TIMEOUT)
+    other = ccl.executor(schedule(f"ring:{n}", "allreduce", "recursive-halving" if rank == faulty else "ring"),
+                         timeout=TIMEOUT)
     out["schedule"] = expect_error(lambda: other(torch.ones(12)), InputError)
     # The group is still usable: a correct call works.
     t = torch.full((12,), float(rank))
@@ -168,7 +181,7 @@ def mismatches(rank: int, n: int) -> dict[str, dict]:
 
 def absent(rank: int, n: int) -> dict:
     """The last rank never calls; the others time out naming the op and the peer."""
-    quiet = load(schedule(f"ring:{n}", "allgather", "ring"), timeout=TIMEOUT, validate="never")
+    quiet = ccl.executor(schedule(f"ring:{n}", "allgather", "ring"), timeout=TIMEOUT, validate="never")
     if rank == n - 1:
         time.sleep(TIMEOUT + 2)
         return {"error": None, "message": "stayed away", "seconds": 0.0}
@@ -177,7 +190,7 @@ def absent(rank: int, n: int) -> dict:
 
 def dies(rank: int, n: int) -> dict:
     """The last rank's process exits (right after this returns); the others lose it."""
-    dying = load(schedule(f"ring:{n}", "allgather", "direct"), timeout=20.0, validate="never")
+    dying = ccl.executor(schedule(f"ring:{n}", "allgather", "direct"), timeout=20.0, validate="never")
     dist.barrier()
     if rank == n - 1:
         return {"error": None, "message": "exiting", "seconds": 0.0}

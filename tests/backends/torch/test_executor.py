@@ -1,6 +1,7 @@
-"""The executor on real gloo process groups: every template schedule gives exactly torch's
-result (several sizes, including 1 element and primes; in place and out of place; several
-dtypes and reductions), the torch calling conventions, and clean failures."""
+"""The executor on real gloo process groups: every template schedule, lowered by the driver
+(``ccl.compiler``) and run as the Program it lowers to, gives exactly torch's result (several
+sizes, including 1 element and primes; in place and out of place; several dtypes and
+reductions; fused and unfused lowerings), the torch calling conventions, and clean failures."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import dsl  # noqa: E402
 import solvers  # noqa: E402
 import topologies as T  # noqa: E402
 from backends.torch.launch import Call, Job, run_jobs  # noqa: E402
-from backends.torch.spec import as_program, to_spec  # noqa: E402
-from ccl import InfeasibleError, InputError, Problem, Request  # noqa: E402
+from backends.torch.plain import to_plain  # noqa: E402
+from ccl import InfeasibleError, InputError, Problem, Request, compiler, verify  # noqa: E402
 from ccl.collective import ROOTED_KINDS, builtin  # noqa: E402
 
 SIZES = (1, 13, 1031)  # elements per part: one, a small prime, a prime above every slot count
@@ -53,11 +54,11 @@ def template_jobs(n: int, chunk_factors=(3,), extra: bool = False, modes=None) -
             for kind in info.kinds:
                 root = n - 1 if kind in ROOTED_KINDS else None
                 for k in chunk_factors:
-                    try:
-                        alg = solvers.synthesize(Problem(topo, builtin(kind, n, root), Request(name, chunks=k)))
+                    try:  # the driver's stages: synthesize (and verify), then lower (and verify)
+                        result = compiler.synthesize(Problem(topo, builtin(kind, n, root), Request(name, chunks=k)))
                     except (InputError, InfeasibleError):
                         continue  # hierarchical on one node
-                    spec = to_spec(as_program(alg))
+                    spec = to_plain(compiler.program(result))
                     for unit, in_place in modes:
                         labels.append(f"{name} {kind} k={k} on {topo.name}, {unit} elements"
                                       f"{' in place' if in_place else ''}")
@@ -71,7 +72,8 @@ def template_jobs(n: int, chunk_factors=(3,), extra: bool = False, modes=None) -
 
 def random_jobs(n: int, count: int) -> tuple[list[str], list[Job]]:
     """Random schedules (the Hypothesis generators of the lowering tests): scratch relays, inputs
-    accumulated in place, staged receives, uneven pieces."""
+    accumulated in place, staged receives, uneven pieces; lowered as they are by default and
+    with every piece its own message on two channels (``fuse=False, channels=2``)."""
     import importlib.util
 
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "ccl",
@@ -83,9 +85,12 @@ def random_jobs(n: int, count: int) -> tuple[list[str], list[Job]]:
     for seed in range(count):
         for make in (module.random_allgather, module.random_reducescatter):
             alg = make(n, 1 + seed % 3, seed)
-            for unit, in_place in ((1, False), (17, True), (101, False)):
-                labels.append(f"{alg.name} k={1 + seed % 3}, {unit} elements{' in place' if in_place else ''}")
-                jobs.append(Job(to_spec(as_program(alg)), unit, in_place=in_place, seed=seed, label=labels[-1]))
+            verify(alg)
+            fused, split = to_plain(compiler.program(alg)), to_plain(compiler.program(alg, fuse=False, channels=2))
+            for spec, unit, in_place, how in ((fused, 1, False, ""), (fused, 17, True, ""), (fused, 101, False, ""),
+                                              (split, 17, False, ", unfused on 2 channels")):
+                labels.append(f"{alg.name} k={1 + seed % 3}{how}, {unit} elements{' in place' if in_place else ''}")
+                jobs.append(Job(spec, unit, in_place=in_place, seed=seed, label=labels[-1]))
     return labels, jobs
 
 
@@ -155,8 +160,8 @@ def searched_jobs() -> tuple[list[str], list[Job]]:
     labels, jobs = [], []
     for topo, kind, request in requests:
         root = 3 if kind in ROOTED_KINDS else None
-        alg = solvers.synthesize(Problem(topo, builtin(kind, 4, root), request))
-        spec = to_spec(as_program(alg))
+        result = compiler.synthesize(Problem(topo, builtin(kind, 4, root), request))  # milp, teccl: judged
+        spec = to_plain(compiler.program(result))
         for unit, in_place in ((1, False), (13, True), (1031, False)):
             labels.append(f"{request.solver} {kind} k={request.chunks} on {topo.name}, {unit} elements"
                           f"{' in place' if in_place else ''}")

@@ -1,26 +1,26 @@
-"""The plain-data form of a Program that runtimes read (no torch needed to build it).
+"""The plain-data form of a Program that the torch runtime reads (no torch needed to build it).
 
-``to_spec(program)`` is what the in-process executor hands to ``runtime.ScheduleRunner`` and
-what ``ccl emit torch`` writes into standalone scripts as ``SCHEDULE``.
+``to_plain(program)`` is what the in-process executor hands to ``runtime.ScheduleRunner`` and
+what ``ccl emit torch`` writes into standalone scripts as ``SCHEDULE``. The backend runs the
+Program ``ccl.lower`` made (the driver lowers; this package never does).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ccl.algorithm import Algorithm
 from ccl.errors import InputError, VerificationError
-from ccl.lower import lower
 from ccl.program import Program
-from ccl.verify import verify
 from ccl.verify_program import verify_program
 
 FORMAT = "ccl-torch-program"  # the runtime checks it (runtime.FORMAT)
 
 
-def to_spec(program: Program, *, checked: bool = False) -> dict[str, Any]:
-    """The plain-data form runtimes read. Verifies the Program (unless ``checked``) and
+def to_plain(program: Program, *, checked: bool = False) -> dict[str, Any]:
+    """The plain-data form the runtime reads. Verifies the Program (unless ``checked``) and
     records whether it is also correct in place."""
+    if not isinstance(program, Program):
+        raise InputError(f"the torch backend runs a Program (see ccl.compiler.program), got {type(program).__name__}")
     if not checked:
         verify_program(program)
     try:
@@ -53,14 +53,3 @@ def to_spec(program: Program, *, checked: bool = False) -> dict[str, Any]:
         spec["chunks"] = {"inputs": [list(x) for x in coll.inputs],
                           "outputs": [[sorted(need) for need in slots] for slots in coll.outputs]}
     return spec
-
-
-def as_program(schedule: Algorithm | Program, *, channels: int = 1, fuse: bool = True) -> Program:
-    """A verified Program from an Algorithm (verified, then lowered; see ``ccl.lower`` for
-    ``channels`` and ``fuse``) or a Program."""
-    if isinstance(schedule, Program):
-        return schedule
-    if isinstance(schedule, Algorithm):
-        verify(schedule)
-        return lower(schedule, channels=channels, fuse=fuse)
-    raise InputError(f"expected an Algorithm or a Program, got {type(schedule).__name__}")

@@ -3,9 +3,9 @@
 ``compare(topology, kind, sizes)`` synthesizes (and verifies) one schedule per solver: every
 template that implements the collective (instant) plus the solvers named (``only``: just
 those). Solvers whose ``SolverInfo.template`` is False are slow and run only when named; they get the
-size in their request and run once per size. Each schedule is simulated at every size; NCCL's
-ring/tree (and p2p) models and the lower bound are added, and every row says how it compares
-to NCCL's ring (or the best NCCL model the collective has).
+size in their request and run once per size. Each schedule is lowered once and its Program
+simulated at every size; NCCL's ring/tree (and p2p) models and the lower bound are added, and
+every row says how it compares to NCCL's ring (or the best NCCL model the collective has).
 """
 
 from __future__ import annotations
@@ -16,13 +16,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ccl.collective import builtin
-from ccl.errors import CclError, InputError
-from ccl.problem import Problem, Request
-from ccl.report import SIZE_MEANING, Report, bus_factor, format_bytes, format_us
-from ccl.topology import Topology
-
-from .simulator import Simulator
+from ..collective import builtin
+from ..errors import CclError, InputError
+from ..problem import Problem, Request
+from ..report import SIZE_MEANING, Report, bus_factor, format_bytes, format_us
+from ..topology import Topology
+from .stages import program, synthesize
 
 
 @dataclass(frozen=True)
@@ -33,7 +32,7 @@ class Row:
     source: str  # "schedule", "model" or "bound"
     time_us: float | None
     steps: int | None = None
-    transfers: int | None = None
+    messages: int | None = None
     synthesis_seconds: float | None = None
     detail: str = ""
     error: str | None = None
@@ -50,7 +49,7 @@ class Row:
             "bound_ratio": self.time_us / bound if ok and bound > 0 else None,
             "speedup_vs_reference": reference / self.time_us if ok and reference else None,
             "steps": self.steps,
-            "transfers": self.transfers,
+            "messages": self.messages,
             "synthesis_seconds": None if self.synthesis_seconds is None else round(self.synthesis_seconds, 6),
             "detail": self.detail,
             "error": self.error,
@@ -107,7 +106,7 @@ class Comparison:
         head = (f"{self.collective} on {self.topology} ({self.n_ranks} ranks), size {format_bytes(self.size)} "
                 f"({SIZE_MEANING.get(self.collective, '')}), {self.mode} mode, chunks {self.chunks}")
         ref_name = f"vs {ref.name}" if ref else ""
-        lines = [head, f"  {'':<22}{'steps':>6}{'transfers':>10}{'time':>12}{'busbw GB/s':>12}{'/bound':>8}  {ref_name}"]
+        lines = [head, f"  {'':<22}{'steps':>6}{'messages':>10}{'time':>12}{'busbw GB/s':>12}{'/bound':>8}  {ref_name}"]
         for r in self.rows:
             if r.error is not None:
                 continue
@@ -120,8 +119,8 @@ class Comparison:
                 versus = f"{s:.2f}x faster" if s >= 1 else f"{1 / s:.2f}x slower"
             label = r.name + (" (model)" if r.source == "model" else "")
             steps = "" if r.steps is None else str(r.steps)
-            transfers = "" if r.transfers is None else str(r.transfers)
-            lines.append(f"  {label:<22}{steps:>6}{transfers:>10}{time_text:>12}{busbw:>12}{ratio:>8}  {versus}")
+            messages = "" if r.messages is None else str(r.messages)
+            lines.append(f"  {label:<22}{steps:>6}{messages:>10}{time_text:>12}{busbw:>12}{ratio:>8}  {versus}")
         if self.bound:
             lines.append(f"  bound: {self.bound.get('binding')} binds; {self.bound.get('method')}")
         for r in self.rows:
@@ -156,15 +155,17 @@ def compare(
     only: bool = False,
     mode: str = "dependency",
     slices: int = 1,
+    channels: int = 1,
+    fuse: bool = True,
     time_limit: float | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[Comparison]:
-    """One Comparison per size (see module docstring)."""
-    from ccl.compiler import synthesize
+    """One Comparison per size (see module docstring). Simulator options: ``mode``,
+    ``slices``; lowering options: ``channels``, ``fuse``."""
+    from backends.sim import Simulator
+    from backends.sim.nccl import baselines
     from solvers import SOLVERS
     from solvers.bounds import lower_bound
-
-    from .nccl import baselines
 
     if not sizes:
         raise InputError("compare needs at least one size")
@@ -172,10 +173,10 @@ def compare(
     kind = collective.kind
     names = solver_names(kind, solvers, only=only)
     say = progress or (lambda _: None)
-    # (name) -> (simulator, synthesis seconds, steps, transfers) or error, per size for slow solvers
-    fixed: dict[str, tuple[Simulator | None, float | None, str | None]] = {}
+    # name -> (simulator of its Program, synthesis seconds, error); per size for slow solvers
+    fixed: dict[str, tuple[Any, float | None, str | None]] = {}
 
-    def build(name: str, size: float | None) -> tuple[Simulator | None, float | None, str | None]:
+    def build(name: str, size: float | None) -> tuple[Any, float | None, str | None]:
         info = SOLVERS[name]
         if kind not in info.kinds:
             return None, None, f"does not implement {kind}"
@@ -187,8 +188,8 @@ def compare(
             result = synthesize(Problem(topology, collective, request))
         except CclError as exc:
             return None, None, exc.message
-        assert result.algorithm is not None
-        return Simulator(result.algorithm), time.perf_counter() - start, None
+        lowered = program(result, channels=channels, fuse=fuse, check=False)
+        return Simulator(lowered), time.perf_counter() - start, None
 
     for name in names:
         if SOLVERS[name].template:
@@ -203,9 +204,11 @@ def compare(
                 rows.append(Row(name, "schedule", None, error=error))
                 continue
             say(f"simulating {name} at {format_bytes(size)}...")
-            rep = sim.run(size, mode=mode, slices=slices, baselines=False).report
-            alg = sim.algorithm
-            rows.append(Row(name, "schedule", rep.time_us, alg.n_steps, len(alg.transfers), seconds,
+            rep = sim.run(size, mode=mode, slices=slices).report
+            rep = rep.with_bound(bounds.bound_us, bounds.latency_us, bounds.bandwidth_us, bounds.binding,
+                                 bounds.method)
+            prog = sim.program
+            rows.append(Row(name, "schedule", rep.time_us, prog.steps, prog.n_messages, seconds,
                             f"{rep.bound_ratio:.3f}x bound", report=rep))
         for b in baselines(kind, topology, size, bounds.bound_us):
             rows.append(Row(b.name, "model", b.time_us, detail=b.detail))

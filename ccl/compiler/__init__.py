@@ -1,0 +1,49 @@
+"""The driver: the pipeline as functions, tying the core to the other packages.
+
+    parse -> problem -> synthesize (and verify) -> program (lower and verify) -> backends
+
+``stages`` holds the stages, ``timing`` the simulator with the bound and NCCL's models added
+(and the cost judge solvers receive), ``compare`` every solver side by side, ``runtimes`` the
+torch backend. This package and ``ccl.cli`` are the only parts of ``ccl`` that import
+``topologies``, ``solvers``, ``dsl`` and ``backends``, and they do so inside functions so
+``import ccl`` stays cheap.
+"""
+
+from __future__ import annotations
+
+from .compare import Comparison, Row, compare, solver_names
+from .runtimes import executor, run_local, runnable, torch_script
+from .stages import (
+    describe,
+    load_sketch,
+    load_topology,
+    make_collective,
+    parse,
+    problem_from_options,
+    program,
+    synthesize,
+)
+from .timing import SimulationJudge, complete, simulate, simulation
+
+__all__ = [
+    "Comparison",
+    "Row",
+    "SimulationJudge",
+    "compare",
+    "complete",
+    "describe",
+    "executor",
+    "load_sketch",
+    "load_topology",
+    "make_collective",
+    "parse",
+    "problem_from_options",
+    "program",
+    "run_local",
+    "runnable",
+    "simulate",
+    "simulation",
+    "solver_names",
+    "synthesize",
+    "torch_script",
+]

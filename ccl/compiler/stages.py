@@ -1,0 +1,156 @@
+"""The pipeline's stages, each a function from values to values:
+
+    FILE.ccl --parse--> AST --describe--> requests (Problems), topologies, hand-written algorithms
+    names and options --problem_from_options--> Problem
+    Problem --synthesize--> SynthesisResult (solver, then ccl.verify: nothing unverified leaves)
+    Algorithm --program--> Program (ccl.lower, then ccl.verify_program)
+
+``timing`` (simulate, compare's rows), ``compare`` and ``runtimes`` (torch) take it from there.
+Other packages are imported inside the functions, so ``import ccl`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from typing import Any
+
+from ..algorithm import Algorithm
+from ..collective import Collective, builtin
+from ..errors import InputError, SolverTimeout
+from ..judge import CostJudge
+from ..lower import lower
+from ..problem import Problem, Request, Sketch, SynthesisResult
+from ..program import Program
+from ..serialize import read_json, topology_from_json
+from ..topology import Topology
+from ..verify import verify
+from ..verify_program import verify_program
+
+
+def load_topology(spec: str | Topology) -> Topology:
+    """A topology from a library spec (``ring:8``, ``dgx1``, ``ndv2:2``), a topology JSON file,
+    or a description file: ``FILE.ccl``, ``FILE.ccl:NAME``, ``FILE.ccl:NAME:ARGS`` or
+    ``FILE.ccl:NAME(ARGS)`` (see ``dsl.topology_ref``)."""
+    if isinstance(spec, Topology):
+        return spec
+    if re.search(r"\.ccl(:|$)", spec):
+        import dsl
+
+        return dsl.load_topology(spec)
+    if spec.endswith(".json") or (os.path.sep in spec and ":" not in spec) or os.path.isfile(spec):
+        if not os.path.exists(spec):
+            raise InputError(f"{spec}: no such file")
+        data = read_json(spec)
+        if isinstance(data, dict) and data.get("format") in ("ccl-topology", "ccl-algorithm"):
+            data = data["topology"]
+        try:
+            return topology_from_json(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"{spec}: malformed topology file: {exc}") from None
+    import topologies
+
+    return topologies.build(spec)
+
+
+def load_sketch(path: str) -> Sketch:
+    """A sketch from a JSON file: {"relays": [..], "internode": [[a, b], ..], "switch_policy":
+    "fewest"|"most", "symmetry": [k, ..], "chunk_partition": k}, every field optional."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: a sketch is a JSON object")
+    known = {"relays", "internode", "switch_policy", "symmetry", "chunk_partition"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise InputError(f"{path}: unknown sketch field {unknown[0]!r} (known: {', '.join(sorted(known))})")
+    try:
+        return Sketch(
+            relays=None if data.get("relays") is None else tuple(data["relays"]),
+            internode=None if data.get("internode") is None else tuple(tuple(p) for p in data["internode"]),
+            switch_policy=data.get("switch_policy", "fewest"),
+            symmetry=tuple(data.get("symmetry", ())),
+            chunk_partition=data.get("chunk_partition"),
+        )
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{path}: malformed sketch: {exc}") from None
+    except InputError as exc:
+        raise InputError(f"{path}: {exc.message}") from None
+
+
+def make_collective(kind: str, n_ranks: int, root: int | None = None) -> Collective:
+    return builtin(kind, n_ranks, root)
+
+
+def problem_from_options(
+    topology: str | Topology,
+    collective: str,
+    *,
+    root: int | None = None,
+    solver: str = "ring",
+    chunks: int = 1,
+    **request: Any,
+) -> Problem:
+    """The problem stage from names: a topology spec (or Topology), a collective name and the
+    Request's fields."""
+    topo = load_topology(topology)
+    coll = make_collective(collective, topo.n_ranks, root)
+    return Problem(topo, coll, Request(solver=solver, chunks=chunks, **request))
+
+
+def parse(path: str) -> Any:
+    """The AST stage: a description file's syntax tree (``dsl.ast.File``), every node with its
+    source span."""
+    import dsl
+
+    return dsl.parse_file(path)
+
+
+def describe(path: str) -> Any:
+    """A description file lowered: its topologies, collectives, requests (each a named
+    Problem) and hand-written algorithms (``dsl.Module``)."""
+    import dsl
+
+    return dsl.load(path)
+
+
+def synthesize(problem: Problem, *, judge: CostJudge | None = None) -> SynthesisResult:
+    """The algorithm stage: run the problem's solver and verify what it returns. Cost-aware
+    solvers get ``judge`` (default: the simulator timing the lowered Program, see
+    ``timing.SimulationJudge``). A schedule that fails verification raises
+    VerificationError: nothing unverified leaves this function."""
+    import solvers
+
+    if judge is None:
+        from .timing import SimulationJudge
+
+        judge = SimulationJudge()
+    start = time.perf_counter()
+    status, gap = "ok", None
+    try:
+        outcome = solvers.solve(problem, judge=judge)
+        algorithm, details = outcome.algorithm, outcome.details
+    except SolverTimeout as exc:
+        if not isinstance(exc.best, Algorithm):
+            raise
+        algorithm, status, gap, details = exc.best, "timeout", exc.gap, exc.details
+    seconds = time.perf_counter() - start
+    checked = verify(algorithm)
+    return SynthesisResult(algorithm, status, seconds, gap, checked, details)
+
+
+def program(schedule: Algorithm | SynthesisResult | Program, *, channels: int = 1, fuse: bool = True,
+            check: bool = True) -> Program:
+    """The program stage: ``ccl.lower`` with its options (``channels``, ``fuse``), then, with
+    ``check``, ``ccl.verify_program``. A Program passes through (verified with ``check``). The
+    algorithm must have passed ``ccl.verify`` (``synthesize`` and the loaders see to that)."""
+    value = schedule.algorithm if isinstance(schedule, SynthesisResult) else schedule
+    if isinstance(value, Program):
+        out = value
+    elif isinstance(value, Algorithm):
+        out = lower(value, channels=channels, fuse=fuse)
+    else:
+        raise InputError(f"expected an Algorithm, a SynthesisResult or a Program, got {type(value).__name__}")
+    if check:
+        verify_program(out)
+    return out

@@ -1,0 +1,79 @@
+"""Timing a schedule: the simulator (``backends.sim``, physics only) on the lowered Program,
+completed with what the driver knows: the lower bound (``solvers.bounds``), NCCL's cost models
+(``backends.sim.nccl``) and the synthesis figures. Also the cost judge solvers receive.
+
+The Program is lowered with the options given (``channels``, ``fuse``) and is not run through
+``ccl.verify_program`` first: the algorithm was verified, the lowering is checked against the
+Program verifier by the tests, and a Program that cannot run to the end stops the simulator
+with an error (a stall) rather than a time. Runtimes, which execute Programs, verify them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..algorithm import Algorithm
+from ..problem import SynthesisResult
+from ..program import Program
+from ..report import Report
+from ..units import parse_size
+from .stages import program as program_stage
+
+
+class SimulationJudge:
+    """The cost judge (``ccl.judge.CostJudge``) the driver gives solvers: the simulator's time
+    of the lowered Program (default physics, no bound, no baselines)."""
+
+    def __init__(self, *, channels: int = 1, fuse: bool = True) -> None:
+        self.channels = channels
+        self.fuse = fuse
+
+    def time_us(self, algorithm: Algorithm, size: float) -> float:
+        from backends.sim import simulate
+
+        program = program_stage(algorithm, channels=self.channels, fuse=self.fuse, check=False)
+        return simulate(program, size).time_us
+
+
+def size_in_bytes(size: int | float | str) -> float:
+    return parse_size(size) if isinstance(size, str) else size
+
+
+def simulation(schedule: Algorithm | SynthesisResult | Program, size: int | float | str, *, channels: int = 1,
+               fuse: bool = True, bound: bool = True, baselines: bool = True, **options: Any) -> Any:
+    """Lower (unless given a Program) and simulate one call of ``size`` bytes; returns the
+    ``backends.sim.Simulation`` (timings for traces and plots) whose report carries the lower
+    bound, NCCL's models and, for a SynthesisResult, the synthesis figures. ``options``: the
+    simulator's (``mode``, ``slices``, ``in_place``, ``overlap_latency``, ``local_bandwidth``)."""
+    from backends.sim import run
+
+    nbytes = size_in_bytes(size)
+    program = program_stage(schedule, channels=channels, fuse=fuse, check=False)
+    sim = run(program, nbytes, **options)
+    sim.report = complete(sim.report, program, nbytes, schedule, bound=bound, baselines=baselines)
+    return sim
+
+
+def simulate(schedule: Algorithm | SynthesisResult | Program, size: int | float | str, **options: Any) -> Report:
+    """``simulation(...).report``: time, busbw, the lower bound and NCCL's models."""
+    return simulation(schedule, size, **options).report
+
+
+def complete(report: Report, program: Program, size: float, schedule: Any = None, *, bound: bool = True,
+             baselines: bool = True) -> Report:
+    """The simulator's report with the bound, the NCCL baselines and the synthesis figures."""
+    topo, coll = program.topology, program.collective
+    bound_us = 0.0
+    if bound:
+        from solvers.bounds import lower_bound
+
+        b = lower_bound(topo, coll, size)
+        report = report.with_bound(b.bound_us, b.latency_us, b.bandwidth_us, b.binding, b.method)
+        bound_us = report.bound_us
+    if baselines and coll.kind != "custom":
+        from backends.sim.nccl import baselines as nccl_baselines
+
+        report = report.with_baselines(tuple(nccl_baselines(coll.kind, topo, size, bound_us)))
+    if isinstance(schedule, SynthesisResult):
+        report = report.with_synthesis(schedule.seconds, schedule.status, schedule.gap)
+    return report
