@@ -38,7 +38,6 @@ BUILTIN_KINDS = (
     "scatter",
 )
 ROOTED_KINDS = ("broadcast", "reduce", "gather", "scatter")
-REDUCING_KINDS = ("reducescatter", "allreduce", "reduce")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ Two views of the same hardware:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -330,12 +330,3 @@ class Topology:
         from .serialize import topology_to_json
 
         return topology_to_json(self)
-
-
-def bidirectional(pairs: Iterable[tuple[int, int]], bandwidth: float, latency: float, lanes: int = 1) -> list[Link]:
-    """Links both ways for every pair."""
-    out = []
-    for a, b in pairs:
-        out.append(Link(a, b, bandwidth, latency, lanes))
-        out.append(Link(b, a, bandwidth, latency, lanes))
-    return out

@@ -19,9 +19,6 @@ from ccl.errors import DslError, Span
 from . import ast
 from .syntax_errors import describe_syntax_error
 
-OPENERS = {"(": ")", "[": "]"}
-CLOSERS = {")", "]"}
-
 
 class _Newlines:
     """Drops newline tokens inside ( ) and [ ] and after a comma, so lists, argument lists and
