@@ -157,7 +157,7 @@ class Evaluator:
         self.steps_left = max_steps
         self.depth = 0
         self.current = Span("<input>", 1, 1)  # the statement running (for errors without a node)
-        self.literals: dict[int, Any] = {}
+        self.literals: dict[tuple[str, str | None], Any] = {}
         self._expr: dict[type, Callable[[Any, Scope], Any]] = {
             ast.Number: self._number, ast.String: self._string, ast.Name: self._name, ast.Bool: self._bool,
             ast.ListExpr: self._list, ast.TupleExpr: self._list, ast.Comprehension: self._comprehension,
@@ -180,7 +180,7 @@ class Evaluator:
         return self._expr[type(node)](node, scope)
 
     def _number(self, node: ast.Number, scope: Scope) -> Any:
-        key = id(node)
+        key = (node.text, node.unit)  # the value depends on these alone (never key on id(): nodes die)
         value = self.literals.get(key)
         if value is None:
             value = self.literals[key] = literal(node.text, node.unit)

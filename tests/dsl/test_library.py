@@ -13,6 +13,7 @@ import dsl
 import topologies as T
 from ccl.errors import DslError, InputError
 from dsl.printer import format_topology
+from dsl.values import Quantity
 
 from .conftest import GOLDEN, ROOT, check_golden
 
@@ -208,3 +209,12 @@ def test_multinode_of_a_ring_with_a_shared_nic():
 def test_library_errors_name_the_bad_value(spec, needle):
     with pytest.raises((DslError, InputError), match=needle):
         dsl.load_topology(str(LIB / spec.split(":", 1)[0]) + ":" + spec.split(":", 1)[1])
+
+
+def test_literals_of_dead_expressions_are_not_reused():
+    """Expressions parsed at run time (spec arguments, Module.evaluate) die after use; a literal
+    cache once keyed by id(node) handed a later one a dead node's value (``3`` for ``2 us``)."""
+    module = dsl.load(f"{LIB}/basic.ccl")
+    for k in range(300):
+        value = module.evaluate(f"[{k}, {k + 0.5} us, {k} GB/s]")
+        assert value == (k, Quantity(k + 0.5, (0, 1)), Quantity(k, (1, -1)))
