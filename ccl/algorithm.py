@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
+from operator import itemgetter
 from typing import NamedTuple
 
 from .collective import Collective
@@ -109,7 +110,7 @@ class Algorithm:
     @cached_property
     def n_steps(self) -> int:
         """Steps of the schedule: one past the last used step, or the length of ``rounds``."""
-        used = 1 + max((t.step for t in self.transfers), default=-1)
+        used = 1 + max(map(itemgetter(0), self.transfers), default=-1)
         return max(used, len(self.rounds)) if self.rounds is not None else used
 
     @property

@@ -38,12 +38,13 @@ seconds); only steps whose local ops can conflict with each other are ordered in
 
 from __future__ import annotations
 
+import gc
 from typing import TYPE_CHECKING
 
 from .algorithm import Algorithm
 from .collective import Collective
 from .errors import CollectiveError
-from .lower_ranks import Runs, assemble
+from .lower_ranks import Assembly, Runs
 from .lower_slots import Moves, unit_moves
 from .program import Program
 from .topology import Topology
@@ -60,18 +61,33 @@ def lower(algorithm: Algorithm, *, channels: int = 1, fuse: bool = True) -> Prog
     between the same places become one message."""
     if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
         raise CollectiveError(f"channels must be a positive integer, got {channels!r}")
+    enabled = gc.isenabled()
+    gc.disable()  # the schedule may hold millions of objects: a full collection only costs time here
+    try:
+        return _lower(algorithm, channels, fuse)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _lower(algorithm: Algorithm, channels: int, fuse: bool) -> Program:
     coll = algorithm.collective
     _check_size_classes(coll)
     moves = unit_moves(algorithm)
     runs = _fuse(moves, fuse, algorithm.topology)
+    scratch, prologue = moves.scratch, moves.prologue
+    del moves  # programs reach millions of ops: keep only what the next stage needs
     _tag(runs, coll.n_ranks, channels)
-    table, scratch = assemble(coll, moves.scratch, moves.prologue, runs)
+    assembly = Assembly(coll, scratch, prologue, runs)
+    del runs
+    table, scratch = assembly.build()
     return Program(
         name=algorithm.name,
         collective=coll,
         topology=algorithm.topology,
         ops=table,
-        scratch=tuple(tuple(0 if c is None else c for c in row) for row in scratch),
+        scratch=tuple(tuple(row) if None not in row else tuple(0 if c is None else c for c in row)
+                      for row in scratch),
         channels=channels,
         solver=algorithm.solver,
         steps=algorithm.n_steps,
@@ -81,30 +97,38 @@ def lower(algorithm: Algorithm, *, channels: int = 1, fuse: bool = True) -> Prog
 def _check_size_classes(coll: Collective) -> None:
     """Every chunk starts in slots of one size class, and every output slot needs chunks of
     its own class: otherwise no memory layout can hold the pieces."""
+    from itertools import chain
+
+    import numpy as np
+
     k = coll.chunk_factor
     if k == 1:
         return
-    cls: dict[int, int] = {}
-    for r, slots in enumerate(coll.inputs):
-        for i, c in enumerate(slots):
-            if cls.setdefault(c, i % k) != i % k:
-                raise CollectiveError(f"collective {coll.name!r}: chunk {c} starts in slots of different "
-                                      f"piece sizes (rank {r} input[{i}])")
+    lengths = np.array([len(x) for x in coll.inputs], dtype=np.int64)
+    chunk = np.fromiter(chain.from_iterable(coll.inputs), dtype=np.int64, count=int(lengths.sum()))
+    slot = np.arange(len(chunk), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    cls = np.full(int(chunk.max(initial=-1)) + 1, -1, dtype=np.int64)
+    cls[chunk] = slot % k
+    bad = np.flatnonzero(cls[chunk] != slot % k)
+    if len(bad):
+        at = int(bad[0])
+        r = int(np.searchsorted(np.cumsum(lengths), at, side="right"))
+        raise CollectiveError(f"collective {coll.name!r}: chunk {int(chunk[at])} starts in slots of different "
+                              f"piece sizes (rank {r} input[{int(slot[at])}])")
     rows: set[tuple[frozenset[int], ...]] = set()  # ranks often need the same sets: check each row once
-    checked: set[tuple[int, int]] = set()
+    classes: dict[int, frozenset[int]] = {}  # id of a required set -> the classes of its chunks
     for r, slots in enumerate(coll.outputs):
         if slots in rows:
             continue
         rows.add(slots)
         for j, need in enumerate(slots):
-            key = (id(need), j % k)
-            if key in checked:
-                continue
-            checked.add(key)
-            bad = sorted(c for c in need if cls[c] != j % k)
-            if bad:
+            have = classes.get(id(need))
+            if have is None:
+                have = classes[id(need)] = frozenset(cls[np.fromiter(need, dtype=np.int64, count=len(need))].tolist())
+            if have != {j % k}:
+                wrong = sorted(c for c in need if cls[c] != j % k)
                 raise CollectiveError(f"collective {coll.name!r}: rank {r} output[{j}] holds piece {j % k} "
-                                      f"of a base slot but needs chunk {bad[0]}, a piece {cls[bad[0]]}")
+                                      f"of a base slot but needs chunk {wrong[0]}, a piece {int(cls[wrong[0]])}")
 
 
 def _fuse(mv: Moves, fuse: bool, topology: Topology) -> Runs:
@@ -114,27 +138,43 @@ def _fuse(mv: Moves, fuse: bool, topology: Topology) -> Runs:
     import numpy as np
 
     if fuse:
-        order = np.lexsort((mv.dst_index, mv.src_index, mv.reduce, mv.dst_buf, mv.src_buf, mv.dst, mv.src, mv.step))
+        order = _move_order(mv, topology.n_ranks)
         group = _lane_groups(mv.step[order], mv.src[order], mv.dst[order], topology)
     else:
         order = np.lexsort((mv.dst_index, mv.src_index, mv.transfer, mv.reduce, mv.dst_buf, mv.src_buf, mv.dst,
                             mv.src, mv.step))
         group = mv.transfer[order]
-    step, src, dst = mv.step[order], mv.src[order], mv.dst[order]
-    cols = [step, src, dst, mv.src_buf[order], mv.dst_buf[order], mv.reduce[order], group]
-    si, di = mv.src_index[order], mv.dst_index[order]
     start = np.ones(len(order), dtype=bool)
-    if len(order):
+    if len(order):  # a run starts where any key changes or a slot does not follow the previous one
         same = np.ones(len(order) - 1, dtype=bool)
-        for a in cols:
-            same &= a[1:] == a[:-1]
-        same &= (si[1:] == si[:-1] + 1) & (di[1:] == di[:-1] + 1)
+        for column, step in ((group, 0), (mv.step, 0), (mv.src, 0), (mv.dst, 0), (mv.src_buf, 0),
+                             (mv.dst_buf, 0), (mv.reduce, 0), (mv.src_index, 1), (mv.dst_index, 1)):
+            a = column if column is group else column[order]
+            same &= (a[1:] - a[:-1] == step) if step else (a[1:] == a[:-1])
+            del a
         start[1:] = ~same
     first = np.flatnonzero(start)
     count = np.diff(np.append(first, len(order)))
-    step, src, dst, sbuf, dbuf, reduce, _ = (a[first] for a in cols)
-    return Runs(step=step, src=src, src_buf=sbuf, src_index=si[first], dst=dst, dst_buf=dbuf,
-                dst_index=di[first], count=count, reduce=reduce)
+    at = order[first]
+    return Runs(step=mv.step[at], src=mv.src[at], src_buf=mv.src_buf[at], src_index=mv.src_index[at], dst=mv.dst[at],
+                dst_buf=mv.dst_buf[at], dst_index=mv.dst_index[at], count=count, reduce=mv.reduce[at])
+
+
+def _move_order(mv: Moves, n: int) -> np.ndarray:
+    """The moves sorted by (step, src, dst, src buffer, dst buffer, op, src slot, dst slot):
+    two stable sorts of combined keys where they fit in 63 bits, a lexsort otherwise."""
+    import numpy as np
+
+    if not len(mv.step):
+        return np.zeros(0, dtype=np.int64)
+    span = int(max(mv.src_index.max(), mv.dst_index.max())) + 1
+    steps = int(mv.step.max()) + 1
+    if steps * n * n < 2**62 and 18 * span * span < 2**62:
+        low = (((mv.src_buf * 3 + mv.dst_buf) * 2 + mv.reduce) * span + mv.src_index) * span + mv.dst_index
+        order = np.argsort(low, kind="stable")
+        high = (mv.step[order] * n + mv.src[order]) * n + mv.dst[order]
+        return order[np.argsort(high, kind="stable")]
+    return np.lexsort((mv.dst_index, mv.src_index, mv.reduce, mv.dst_buf, mv.src_buf, mv.dst, mv.src, mv.step))
 
 
 def _lane_groups(step: np.ndarray, src: np.ndarray, dst: np.ndarray, topology: Topology) -> np.ndarray:

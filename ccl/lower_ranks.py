@@ -49,12 +49,6 @@ class Runs:
         return len(self.step)
 
 
-def assemble(coll: Collective, scratch: list[list[int | None]], prologue: np.ndarray,
-             runs: Runs) -> tuple[OpTable, list[list[int | None]]]:
-    """The op table and the scratch size classes (staging appended, unused slots dropped)."""
-    return _Assembly(coll, scratch, prologue, runs).build()
-
-
 def _expand(count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For items of ``count`` slots each: the item of every unit and its offset in the item."""
     import numpy as np
@@ -64,7 +58,11 @@ def _expand(count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return which, off
 
 
-class _Assembly:
+class Assembly:
+    """Builds the op table from the runs: ``build()`` returns the table and the scratch size
+    classes (staging appended, unused slots dropped). It holds the runs until every op is a row,
+    then lets them go: the caller should keep no other reference."""
+
     def __init__(self, coll: Collective, scratch: list[list[int | None]], prologue: np.ndarray, runs: Runs) -> None:
         import numpy as np
 
@@ -140,6 +138,8 @@ class _Assembly:
         self._emit_messages(np.flatnonzero(net), stage_of, big)
         self._emit_applies(uses, stage_of, big, groups.keys)
         self._emit_groups(groups, stage_of, base[len(uses):])
+        del use, uses, staged, stage_of, base, net, runs
+        self.runs = None  # every op is a row now
         return self._finish()
 
     def _staged(self, net: np.ndarray) -> np.ndarray:
@@ -363,23 +363,48 @@ class _Assembly:
                                        (np.flatnonzero(kind >= COPY), "src_buf", "src_index", 0),
                                        (np.flatnonzero(kind == REDUCE), "buf", "index", 0),
                                        (np.flatnonzero(kind != SEND), "buf", "index", 1)):
-            which, off = _expand(cols["count"][ids].astype(np.int64))
-            at = ids[which]
-            slot = canon[base[rank[at] * 3 + cols[buf][at]] + cols[index][at] + off]
-            keys.append((slot * n_ops + at) * 2 + write)
-        key = np.sort(np.concatenate(keys))
+            counts = cols["count"][ids]
+            if np.all(counts == 1):
+                at, off = ids, 0
+            else:
+                which, off = _expand(counts.astype(np.int64))
+                at = ids[which]
+            where = rank[at] * 3
+            where += cols[buf][at]
+            slot = base[where]
+            slot += cols[index][at]
+            slot += off
+            key = canon[slot]
+            del where, slot
+            key *= n_ops
+            key += at
+            key *= 2
+            key += write
+            keys.append(key)
+        key = np.concatenate(keys)
         del keys
+        key.sort()
         write = (key & 1).astype(bool)
-        op = (key >> 1) % n_ops
-        slot = (key >> 1) // n_ops
+        key >>= 1
+        slot, op = np.divmod(key, n_ops)
         del key
+        op = op.astype(np.int32)
         m = len(slot)
-        pos = np.arange(m, dtype=np.int64)
-        slot_start = np.maximum.accumulate(np.where(np.r_[True, slot[1:] != slot[:-1]], pos, 0))
+        # position of the first access of each access's slot, and of the last write before it
+        first = np.empty(m, dtype=bool)
+        if m:
+            first[0] = True
+            np.not_equal(slot[1:], slot[:-1], out=first[1:])
         del slot
-        last_write = np.full(m, -1, dtype=np.int64)
+        slot_start = np.where(first, np.arange(m, dtype=np.int32), np.int32(0))
+        np.maximum.accumulate(slot_start, out=slot_start)
+        del first
+        last_write = np.full(m, -1, dtype=np.int32)
         if m > 1:
-            last_write[1:] = np.maximum.accumulate(np.where(write, pos, -1))[:-1]
+            marks = np.where(write, np.arange(m, dtype=np.int32), np.int32(-1))
+            np.maximum.accumulate(marks, out=marks)
+            last_write[1:] = marks[:-1]
+            del marks
         last_write[last_write < slot_start] = -1
         # a read waits for the last write of its slot
         reads = np.flatnonzero(~write & (last_write >= 0))
@@ -398,11 +423,17 @@ class _Assembly:
         alone = (last_write[w] >= 0) & ~read_by_others
         edges_u.append(op[last_write[w[alone]]])
         edges_v.append(op[w[alone]])
-        u, v = np.concatenate(edges_u), np.concatenate(edges_v)
+        del last_write, slot_start, op, write
+        u, v = np.concatenate(edges_u).astype(np.int64), np.concatenate(edges_v).astype(np.int64)
+        del edges_u, edges_v
         keep = u != v
-        edge = np.sort(v[keep] * n_ops + u[keep])  # by op, then dependency; duplicates adjacent
+        edge = v[keep]
+        edge *= n_ops
+        edge += u[keep]
+        del u, v, keep
+        edge.sort()  # by op, then dependency; duplicates adjacent
         edge = edge[np.r_[True, edge[1:] != edge[:-1]]] if len(edge) else edge
-        u, v = edge % n_ops, edge // n_ops
+        v, u = np.divmod(edge, n_ops)
         dep_ptr = np.zeros(n_ops + 1, dtype=np.int64)
         np.cumsum(np.bincount(v, minlength=n_ops), out=dep_ptr[1:])
         return dep_ptr, u - rank_ptr[rank[u]]
@@ -435,13 +466,21 @@ def _sort_rows(cols: dict[str, np.ndarray]) -> np.ndarray:
     it fits in 63 bits, a lexsort otherwise."""
     import numpy as np
 
-    rank, step, section, sub = (cols[k].astype(np.int64) for k in ("rank", "step", "section", "sub"))
+    rank, step, section, sub = (cols[k] for k in ("rank", "step", "section", "sub"))
     if not len(rank):
         return np.zeros(0, dtype=np.int64)
     n_steps = int(step.max()) + 2
     n_sub = int(sub.max()) + 1
-    if (int(rank.max()) + 1) * n_steps * 4 * n_sub < 2**62:
-        return np.argsort(((rank * n_steps + step + 1) * 4 + section) * n_sub + sub, kind="stable")
+    if (int(rank.max()) + 1) * n_steps * 4 * n_sub < 2**62:  # the keys are distinct: any sort will do
+        key = rank.astype(np.int64)
+        key *= n_steps
+        key += step
+        key += 1
+        key *= 4
+        key += section
+        key *= n_sub
+        key += sub
+        return np.argsort(key)
     return np.lexsort((sub, section, step, rank))
 
 

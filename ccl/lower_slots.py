@@ -83,18 +83,19 @@ def unit_moves(algorithm: Algorithm) -> Moves:
     k = coll.chunk_factor
     c = transfer_columns(algorithm)
     count = c["count"]
-    if np.all(count == 1):
+    if np.all(count == 1) and not np.any(c["step"][1:] < c["step"][:-1]):  # one move per transfer, in order
         tid = np.arange(len(count), dtype=np.int64)
-        off = np.zeros(len(count), dtype=np.int64)
+        step, src, sbuf, sidx = c["step"], c["src"], c["src_buf"], c["src_index"]
+        dst, dbuf, didx, reduce = c["dst"], c["dst_buf"], c["dst_index"], c["reduce"]
     else:
         tid = np.repeat(np.arange(len(count), dtype=np.int64), count)
         off = np.arange(len(tid), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
-    order = np.argsort(c["step"][tid], kind="stable")  # (step, transfer, slot) order
-    tid, off = tid[order], off[order]
-    step = c["step"][tid]
-    src, sbuf, sidx = c["src"][tid], c["src_buf"][tid], c["src_index"][tid] + off
-    dst, dbuf, didx = c["dst"][tid], c["dst_buf"][tid], c["dst_index"][tid] + off
-    reduce = c["reduce"][tid]
+        order = np.argsort(c["step"][tid], kind="stable")  # (step, transfer, slot) order
+        tid, off = tid[order], off[order]
+        step = c["step"][tid]
+        src, sbuf, sidx = c["src"][tid], c["src_buf"][tid], c["src_index"][tid] + off
+        dst, dbuf, didx = c["dst"][tid], c["dst_buf"][tid], c["dst_index"][tid] + off
+        reduce = c["reduce"][tid]
 
     # Scratch slots of the algorithm, per rank.
     alg_scratch = np.zeros(n, dtype=np.int64)

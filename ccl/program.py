@@ -311,11 +311,12 @@ class Program:
         if isinstance(self.channels, bool) or not isinstance(self.channels, int) or self.channels < 1:
             raise CollectiveError(f"{where}: channels must be a positive integer, got {self.channels!r}")
         k = self.collective.chunk_factor
-        for r in range(n):
-            for x, cls in enumerate(scratch[r]):
-                if isinstance(cls, bool) or not isinstance(cls, int) or not 0 <= cls < k:
-                    raise CollectiveError(f"{where}: rank {r} scratch slot {x} has size class {cls!r}, "
-                                          f"not in 0..{k - 1}")
+        flat = [c for row in scratch for c in row]
+        if set(map(type, flat)) - {int} or (flat and not 0 <= min(flat) <= max(flat) < k):
+            r, x = next((r, x) for r, row in enumerate(scratch) for x, c in enumerate(row)
+                        if type(c) is not int or not 0 <= c < k)
+            raise CollectiveError(f"{where}: rank {r} scratch slot {x} has size class {scratch[r][x]!r}, "
+                                  f"not in 0..{k - 1}")
         bad = _first_bad_op(self)
         if bad is not None:
             r, i = bad

@@ -110,7 +110,7 @@ class LinkUsage:
 
 @dataclass(frozen=True)
 class RankUsage:
-    """What one rank sent and received over links, and when its last write landed."""
+    """What one rank sent and received over links, and when its last op completed."""
 
     rank: int
     bytes_sent: float

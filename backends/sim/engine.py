@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from collections import deque
 from dataclasses import dataclass
 
@@ -38,7 +39,7 @@ import numpy as np
 
 from ccl.errors import BackendError
 
-from .graph import ProgramGraph
+from .graph import ProgramGraph, as_array
 
 INF = math.inf
 _EPS = 1e-12
@@ -60,13 +61,13 @@ class Engine:
     ``done``, and per message instance (q = message * slices + j) ``start``, ``sent``,
     ``landed`` and ``lane``. Slice j of an op depends on slice j of its dependencies only."""
 
-    def __init__(self, graph: ProgramGraph, msg_resource: list[int], msg_bytes: list[float],
+    def __init__(self, graph: ProgramGraph, msg_resource: np.ndarray, msg_bytes: np.ndarray,
                  resources: list[Resource], limit_caps: list[float], *, slices: int, overlap_latency: bool,
                  local_rate: float | None, op_bytes: list[float], rank_start: list[float]) -> None:
         self.g = graph
         self.m = slices
-        self.res_of = msg_resource
-        self.msg_bytes = msg_bytes  # per message (a slice carries msg_bytes / slices)
+        self.msg_resource = msg_resource
+        self.msg_bytes = msg_bytes  # per message, numpy (a slice carries msg_bytes / slices)
         self.resources = resources
         self.limit_caps = limit_caps
         self.overlap = overlap_latency
@@ -74,26 +75,22 @@ class Engine:
         self.op_bytes = op_bytes  # per op (a slice: / slices)
         self.rank_start = rank_start
         m = slices
-        n_ops, n_msg = graph.n_ops, graph.n_messages
-        self.issue = [INF] * (n_ops * m)
-        self.done = [INF] * (n_ops * m)
-        self.start = [INF] * (n_msg * m)
-        self.sent = [INF] * (n_msg * m)
-        self.landed = [INF] * (n_msg * m)
-        self.lane = [0] * (n_msg * m)
+        n_msg = graph.n_messages
+        self.issue: list[float] | np.ndarray = []  # per op instance, filled by the loops
+        self.done: list[float] | np.ndarray = []
+        self.start: list[float] | array = [INF] * (n_msg * m)
+        self.sent: list[float] | array = [INF] * (n_msg * m)
+        self.landed: list[float] | np.ndarray = []  # the general loop fills it; the fast one derives it
+        self.lane: list[int] | array = [0] * (n_msg * m)
         self.fluid = any(r.limits for r in resources)
-        svc, post = [], []
-        for r, b in zip(msg_resource, msg_bytes):
-            res = resources[r]
-            data = b / m / res.rate
-            svc.append(data if overlap_latency else data + res.latency)
-            post.append(res.latency if overlap_latency else 0.0)
-        self.svc, self.post = svc, post
+        res = np.asarray(msg_resource, dtype=np.int64)
+        rate = np.array([r.rate for r in resources] + [1.0])[res]
+        self.latency = np.array([r.latency for r in resources] + [0.0])[res]  # per message
+        data = np.asarray(msg_bytes, dtype=float) / m / rate
+        self.svc_array = data if overlap_latency else data + self.latency  # lane time per message
         self.lane_free = [[0.0] * res.lanes for res in resources]
-        self.remaining = list(graph.remaining) if m == 1 else [x for x in graph.remaining for _ in range(m)]
-        self.dep_ready = [0.0] * (n_ops * m)
-        self.posted = bytearray(n_msg * m)
-        self.post_time = [0.0] * (n_msg * m)
+        self.op_times_known = False
+        self._phases: tuple[np.ndarray, np.ndarray, float] | None = None
 
     @property
     def uses_fast_loop(self) -> bool:
@@ -102,129 +99,194 @@ class Engine:
     # ------------------------------------------------------------------ entry points
     def run(self, mode: str) -> None:
         """``dependency``: every op as soon as it is ready; ``step``: a barrier between steps."""
-        g, m = self.g, self.m
-        start = self.rank_start
-        ready_now = [(p * m + j, start[g.op_rank[p]]) for p in range(g.n_ops) if not g.remaining[p]
-                     for j in range(m)]
-        loop = self._fast if self.uses_fast_loop else self._general
-        if mode == "dependency":
-            loop(ready_now, None)
+        if self.uses_fast_loop:
+            self._fast(mode)
         else:
-            steps = np.unique(g.op_step).tolist()
-            pending: dict[int, list[int]] = {}
-            for v, _ in ready_now:
-                pending.setdefault(g.op_step[v // m], []).append(v)
-            t = max(start, default=0.0)
-            for s in steps:
-                t = max(t, loop([(v, t) for v in pending.pop(s, [])], (s, pending)))
+            self._general_run(mode)
         self._check_finished()
 
     def _check_finished(self) -> None:
         g, m = self.g, self.m
         table = g.program.ops
-        stuck = [v for v, t in enumerate(self.done) if t == INF]
-        if stuck:
-            p = stuck[0] // m
-            r = g.op_rank[p]
+        if self.op_times_known:
+            stuck = np.flatnonzero(~np.isfinite(np.asarray(self.done, dtype=float))) // m
+        else:  # a message that never moved: its send is the op that never completed
+            stuck = g.msg_send[np.flatnonzero(~np.isfinite(np.asarray(self.sent, dtype=float))) // m]
+        if len(stuck):
+            p = int(stuck[0])
+            r = int(g.op_rank[p])
             i = int(g.row[p] - table.rank_ptr[r])
             raise BackendError(f"simulation stalled: rank {r} op {i} ({table.rank_ops(r)[i].describe()}) never "
                                f"completed ({len(stuck)} op(s) in all); the program is not executable as given "
                                "(check it with ccl.verify_program)")
 
     # ------------------------------------------------------------------ fast loop
-    def _fast(self, ready: list[tuple[int, float]], barrier: tuple[int, dict[int, list[int]]] | None) -> float:
-        """Runs the ops in ``ready`` (instance, time) and all they lead to (in step mode: up to
-        the barrier's step; later ones wait in its pending lists). Returns the latest completion."""
+    def _fast(self, mode: str) -> None:
+        """The message graph (``ProgramGraph.message_lists``): a message instance is ready when
+        the completions it waits for are in and its ranks have started; instances are taken in
+        time order from one heap, and an instance's completions are applied as it takes its
+        lane. The ops' times follow from the messages' on demand (``op_times``)."""
         g, m = self.g, self.m
-        op_message, out_ptr, out_idx = g.op_message, g.out_ptr, g.out_idx
-        step = g.op_step.tolist() if barrier is not None else None
-        limit, pending = barrier if barrier is not None else (0, {})
-        msg_send, msg_recv = g.msg_send.tolist(), g.msg_recv.tolist()
-        rem, dep_ready, issue, done = self.remaining, self.dep_ready, self.issue, self.done
-        posted, post_time = self.posted, self.post_time
-        res_of, svc, post, lane_free = self.res_of, self.svc, self.post, self.lane_free
-        start, sent, landed, lane = self.start, self.sent, self.landed, self.lane
+        remaining, out_ptr, out_idx = g.message_lists(m)
+        rem = array("q", remaining)
+        starts = np.asarray(self.rank_start, dtype=float)
+        ready = as_array("d", np.repeat(np.maximum(starts[g.msg_src], starts[g.msg_dst]), m))
+        step = as_array("q", np.repeat(g.msg_step, m))
+        res_of = as_array("q", np.repeat(self.msg_resource, m))
+        svc = as_array("d", np.repeat(self.svc_array, m))
+        post = as_array("d", np.repeat(self.latency, m)) if self.overlap else None  # receive lands this after send
+        lane_free = self.lane_free
+        n_q = g.n_messages * m
+        start = self.start = as_array("d", np.full(n_q, INF))
+        sent = self.sent = as_array("d", np.full(n_q, INF))
+        lane = self.lane = as_array("q", np.zeros(n_q, dtype=np.int64))
         single = [len(x) == 1 for x in lane_free]
         free1 = [x[0] for x in lane_free]
         heap: list[tuple[float, int]] = []
         push, pop = heapq.heappush, heapq.heappop
-        latest = 0.0
-        stack: list[tuple[int, float]] = []  # local ops completing, (instance, time)
-
-        def begin(v: int, t: float) -> None:
-            """Issue op instance v at t: post it, or (a local op) complete it (``drain``)."""
-            issue[v] = t
-            p = v // m
-            msg = op_message[p]
-            if msg < 0:
-                stack.append((v, t))
-                return
-            q = msg * m + v - p * m
-            if post_time[q] < t:
-                post_time[q] = t
-            if posted[q]:
-                push(heap, (post_time[q], q))
-            else:
-                posted[q] = 1
-
-        def drain() -> None:
-            """Apply the completions on the stack, and those of the local ops they make ready."""
-            while stack:
-                v, t = stack.pop()
-                done[v] = t
-                p = v // m
-                j = v - p * m
-                for k in range(out_ptr[p], out_ptr[p + 1]):
+        stepped = mode == "step"
+        pending: dict[int, list[int]] = {}
+        if stepped:
+            barrier = max(self.rank_start, default=0.0)
+            phases = np.unique(g.msg_step).tolist() if g.n_messages else []
+            for q, r in enumerate(rem):
+                if not r:
+                    pending.setdefault(step[q], []).append(q)
+        else:
+            barrier, phases = 0.0, [None]
+            for q, r in enumerate(rem):
+                if not r:
+                    push(heap, (ready[q], q))
+        limit = -1
+        begins = []
+        for s in phases:
+            latest = barrier
+            begins.append(barrier)
+            if stepped:
+                limit = s
+                for q in pending.pop(s, []):
+                    if ready[q] < barrier:
+                        ready[q] = barrier
+                    push(heap, (ready[q], q))
+            while heap:
+                t, q = pop(heap)
+                r = res_of[q]
+                if single[r]:
+                    f = free1[r]
+                    b = t if t >= f else f
+                    e = b + svc[q]
+                    free1[r] = e
+                else:
+                    lanes = lane_free[r]
+                    k = min(range(len(lanes)), key=lanes.__getitem__)
+                    f = lanes[k]
+                    b = t if t >= f else f
+                    e = b + svc[q]
+                    lanes[k] = e
+                    lane[q] = k
+                start[q] = b
+                sent[q] = e
+                a = e if post is None else e + post[q]
+                if a > latest:
+                    latest = a
+                c = 2 * q
+                for k in range(out_ptr[c], out_ptr[c + 1]):  # waiting for the send
                     w = out_idx[k]
-                    vw = w * m + j
-                    rem[vw] -= 1
-                    if dep_ready[vw] < t:
-                        dep_ready[vw] = t
-                    if rem[vw] == 0:
-                        if step is not None and step[w] > limit:
-                            pending.setdefault(step[w], []).append(vw)
+                    rem[w] -= 1
+                    if ready[w] < e:
+                        ready[w] = e
+                    if rem[w] == 0:
+                        if stepped and step[w] > limit:
+                            pending.setdefault(step[w], []).append(w)
                         else:
-                            begin(vw, dep_ready[vw])
-
-        for v, t in ready:
-            begin(v, t)
-        drain()
-        while heap:
-            t, q = pop(heap)
-            msg = q // m
-            r = res_of[msg]
-            if single[r]:
-                f = free1[r]
-                s = t if t >= f else f
-                e = s + svc[msg]
-                free1[r] = e
-            else:
-                lanes = lane_free[r]
-                k = min(range(len(lanes)), key=lanes.__getitem__)
-                f = lanes[k]
-                s = t if t >= f else f
-                e = s + svc[msg]
-                lanes[k] = e
-                lane[q] = k
-            a = e + post[msg]
-            start[q], sent[q], landed[q] = s, e, a
-            if a > latest:
-                latest = a
-            j = q - msg * m
-            stack.append((msg_send[msg] * m + j, e))
-            stack.append((msg_recv[msg] * m + j, a))
-            drain()
+                            push(heap, (ready[w], w))
+                for k in range(out_ptr[c + 1], out_ptr[c + 2]):  # waiting for the receive
+                    w = out_idx[k]
+                    rem[w] -= 1
+                    if ready[w] < a:
+                        ready[w] = a
+                    if rem[w] == 0:
+                        if stepped and step[w] > limit:
+                            pending.setdefault(step[w], []).append(w)
+                        else:
+                            push(heap, (ready[w], w))
+            barrier = latest
         for r, one in enumerate(single):
             if one:
                 lane_free[r][0] = free1[r]
-        return max(latest, max((t for _, t in ready), default=0.0))
+        self.landed = np.asarray(sent, dtype=float)
+        if self.overlap:
+            self.landed = self.landed + np.repeat(self.latency, m)
+        self._phases = (np.array(phases, dtype=np.int64), np.array(begins), barrier) if stepped else None
+        self.op_times_known = False
+
+    def op_times(self) -> tuple[np.ndarray, np.ndarray]:
+        """(issue, done) of every op instance. The general loop records them; after the fast
+        one they follow from the messages' times: an op is ready when the sends and receives it
+        reaches through local ops have completed and its rank has started (in step mode: and
+        its step has begun); a send completes when its message has left, a receive when it has
+        landed, a local op when it is ready."""
+        if self.op_times_known:
+            return np.asarray(self.issue, dtype=float), np.asarray(self.done, dtype=float)
+        g, m = self.g, self.m
+        ready = np.repeat(np.asarray(self.rank_start, dtype=float)[g.op_rank][:, None], m, axis=1)
+        sent = np.asarray(self.sent, dtype=float).reshape(-1, m)
+        landed = np.asarray(self.landed, dtype=float).reshape(-1, m)
+        msg = g.op_message
+        network = msg >= 0
+        completion = np.zeros((g.n_ops, m))
+        completion[network] = np.where(g.is_recv[network][:, None], landed[msg[network]], sent[msg[network]])
+        src, dst = g.contracted()
+        if len(src):
+            np.maximum.at(ready, dst, completion[src])
+        if self._phases is not None:
+            steps, begins, final = self._phases
+            at = np.searchsorted(steps, g.op_step)  # the first message step >= the op's step
+            if len(steps):
+                begin = np.where(at < len(steps), begins[np.minimum(at, len(steps) - 1)], final)
+            else:
+                begin = np.full(g.n_ops, final)
+            ready = np.maximum(ready, begin[:, None])
+        self.issue = ready.ravel()
+        self.done = np.where(network[:, None], completion, ready).ravel()
+        self.op_times_known = True
+        return self.issue, self.done
 
     # ------------------------------------------------------------------ general loop
+    def _general_run(self, mode: str) -> None:
+        g, m = self.g, self.m
+        remaining, _, _ = g.op_lists()
+        self.remaining = list(remaining) if m == 1 else [x for x in remaining for _ in range(m)]
+        self.dep_ready = [0.0] * (g.n_ops * m)
+        self.posted = bytearray(g.n_messages * m)
+        self.post_time = [0.0] * (g.n_messages * m)
+        self.landed = [INF] * (g.n_messages * m)
+        self.msg_bytes = self.msg_bytes.tolist()
+        self.res_of = self.msg_resource.tolist()
+        self.svc = self.svc_array.tolist()
+        self.issue = [INF] * (g.n_ops * m)
+        self.done = [INF] * (g.n_ops * m)
+        self.op_times_known = True
+        start = self.rank_start
+        op_rank = g.op_rank.tolist()
+        ready_now = [(p * m + j, start[op_rank[p]]) for p in range(g.n_ops) if not remaining[p] for j in range(m)]
+        if mode == "dependency":
+            self._general(ready_now, None)
+            return
+        pending: dict[int, list[int]] = {}
+        op_step = g.op_step.tolist()
+        for v, _ in ready_now:
+            pending.setdefault(op_step[v // m], []).append(v)
+        t = max(start, default=0.0)
+        for s in np.unique(g.op_step).tolist():
+            t = max(t, self._general([(v, t) for v in pending.pop(s, [])], (s, pending)))
+
     def _general(self, ready: list[tuple[int, float]], barrier: tuple[int, dict[int, list[int]]] | None) -> float:
         """Every event in time order: completions, then local-op ends, fluid rate changes, lane
         releases and readiness at one instant (see module docstring)."""
         g, m = self.g, self.m
-        op_message, out_ptr, out_idx, op_rank = g.op_message, g.out_ptr, g.out_idx, g.op_rank
+        _, out_ptr, out_idx = g.op_lists()
+        op_message, op_rank = g.op_message.tolist(), g.op_rank.tolist()
         step = g.op_step.tolist() if barrier is not None else None
         limit, pending = barrier if barrier is not None else (0, {})
         msg_send, msg_recv = g.msg_send.tolist(), g.msg_recv.tolist()

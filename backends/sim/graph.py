@@ -4,20 +4,27 @@
   a on that channel are one message (``ccl.program``'s matching rule). A message moves
   ``count`` slots over the flattened link (a, b).
 * **Dependencies.** An op is issued once every op it depends on has completed (the Program's
-  execution model lets a runtime run each op as soon as it is ready): the loop counts them
-  (``remaining``) and issues the op when the last one completes (``out_ptr``/``out_idx``: the
-  ops waiting for each op).
+  execution model lets a runtime run each op as soon as it is ready). ``op_lists`` gives the
+  general loop, per op, how many ops it waits for and which ops wait for it.
+* **Contraction.** When local ops take no time, a local op completes the moment its last
+  dependency does, so every op really waits for the sends and receives it reaches through local
+  ops (``contracted``). ``message_lists`` gives the fast loop the graph of messages alone: a
+  message is ready when the sends and receives its two ops reach have completed (a send when
+  its message left, a receive when it landed); local ops' times follow afterwards, on demand
+  (they never end a rank: every dependency is of the op's own rank).
 
-Everything is flat Python lists (the loop reads them one element at a time) derived with numpy
-from the Program's columns. Ops and messages are numbered step by step (ops by (step, rank,
-position), messages by their sends), the order the loop meets them in: on programs of millions
-of ops that keeps the loop's memory accesses close together (rank-major numbers made it three
-times slower at 1,024 ranks).
+Everything the loops read is flat ``array.array`` or lists (one element at a time), derived with
+numpy from the Program's columns and built on first use. Ops and messages are numbered step by step (ops by
+(step, rank, position), messages by their sends), the order the loop meets them in: on programs
+of millions of ops that keeps the loop's memory accesses close together (rank-major numbers made
+it three times slower at 1,024 ranks).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from array import array
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -30,18 +37,19 @@ SEND, RECV, COPY, REDUCE = (KIND_CODE[k] for k in ("send", "recv", "copy", "redu
 @dataclass
 class ProgramGraph:
     """Ops are numbered in (step, rank, position) order: op i is row ``row[i]`` of the
-    Program's op table. Messages are numbered in the order of their sends."""
+    Program's op table; op ``dep_dst[k]`` waits for op ``dep_src[k]``. Messages are numbered in
+    the order of their sends."""
 
     program: Program
     n_ops: int
     row: np.ndarray
-    op_rank: list[int]
+    op_rank: np.ndarray
     op_step: np.ndarray
     count: np.ndarray
-    op_message: list[int]  # message of a send or receive, -1 for local ops
-    remaining: list[int]  # ops each op waits for
-    out_ptr: list[int]  # ops waiting for op i: out_idx[out_ptr[i]:out_ptr[i+1]]
-    out_idx: list[int]
+    op_message: np.ndarray  # message of a send or receive, -1 for local ops
+    is_recv: np.ndarray
+    dep_src: np.ndarray
+    dep_dst: np.ndarray
     n_messages: int
     msg_send: np.ndarray  # op of each message's send
     msg_recv: np.ndarray
@@ -49,6 +57,7 @@ class ProgramGraph:
     msg_dst: np.ndarray
     msg_count: np.ndarray
     msg_step: np.ndarray
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, program: Program) -> ProgramGraph:
@@ -56,22 +65,20 @@ class ProgramGraph:
         n_ops = len(t)
         n = program.n_ranks
         rank_row = t.rank_of()
-        step_row = t.step.astype(np.int64)
-        row = np.argsort(step_row, kind="stable")  # op id -> table row: rows are rank-major already
+        step_row = t.step
+        row = _stable_order(step_row)  # op id -> table row: rows are rank-major already
         inv = np.empty(n_ops, dtype=np.int64)
         inv[row] = np.arange(n_ops)
         rank = rank_row[row]
-        kind = t.kind.astype(np.int64)[row]
-        peer = t.peer.astype(np.int64)[row]
-        channel = t.channel.astype(np.int64)[row]
-        count = t.count.astype(np.int64)[row]
+        kind, peer, channel, count = (t.kind[row], t.peer[row], t.channel[row], t.count[row])
+
         # messages: the k-th send of (a, b, channel) with the k-th receive; in (step, rank,
         # position) order the ops of one key stay in list order, as steps rise along a list
         sends = np.flatnonzero(kind == SEND)
         recvs = np.flatnonzero(kind == RECV)
         chans = max(program.channels, 1)
         s_key = (rank[sends] * n + peer[sends]) * chans + channel[sends]
-        r_key = (peer[recvs] * n + rank[recvs]) * chans + channel[recvs]
+        r_key = (peer[recvs].astype(np.int64) * n + rank[recvs]) * chans + channel[recvs]
         s_order = np.argsort(s_key, kind="stable")
         r_order = np.argsort(r_key, kind="stable")
         if len(sends) != len(recvs) or not np.array_equal(s_key[s_order], r_key[r_order]):
@@ -84,19 +91,107 @@ class ProgramGraph:
         op_message = np.full(n_ops, -1, dtype=np.int64)
         op_message[msg_send] = np.arange(n_msg)
         op_message[msg_recv] = np.arange(n_msg)
-
-        # dependencies, in op ids
+        del peer, channel, s_key, r_key, s_order, r_order, sends, recvs, by_send
         owner_row = np.repeat(np.arange(n_ops, dtype=np.int64), np.diff(t.dep_ptr))
-        dep_row = t.rank_ptr[rank_row[owner_row]] + t.dep_idx
-        owner, dep = inv[owner_row], inv[dep_row]
-        remaining = np.bincount(owner, minlength=n_ops)
-        order = np.argsort(dep, kind="stable")
-        out_ptr = np.zeros(n_ops + 1, dtype=np.int64)
-        np.cumsum(np.bincount(dep, minlength=n_ops), out=out_ptr[1:])
+        dep_row = t.rank_ptr[rank_row[owner_row]]
+        dep_row += t.dep_idx
+        dep_src = inv[dep_row].astype(np.int32)
+        del dep_row
+        dep_dst = inv[owner_row].astype(np.int32)
+        del owner_row, inv, rank_row
+        op_step = step_row[row].astype(np.int32)
         return cls(
-            program=program, n_ops=n_ops, row=row, op_rank=rank.tolist(), op_step=step_row[row], count=count,
-            op_message=op_message.tolist(), remaining=remaining.tolist(), out_ptr=out_ptr.tolist(),
-            out_idx=owner[order].tolist(), n_messages=n_msg, msg_send=msg_send, msg_recv=msg_recv,
-            msg_src=rank[msg_send], msg_dst=rank[msg_recv], msg_count=count[msg_send],
-            msg_step=step_row[row][msg_send],
+            program=program, n_ops=n_ops, row=row, op_rank=rank.astype(np.int32), op_step=op_step,
+            count=count.astype(np.int32), op_message=op_message.astype(np.int32), is_recv=kind == RECV,
+            dep_src=dep_src, dep_dst=dep_dst, n_messages=n_msg, msg_send=msg_send, msg_recv=msg_recv,
+            msg_src=rank[msg_send], msg_dst=rank[msg_recv], msg_count=count[msg_send].astype(np.int64),
+            msg_step=op_step[msg_send].astype(np.int64),
         )
+
+    def op_lists(self) -> tuple[list[int], list[int], list[int]]:
+        """For the general loop: (ops each op waits for, out_ptr, out_idx): the ops waiting for
+        op i are ``out_idx[out_ptr[i]:out_ptr[i+1]]``."""
+        if "ops" not in self._cache:
+            n = self.n_ops
+            remaining = np.bincount(self.dep_dst, minlength=n)
+            order = np.argsort(self.dep_src, kind="stable")
+            out_ptr = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(np.bincount(self.dep_src, minlength=n), out=out_ptr[1:])
+            self._cache["ops"] = (remaining.tolist(), out_ptr.tolist(), self.dep_dst[order].tolist())
+        return self._cache["ops"]
+
+    def contracted(self) -> tuple[np.ndarray, np.ndarray]:
+        """(src, dst) arrays: op dst waits, directly or through local ops only, for the send or
+        receive src (deps on local ops replaced by their own, repeatedly; unordered, and a pair
+        may repeat, which only counts the same wait twice)."""
+        if "contracted" not in self._cache:
+            n = self.n_ops
+            local = self.op_message < 0
+            by_local = local[self.dep_dst]  # the deps of local ops, grouped by op
+            l_dst, l_src = self.dep_dst[by_local], self.dep_src[by_local]
+            in_ptr = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(np.bincount(l_dst, minlength=n), out=in_ptr[1:])
+            in_idx = l_src[np.argsort(l_dst, kind="stable")]
+            del by_local, l_dst, l_src
+            src, dst = self.dep_src.astype(np.int64), self.dep_dst.astype(np.int64)
+            limit = 4 * len(src) + 1024
+            while True:
+                through = local[src]
+                if not np.any(through):
+                    break
+                via, to = src[through], dst[through]
+                counts = in_ptr[via + 1] - in_ptr[via]
+                which = np.repeat(np.arange(len(via), dtype=np.int64), counts)
+                off = np.arange(len(which), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+                src = np.concatenate([src[~through], in_idx[in_ptr[via][which] + off]])
+                dst = np.concatenate([dst[~through], to[which]])
+                if len(src) > limit:  # many paths through local ops: drop repeats before going on
+                    key = _sorted_unique(dst * max(n, 1) + src)
+                    dst, src = np.divmod(key, max(n, 1))
+            self._cache["contracted"] = (src, dst)
+        return self._cache["contracted"]
+
+    def message_lists(self, slices: int = 1) -> tuple[array, array, array]:
+        """For the fast loop, over message instances (q = message * slices + j): (the
+        completions each waits for, out_ptr, out_idx) over the completions (2q: instance q's
+        send, 2q+1: its receive); the instances waiting for completion c are
+        ``out_idx[out_ptr[c]:out_ptr[c+1]]``. Slice j of a message waits for slice j of what the
+        message waits for."""
+        key = f"messages/{slices}"
+        if key not in self._cache:
+            src, dst = self.contracted()
+            network = self.op_message[dst] >= 0
+            target = self.op_message[dst[network]].astype(np.int64)
+            done = 2 * self.op_message[src[network]].astype(np.int64) + self.is_recv[src[network]]
+            m = slices
+            if m > 1:
+                j = np.tile(np.arange(m, dtype=np.int64), len(target))
+                target = np.repeat(target, m) * m + j
+                msg, side = np.divmod(np.repeat(done, m), 2)
+                done = 2 * (msg * m + j) + side
+            nodes = 2 * self.n_messages * m
+            out_ptr = np.zeros(nodes + 1, dtype=np.int64)
+            np.cumsum(np.bincount(done, minlength=nodes), out=out_ptr[1:])
+            remaining = np.bincount(target, minlength=self.n_messages * m)
+            out_idx = target[np.argsort(done, kind="stable")]
+            self._cache[key] = (as_array("q", remaining), as_array("q", out_ptr), as_array("q", out_idx))
+        return self._cache[key]
+
+
+def _stable_order(steps: np.ndarray) -> np.ndarray:
+    """A stable argsort of step numbers (radix sort when they fit in 16 bits)."""
+    if len(steps) and -1 <= int(steps.min()) and int(steps.max()) < 2**15 - 1:
+        return np.argsort((steps + 1).astype(np.int16), kind="stable")
+    return np.argsort(steps, kind="stable")
+
+
+def as_array(typecode: str, values: np.ndarray) -> array:
+    """A flat ``array.array`` of numpy values: the loops index it one element at a time, and it
+    is compact and contiguous where a list would hold one Python object per element."""
+    dtype = {"q": np.int64, "d": np.float64}[typecode]
+    return array(typecode, np.ascontiguousarray(values, dtype=dtype).tobytes())
+
+
+def _sorted_unique(a: np.ndarray) -> np.ndarray:
+    a = np.sort(a)
+    return a[np.r_[True, a[1:] != a[:-1]]] if len(a) else a

@@ -58,8 +58,8 @@ class Simulation:
 
     Per message instance (``q = message * slices + j``, j the slice): ``start`` (took its lane),
     ``sent`` (released it), ``done`` (landed), ``lane``, ``resource`` (index into
-    ``resource_pairs``) and ``nbytes``. Per op instance (``v = op * slices + j``, ops as global
-    rows of the program's op table): ``issue`` and ``finish``."""
+    ``resource_pairs``) and ``nbytes``. Per op instance (``v = op * slices + j``, ops numbered as
+    in ``graph``): ``issue`` and ``finish``, derived on first use."""
 
     program: Program
     report: Report
@@ -71,10 +71,17 @@ class Simulation:
     lane: np.ndarray
     resource: np.ndarray
     nbytes: np.ndarray
-    issue: np.ndarray
-    finish: np.ndarray
+    engine: Engine
     resource_pairs: list[tuple[int, int]]
     resource_lanes: list[int]
+
+    @property
+    def issue(self) -> np.ndarray:
+        return self.engine.op_times()[0]
+
+    @property
+    def finish(self) -> np.ndarray:
+        return self.engine.op_times()[1]
 
     @property
     def time_us(self) -> float:
@@ -183,32 +190,37 @@ class Simulator:
         msg_bytes = g.msg_count.astype(float) * per_slot
         op_bytes = (g.count.astype(float) * per_slot).tolist()
         local_rate = None if local_bandwidth is None else local_bandwidth * 1e3
-        aliased = [sum(c for _a, _j, c in runs) for runs in program.alias_runs]
         rank_start = [0.0] * n_ranks
-        if local_rate is not None and not in_place:
-            rank_start = [a * per_slot / local_rate for a in aliased]
-        engine = Engine(g, msg_res.tolist(), msg_bytes.tolist(), resources, caps, slices=m,
+        if local_rate is not None and not in_place:  # a rank first copies its aliased output slots
+            rank_start = [sum(c for _a, _j, c in runs) * per_slot / local_rate for runs in program.alias_runs]
+        engine = Engine(g, msg_res, msg_bytes, resources, caps, slices=m,
                         overlap_latency=overlap_latency, local_rate=local_rate, op_bytes=op_bytes,
                         rank_start=rank_start)
         engine.run(mode)
 
-        finish = np.asarray(engine.done)
-        end = max(float(finish.max()) if len(finish) else 0.0, max(rank_start, default=0.0))
-        start, sent, landed = (np.asarray(x) for x in (engine.start, engine.sent, engine.landed))
+        start, sent, landed = (np.asarray(x, dtype=float) for x in (engine.start, engine.sent, engine.landed))
         res_q = np.repeat(msg_res, m)
         bytes_q = np.repeat(msg_bytes / m, m)
+        # every op ends on its own rank no later than the rank's last message (local ops wait for
+        # the rank's own sends and receives only), unless local ops take time: then their times count
+        rank_finish = np.asarray(rank_start, dtype=float).copy()
+        if engine.op_times_known and g.n_ops:
+            np.maximum.at(rank_finish, np.repeat(g.op_rank, m), np.asarray(engine.done, dtype=float))
+        if len(sent):
+            np.maximum.at(rank_finish, np.repeat(g.msg_src, m), sent)
+            np.maximum.at(rank_finish, np.repeat(g.msg_dst, m), landed)
+        end = float(rank_finish.max()) if len(rank_finish) else 0.0
         report = self._report(size, per_slot, mode, m, in_place, overlap_latency, local_bandwidth, end, pairs,
-                              resources, res_q, bytes_q, start, sent, finish)
+                              resources, res_q, bytes_q, start, sent, rank_finish)
         report = replace(report, simulation_seconds=time.perf_counter() - wall)
         return Simulation(
             program=program, report=report, slices=m, graph=g, start=start, sent=sent, done=landed,
-            lane=np.asarray(engine.lane, dtype=np.int64), resource=res_q, nbytes=bytes_q,
-            issue=np.asarray(engine.issue), finish=finish, resource_pairs=list(pairs),
-            resource_lanes=[x.lanes for x in resources],
+            lane=np.asarray(engine.lane, dtype=np.int64), resource=res_q, nbytes=bytes_q, engine=engine,
+            resource_pairs=list(pairs), resource_lanes=[x.lanes for x in resources],
         )
 
     def _report(self, size, per_slot, mode, m, in_place, overlap, local_bw, end, pairs, resources, res_q,
-                bytes_q, start, sent, finish) -> Report:
+                bytes_q, start, sent, rank_finish) -> Report:
         program = self.program
         g = self.graph
         topo = program.topology
@@ -229,9 +241,6 @@ class Simulator:
         src_q, dst_q = np.repeat(g.msg_src, m), np.repeat(g.msg_dst, m)
         sent_bytes = np.bincount(src_q, weights=bytes_q, minlength=n_ranks)
         recv_bytes = np.bincount(dst_q, weights=bytes_q, minlength=n_ranks)
-        rank_finish = np.zeros(n_ranks)
-        if len(finish):
-            np.maximum.at(rank_finish, np.repeat(g.op_rank, m), finish)
         ranks = tuple(RankUsage(r, float(sent_bytes[r]), float(recv_bytes[r]), float(rank_finish[r]))
                       for r in range(n_ranks))
         options = {"slices": m, "in_place": in_place, "overlap_latency": overlap, "local_bandwidth_GBps": local_bw,

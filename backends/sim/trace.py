@@ -115,7 +115,7 @@ def chunk_labels(sim: Simulation) -> tuple[list[tuple[int | None, int]], list[tu
         for j, a in enumerate(slots):
             if a is not None:
                 state[(r, 1, j)] = (coll.inputs[r][a], 1)
-    rank = g.op_rank
+    rank = g.op_rank.tolist()
     row = g.row.tolist()
     kind, buf, index = table.kind.tolist(), table.buf.tolist(), table.index.tolist()
     count, src_buf, src_index = table.count.tolist(), table.src_buf.tolist(), table.src_index.tolist()
@@ -199,7 +199,7 @@ def _events(sim: Simulation) -> Iterator[dict[str, Any]]:
     buf, index, count = table.buf.tolist(), table.index.tolist(), table.count.tolist()
     src_buf, src_index, kinds = table.src_buf.tolist(), table.src_index.tolist(), table.kind.tolist()
     rank_ptr = table.rank_ptr.tolist()
-    rank = g.op_rank
+    rank = g.op_rank.tolist()
     start, sent, done = sim.start.tolist(), sim.sent.tolist(), sim.done.tolist()
     res, lane_of, nbytes = sim.resource.tolist(), sim.lane.tolist(), sim.nbytes.tolist()
     send_of, recv_of = g.msg_send.tolist(), g.msg_recv.tolist()

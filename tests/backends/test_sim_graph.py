@@ -91,7 +91,7 @@ def check_against_reference(program, size: float) -> None:
     table = program.ops
     ptr = table.rank_ptr.tolist()
     for p, row in enumerate(sim.graph.row.tolist()):
-        r = sim.graph.op_rank[p]
+        r = int(sim.graph.op_rank[p])
         want = ref[(r, row - ptr[r])]
         assert math.isclose(sim.finish[p], want, rel_tol=1e-9, abs_tol=1e-9), (program.name, r, row - ptr[r])
     assert sim.report.time_us == pytest.approx(max(ref.values(), default=0.0), rel=1e-9, abs=1e-9)
