@@ -57,6 +57,9 @@ SOLVERS: dict[str, SolverInfo] = {
         SolverInfo("hierarchical", ("allreduce", "allgather", "reducescatter", "alltoall"),
                    "multi-node: intra-node phase, inter-node phase across same-index ranks, intra-node phase",
                    "solvers.hierarchical"),
+        SolverInfo("packing", ("allgather", "reducescatter", "allreduce", "broadcast", "reduce"),
+                   "throughput-optimal spanning-tree packing (ForestColl class), pipelined; allreduce as "
+                   "reducescatter + allgather over the trees", "solvers.packing", template=False, judged=True),
         SolverInfo("smt", ALL_BUILTIN + ("custom",),
                    "exact z3 synthesis (SCCL class): least steps, least rounds, instances (--steps/--rounds); "
                    "`ccl pareto` for frontiers", "solvers.smt", template=False),

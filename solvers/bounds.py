@@ -203,7 +203,6 @@ def cut_ratio(topology: Topology, unit: str = "lanes", *, reverse: bool = False,
     if n < 2:
         return CutBound(Fraction(0), frozenset(), out_unit)
     caps, size = _capacities(topology, unit, reverse)
-    u, v, c = _edge_arrays(caps)
     if sinks is None:
         from .symmetry import rank_orbits
 
@@ -212,6 +211,21 @@ def cut_ratio(topology: Topology, unit: str = "lanes", *, reverse: bool = False,
     else:
         targets = sorted(set(sinks))
         all_targets = targets
+    lam, witness = max_cut_ratio(n, V, caps, targets, all_targets)
+    if lam == math.inf:
+        return CutBound(math.inf, witness, out_unit)
+    ratio: Fraction | float = lam if unit == "lanes" else float(lam) / size
+    return CutBound(ratio, witness, out_unit)
+
+
+def max_cut_ratio(n: int, V: int, caps: dict[tuple[int, int], int], targets: Sequence[int],
+                  all_targets: Sequence[int]) -> tuple[Fraction | float, frozenset[int]]:
+    """max over vertex sets S that miss a rank of ``targets`` of |S ∩ ranks| / cut(S), over
+    integer capacities ``caps`` of a graph whose vertices 0..n-1 are the ranks (of V): the exact
+    Fraction (inf when some rank cannot be reached) and a set attaining it. ``all_targets``
+    seeds the search with their single-rank complements; ``targets`` (one rank per orbit of
+    the graph's symmetries suffices) are the ranks the minimum cuts exclude in turn."""
+    u, v, c = _edge_arrays(caps)
 
     def ratio_of(mask: np.ndarray) -> Fraction:
         """Parts per integer capacity unit (lanes, or the bandwidth unit)."""
@@ -243,7 +257,7 @@ def cut_ratio(topology: Topology, unit: str = "lanes", *, reverse: bool = False,
                 lam, best_mask = r, mask
     assert best_mask is not None
     if lam >= Fraction(10**18):
-        return CutBound(math.inf, frozenset(np.flatnonzero(best_mask).tolist()), out_unit)
+        return math.inf, frozenset(np.flatnonzero(best_mask).tolist())
     src, sink = V, V + 1
     rows = np.concatenate([u, np.full(n, src, dtype=np.int64), np.array(targets, dtype=np.int64)])
     cols = np.concatenate([v, np.arange(n, dtype=np.int64), np.full(len(targets), sink, dtype=np.int64)])
@@ -267,7 +281,7 @@ def cut_ratio(topology: Topology, unit: str = "lanes", *, reverse: bool = False,
                 mask[sorted(S)] = True
                 cand = ratio_of(mask)
                 if cand >= Fraction(10**18):
-                    return CutBound(math.inf, frozenset(S), out_unit)
+                    return math.inf, frozenset(S)
                 if cand > lam:
                     lam, best_mask, improved = cand, mask, True
             graph.data[sink_entry[t]] = 0
@@ -275,8 +289,7 @@ def cut_ratio(topology: Topology, unit: str = "lanes", *, reverse: bool = False,
                 break
         if not improved:
             break
-    ratio: Fraction | float = lam if unit == "lanes" else float(lam) / size
-    return CutBound(ratio, frozenset(np.flatnonzero(best_mask).tolist()), out_unit)
+    return lam, frozenset(np.flatnonzero(best_mask).tolist())
 
 
 def _source_side(graph: csr_matrix, flow: csr_matrix, src: int) -> set[int]:

@@ -149,13 +149,13 @@ def test_templates_with_every_chunk_factor(n):
 
 
 def searched_jobs() -> tuple[list[str], list[Job]]:
-    """Schedules from the searching solvers (exact z3 and MILP) on 4 ranks: the same check as the
+    """Schedules from the searching solvers (exact z3, MILP, tree packing) on 4 ranks: the same check as the
     templates, on schedules no template produces (relays, uneven steps, merged transfers)."""
     ring, nodes = T.ring(4), two_level(2, 2)
     requests = [(ring, kind, Request("smt", chunks=k)) for kind in ("allgather", "reducescatter", "allreduce",
                                                                       "alltoall", "broadcast", "reduce")
                 for k in (1, 2)]
-    requests += [(topo, kind, Request(name, size=1 << 16, time_limit=10)) for name in ("milp", "teccl")
+    requests += [(topo, kind, Request(name, size=1 << 16, time_limit=10)) for name in ("milp", "teccl", "packing")
                  for topo in (ring, nodes) for kind in solvers.SOLVERS[name].kinds]
     labels, jobs = [], []
     for topo, kind, request in requests:

@@ -1,0 +1,113 @@
+"""Benchmark: large messages on multi-node machines, tree packing against the bound, the best
+template and NCCL's ring and tree models, all in one run.
+
+    PYTHONPATH=. python benchmarks/scale.py [--cases dgx-h100:2/allreduce,ndv2:2/allgather]
+        [--sizes 64MiB,1GiB] [--solvers packing]
+
+For every (machine, collective, size): the synthesis wall time and peak memory of each named
+solver (``ccl.compiler.compare``: templates are synthesized too and serve as the baseline),
+the simulated time of its schedule (lowered to the Program the runtimes run, as the driver
+times it), its ratio to the lower bound, to the best template and to NCCL's ring and tree
+models. Every schedule is verified before it is timed (the driver's synthesize verifies).
+Prints a table and writes ``benchmarks/results/scale.json`` and ``scale.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+import tracemalloc
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import topologies  # noqa: E402
+from ccl.compiler import compare  # noqa: E402
+from ccl.units import format_size, parse_size  # noqa: E402
+
+DEFAULT_CASES = (
+    "ndv2:2/allgather", "ndv2:2/reducescatter", "ndv2:2/allreduce",
+    "dgx-h100:2/allgather", "dgx-h100:2/reducescatter", "dgx-h100:2/allreduce",
+    "dgx1/broadcast", "dgx1/reduce", "amd8/broadcast", "amd8/reduce", "torus:4x4/broadcast",
+)
+
+
+def run_case(spec: str, kind: str, size: int, names: list[str]) -> list[dict]:
+    topo = topologies.build(spec)
+    tracemalloc.start()
+    start = time.perf_counter()
+    (comparison,) = compare(topo, kind, [size], root=0 if kind in ("broadcast", "reduce") else None,
+                            solvers=names, progress=lambda m: print(f"  {spec} {kind}: {m}", file=sys.stderr))
+    wall = time.perf_counter() - start
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    rows = {r.name: r for r in comparison.rows}
+    bound = rows["lower bound"].time_us
+    templates = [r for r in comparison.rows if r.source == "schedule" and r.name not in names and r.time_us]
+    best = min(templates, key=lambda r: r.time_us) if templates else None
+    ring = next((r for r in comparison.rows if r.name.startswith("nccl-ring")), None)
+    tree = next((r for r in comparison.rows if r.name.startswith("nccl-tree")), None)
+    out = []
+    for name in names:
+        r = rows.get(name)
+        t = r.time_us if r is not None else None
+        out.append({
+            "machine": spec, "ranks": topo.n_ranks, "collective": kind, "size": size, "solver": name,
+            "time_us": t, "error": None if r is None else r.error,
+            "synthesis_s": None if r is None or r.synthesis_seconds is None else round(r.synthesis_seconds, 3),
+            "case_wall_s": round(wall, 3), "peak_MiB": round(peak / 2**20, 1),
+            "bound_us": bound, "vs_bound": t / bound if t else None,
+            "best_template": best.name if best else None,
+            "vs_best_template": t / best.time_us if t and best else None,
+            "nccl_ring_speedup": ring.time_us / t if t and ring and ring.time_us else None,
+            "nccl_tree_speedup": tree.time_us / t if t and tree and tree.time_us else None,
+        })
+    return out
+
+
+def fmt(x, spec=".3f"):
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", default=",".join(DEFAULT_CASES))
+    ap.add_argument("--sizes", default="256MiB,1GiB")
+    ap.add_argument("--solvers", default="packing")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "scale"))
+    args = ap.parse_args()
+    names = [x for x in args.solvers.split(",") if x]
+    rows: list[dict] = []
+    for case in [c for c in args.cases.split(",") if c]:
+        spec, kind = case.split("/")
+        for size_text in args.sizes.split(","):
+            rows.extend(run_case(spec, kind, int(parse_size(size_text)), names))
+    header = ("machine", "ranks", "collective", "size", "solver", "time", "/bound", "/best tmpl",
+              "vs nccl-ring", "vs nccl-tree", "synth s", "peak MiB")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in rows:
+        lines.append("| " + " | ".join([
+            r["machine"], str(r["ranks"]), r["collective"], format_size(r["size"]), r["solver"],
+            fmt(r["time_us"], ".1f") + " us" if r["time_us"] else (r["error"] or "-"),
+            fmt(r["vs_bound"]), fmt(r["vs_best_template"]), fmt(r["nccl_ring_speedup"], ".2f") + "x",
+            fmt(r["nccl_tree_speedup"], ".2f") + "x", fmt(r["synthesis_s"], ".1f"), fmt(r["peak_MiB"], ".0f"),
+        ]) + " |")
+    table = "\n".join(lines)
+    print(table)
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    meta = {"python": platform.python_version(), "machine": platform.machine(), "cores": os.cpu_count()}
+    with open(args.out + ".json", "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1, sort_keys=True)
+    with open(args.out + ".md", "w") as f:
+        f.write("# Tree packing at scale (`python benchmarks/scale.py`)\n\n"
+                "vs nccl-ring / vs nccl-tree: how many times faster than NCCL's model (>1 is faster); "
+                "/bound and /best tmpl: time ratios (lower is better).\n\n" + table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""The packing of one topology and collective kind: rates, switch removal, trees (cached)."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+
+from ccl.errors import CollectiveError, InfeasibleError
+from ccl.topology import Topology
+
+from ..bounds import max_cut_ratio
+from ..symmetry import rank_orbits
+from .flows import Capacities, FlowGraph, capacities
+from .split import remove_switches
+from .trees import Tree, pack_trees
+
+KINDS = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce")
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Trees of one direction. ``reverse``: the trees are out-trees of the reversed graph (data
+    flows from the leaves to the root). ``optimal`` and ``achieved``: microseconds per byte of
+    one part (allgather-like) or of the buffer (rooted), the bound's and the trees'."""
+
+    reverse: bool
+    trees: tuple[Tree, ...]
+    optimal: float
+    achieved: float
+    exact: bool
+
+    def trees_per_root(self) -> int:
+        count: dict[int, int] = {}
+        for t in self.trees:
+            count[t.root] = count.get(t.root, 0) + 1
+        return max(count.values(), default=0)
+
+    def by_root(self) -> dict[int, list[Tree]]:
+        out: dict[int, list[Tree]] = {}
+        for t in self.trees:
+            out.setdefault(t.root, []).append(t)
+        return out
+
+
+@dataclass(frozen=True)
+class Packing:
+    kind: str
+    n_ranks: int
+    root: int | None
+    down: Phase | None  # allgather, broadcast, allreduce's second half
+    up: Phase | None  # reducescatter, reduce, allreduce's first half
+
+    def phases(self) -> list[Phase]:
+        return [p for p in (self.up, self.down) if p is not None]
+
+    def trees_per_root(self) -> int:
+        return max(p.trees_per_root() for p in self.phases())
+
+    def details(self) -> dict:
+        out: dict = {"trees": sum(len(p.trees) for p in self.phases()), "trees_per_root": self.trees_per_root()}
+        for name, p in (("reduce_phase", self.up), ("broadcast_phase", self.down)):
+            if p is None:
+                continue
+            depth = max((max(t.depth().values()) for t in p.trees), default=0)
+            out[name] = {
+                "trees": len(p.trees),
+                "max_depth": depth,
+                "optimal_us_per_MB": round(p.optimal * 1e6, 6),
+                "achieved_us_per_MB": round(p.achieved * 1e6, 6),
+                "meets_bound": p.achieved <= p.optimal * (1 + 1e-9),
+                "exact_capacities": p.exact,
+            }
+        return out
+
+
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def plan(topology: Topology, kind: str, root: int | None,
+         progress: Callable[[str], None] | None = None) -> Packing:
+    if kind not in KINDS:
+        raise CollectiveError(f"packing implements {', '.join(KINDS)}, not {kind}")
+    if topology.n_ranks < 2:
+        raise CollectiveError("packing needs at least 2 ranks")
+    cache = _CACHE.setdefault(topology, {})
+    key = (kind, root)
+    if key in cache:
+        return cache[key]
+    rooted = kind in ("broadcast", "reduce")
+    r = (root or 0) if rooted else None
+    up = _phase(topology, True, r, progress) if kind in ("reducescatter", "allreduce", "reduce") else None
+    down = _phase(topology, False, r, progress) if kind in ("allgather", "allreduce", "broadcast") else None
+    out = Packing(kind, topology.n_ranks, r, down, up)
+    cache[key] = out
+    return out
+
+
+def _phase(topology: Topology, reverse: bool, root: int | None,
+           progress: Callable[[str], None] | None) -> Phase:
+    n, V = topology.n_ranks, topology.n_vertices
+    caps = capacities(topology, budget=max(2**12, 2**28 // n))
+    if reverse:
+        caps = caps.reversed()
+    per_unit = 1.0 / (caps.unit * 1e3)  # us per byte through one capacity unit
+    if root is None:
+        targets = [orbit[0] for orbit in rank_orbits(topology)]
+        lam, _ = max_cut_ratio(n, V, caps.caps, targets, list(range(n)))
+        _check_finite(lam, topology)
+        lam = Fraction(lam)
+        p, q = lam.numerator, lam.denominator
+        demand = {r: q for r in range(n)}
+        optimal = float(lam) * per_unit
+    else:
+        q = _rooted_rate(caps, root, V)
+        if q == 0:
+            raise InfeasibleError(f"topology {topology.name!r}: some rank is unreachable from rank {root}",
+                                  bound="connectivity")
+        p = 1
+        demand = {root: q}
+        optimal = per_unit / q
+    scaled = {e: c * p for e, c in caps.caps.items()}
+    need = sum(demand.values())
+    if topology.switches:
+        source = V
+        fg = FlowGraph(V + 1, dict(scaled))
+        for r, d in demand.items():
+            fg.add(source, r, d)
+        ranks_only = remove_switches(fg, n, source, need, progress)
+    else:
+        ranks_only = {e: c for e, c in scaled.items() if e[0] != e[1]}
+    achieved = optimal
+    if not _packable(n, ranks_only, demand):
+        # the switches could not be split off completely: take the rate the rank graph has
+        if root is None:
+            lam2, _ = max_cut_ratio(n, n, ranks_only, list(range(n)), list(range(n)))
+            _check_finite(lam2, topology)
+            lam2 = Fraction(lam2)
+            achieved = float(lam2 * p) * per_unit
+            ranks_only = {e: c * lam2.numerator for e, c in ranks_only.items()}
+            demand = {r: lam2.denominator for r in range(n)}
+        else:
+            q2 = _rooted_rate(Capacities(n, n, ranks_only, caps.unit, caps.exact), root, n)
+            achieved = per_unit / q2 if q2 else float("inf")
+            demand = {root: q2}
+    trees = pack_trees(n, ranks_only, demand, progress)
+    return Phase(reverse, tuple(trees), optimal, achieved, caps.exact)
+
+
+def _check_finite(lam, topology: Topology) -> None:
+    if not isinstance(lam, Fraction) and lam == float("inf"):
+        raise InfeasibleError(f"topology {topology.name!r} is not strongly connected between its ranks",
+                              bound="connectivity")
+
+
+def _rooted_rate(caps: Capacities, root: int, V: int) -> int:
+    fg = FlowGraph(V, dict(caps.caps))
+    return min(fg.max_flow(root, t) for t in range(caps.n_ranks) if t != root)
+
+
+def _packable(n: int, caps: dict[tuple[int, int], int], demand: dict[int, int]) -> bool:
+    fg = FlowGraph(n + 1, dict(caps))
+    for r, d in demand.items():
+        fg.add(n, r, d)
+    need = sum(demand.values())
+    return all(fg.max_flow(n, v) >= need for v in range(n))

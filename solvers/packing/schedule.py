@@ -1,0 +1,113 @@
+"""Packed trees -> a pipelined schedule.
+
+Each root's part is cut into ``slots`` slots, shared among the root's trees in proportion to
+their multiplicities (largest remainders: the finer the slots, the closer the shares follow
+the rates). A tree's slots are grouped into ``stages`` consecutive pipeline stages; stage i:
+
+* down a tree (allgather, broadcast): reaches a vertex of depth d at step i + d - 1;
+* up a tree (reducescatter, reduce; an out-tree of the reversed graph): a vertex of depth d
+  adds its partial sum into its parent at step i + D - d (D: the tree's depth), so children
+  always precede their parent and the root holds the full sum after step i + D - 1;
+* allreduce: up the reversed trees, then down the forward trees, each slot starting down the
+  step after its sum is complete at its root.
+
+Pieces that share a step and a pair of ranks travel as one message (the lowering fuses them),
+so the pipeline depth is the stage count, and the slot count only sets how finely the data
+is shared among trees.
+"""
+
+from __future__ import annotations
+
+from ccl.algorithm import Algorithm
+from ccl.problem import Problem
+
+from ..common import builder
+from .plan import Packing, Phase
+from .trees import Tree
+
+
+def _shares(trees: list[Tree], slots: int) -> list[int]:
+    total = sum(t.weight for t in trees)
+    exact = [t.weight * slots / total for t in trees]
+    out = [int(x) for x in exact]
+    order = sorted(range(len(trees)), key=lambda i: (-(exact[i] - out[i]), i))
+    for i in order[: slots - sum(out)]:
+        out[i] += 1
+    return out
+
+
+def _assign(phase: Phase, slots: int) -> dict[int, list[tuple[Tree, list[int]]]]:
+    """root -> [(tree, the block offsets it carries)]."""
+    out: dict[int, list[tuple[Tree, list[int]]]] = {}
+    for root, trees in sorted(phase.by_root().items()):
+        offset = 0
+        for tree, share in zip(trees, _shares(trees, slots)):
+            if share:
+                out.setdefault(root, []).append((tree, list(range(offset, offset + share))))
+            offset += share
+    return out
+
+
+def _stage(i: int, share: int, stages: int) -> int:
+    return i * min(stages, share) // share
+
+
+def build(problem: Problem, packing: Packing, slots: int, stages: int) -> Algorithm:
+    kind = problem.collective.kind
+    n = problem.topology.n_ranks
+    C = slots
+    if kind == "allgather":
+        b, _ = builder(problem, C, "packing", "packing")
+        _down(b, packing.down, C, stages, lambda r, q, j: ("output", q * C + j), {})
+    elif kind == "reducescatter":
+        b, _ = builder(problem, C, "packing", "packing")
+        _up(b, packing.up, C, stages, lambda r, q, j: ("output", j) if r == q else ("input", q * C + j))
+    elif kind == "allreduce":
+        b, _ = builder(problem, n * C, "packing", "packing")
+
+        def loc(r: int, q: int, j: int) -> tuple[str, int]:
+            return ("output", q * C + j)
+
+        done = _up(b, packing.up, C, stages, loc)
+        _down(b, packing.down, C, stages, loc, {key: s + 1 for key, s in done.items()})
+    elif kind == "broadcast":
+        b, coll = builder(problem, C, "packing", "packing")
+        root = packing.root
+        _down(b, packing.down, C, stages, lambda r, q, j: ("input" if r == root else "output", j), {})
+    elif kind == "reduce":
+        b, coll = builder(problem, C, "packing", "packing")
+        root = packing.root
+        _up(b, packing.up, C, stages, lambda r, q, j: ("output" if r == root else "input", j))
+    else:  # pragma: no cover - plan() refuses other kinds
+        raise AssertionError(kind)
+    return b.build()
+
+
+def _down(b, phase: Phase, C: int, stages: int, loc, ready: dict[tuple[int, int], int]) -> None:
+    """Copy every slot down its tree; slot j of root q may leave the root at step
+    ``ready[(q, j)]`` (default: its pipeline stage)."""
+    for q, carried in _assign(phase, C).items():
+        for tree, offsets in carried:
+            depth = tree.depth()
+            for i, j in enumerate(offsets):
+                start = ready.get((q, j), _stage(i, len(offsets), stages))
+                for v in tree.order[1:]:
+                    par = tree.parent[v]
+                    b.move(start + depth[v] - 1, par, [loc(par, q, j)], v, [loc(v, q, j)], "copy")
+
+
+def _up(b, phase: Phase, C: int, stages: int, loc) -> dict[tuple[int, int], int]:
+    """Reduce every slot up its (reversed) tree; returns the step at which each slot's sum is
+    complete at its root."""
+    done: dict[tuple[int, int], int] = {}
+    for q, carried in _assign(phase, C).items():
+        for tree, offsets in carried:
+            depth = tree.depth()
+            D = max(depth.values())
+            for i, j in enumerate(offsets):
+                g = _stage(i, len(offsets), stages)
+                for v in tree.order[1:]:
+                    par = tree.parent[v]
+                    b.move(g + D - depth[v], v, [loc(v, q, j)], par, [loc(par, q, j)], "reduce")
+                done[(q, j)] = g + D - 1
+    return done
