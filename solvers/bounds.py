@@ -150,30 +150,38 @@ class CutBound:
 
 def _capacities(topology: Topology, unit: str, reverse: bool) -> tuple[dict[tuple[int, int], int], float]:
     """Integer capacities and the size of their unit. Lanes are exact. Bandwidths are rounded *up*
-    to a multiple of a unit (1e-6 GB/s, coarser for very large fabrics so the minimum cuts fit
-    the 32-bit flows of the max-flow code): rounding up only adds capacity, so the bound stays a
-    lower bound."""
+    to a multiple of a unit (exact when every capacity is a whole number of the gcd unit, else
+    coarse enough that the minimum cuts fit the 32-bit flows of the max-flow code): rounding up
+    only adds capacity, so the bound stays a lower bound."""
     if unit == "lanes":
         values = {link.pair: link.lanes for link in topology.links}
         size = 1.0
     else:
-        micro = {link.pair: round(link.capacity * MICRO) for link in topology.links}
-        common = math.gcd(*micro.values())
-        limit = 2**29 // max(topology.n_ranks, 1)
-        if sum(micro.values()) // common < limit and all(
-            abs(m - link.capacity * MICRO) < 1e-6 for m, link in zip(micro.values(), topology.links)
-        ):
-            size = common / MICRO  # exact: every capacity is a whole number of this unit
-            values = {pair: m // common for pair, m in micro.items()}
-        else:
-            total = sum(link.capacity for link in topology.links)
-            size = max(1.0 / MICRO, 4.0 * topology.n_ranks * total / 2**31)
-            values = {link.pair: math.ceil(link.capacity / size - 1e-9) for link in topology.links}
+        values, size, _ = integer_capacities(topology, 2**29 // max(topology.n_ranks, 1), round_up=True)
     caps: dict[tuple[int, int], int] = {}
     for (a, b), value in values.items():
         key = (b, a) if reverse else (a, b)
         caps[key] = caps.get(key, 0) + value
     return caps, size
+
+
+def integer_capacities(topology: Topology, budget: int, *, round_up: bool
+                       ) -> tuple[dict[tuple[int, int], int], float, bool]:
+    """Every link's capacity as a whole number of one unit: (capacities, unit in GB/s, exact).
+    Exact when every capacity is a whole multiple of 1e-6 GB/s and their sum in units of the
+    gcd stays under ``budget``; otherwise the unit is the total over ``budget`` (at least
+    1e-6 GB/s) and capacities are rounded up (bounds: only adds capacity) or down (schedules:
+    never uses more than a link has, at least one unit)."""
+    micro = {link.pair: round(link.capacity * MICRO) for link in topology.links}
+    common = math.gcd(*micro.values()) if micro else 1
+    if sum(micro.values()) // common < budget and all(
+        abs(m - link.capacity * MICRO) < 1e-6 for m, link in zip(micro.values(), topology.links)
+    ):
+        return {pair: m // common for pair, m in micro.items()}, common / MICRO, True
+    size = max(1.0 / MICRO, sum(link.capacity for link in topology.links) / budget)
+    if round_up:
+        return {link.pair: math.ceil(link.capacity / size - 1e-9) for link in topology.links}, size, False
+    return {link.pair: max(1, math.floor(link.capacity / size + 1e-9)) for link in topology.links}, size, False
 
 
 def _edge_arrays(caps: dict[tuple[int, int], int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

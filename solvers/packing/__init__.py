@@ -43,22 +43,21 @@ __all__ = ["KINDS", "Packing", "plan", "synthesize"]
 def synthesize(problem: Problem, judge: CostJudge | None = None):
     from solvers import Solution
 
-    for name, _ in problem.request.options:
-        raise InputError(f"solver 'packing' has no option {name!r}")
+    if problem.request.options:
+        raise InputError(f"solver 'packing' has no option {problem.request.options[0][0]!r}")
     if problem.request.steps is not None or problem.request.rounds is not None:
         raise InputError("solver 'packing' does not take --steps or --rounds: it optimizes throughput")
     start = time.perf_counter()
     packing = plan(problem.topology, problem.collective.kind, problem.collective.root)
     planned = time.perf_counter() - start
     slots = slot_count(packing, pieces(problem), problem.topology.n_ranks)
-    candidates = STAGES
     size = problem.request.size
     chosen = DEFAULT_STAGES
     tried: list[dict] = []
     best_alg: Algorithm | None = None
     if size is not None and judge is not None:
         best_time = None
-        for c in candidates:
+        for c in STAGES:
             alg = build(problem, packing, slots, c)
             us = judge.time_us(alg, size)
             tried.append({"stages": c, "time_us": round(us, 3)})

@@ -9,7 +9,6 @@ A super source ``s`` (the vertex after the last) feeds the roots.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +17,8 @@ from scipy.sparse.csgraph import maximum_flow
 
 from ccl.topology import Topology
 
-MICRO = 10**6
+from ..bounds import integer_capacities
+
 INT32 = 2**31 - 1
 
 
@@ -40,18 +40,8 @@ class Capacities:
 
 def capacities(topology: Topology, *, budget: int = 2**24) -> Capacities:
     """The topology's capacities in whole units whose sum stays under ``budget`` (so scaled
-    capacities and flow values fit the 32-bit max-flow code)."""
-    micro = {link.pair: round(link.capacity * MICRO) for link in topology.links}
-    exact = all(abs(m - link.capacity * MICRO) < 1e-6 for m, link in zip(micro.values(), topology.links))
-    common = math.gcd(*micro.values()) if micro else 1
-    if exact and sum(micro.values()) // common <= budget:
-        unit = common / MICRO
-        caps = {pair: m // common for pair, m in micro.items()}
-    else:
-        total = sum(link.capacity for link in topology.links)
-        unit = total / budget
-        caps = {link.pair: max(1, math.floor(link.capacity / unit + 1e-9)) for link in topology.links}
-        exact = False
+    capacities and flow values fit the 32-bit max-flow code), rounded down where not exact."""
+    caps, unit, exact = integer_capacities(topology, budget, round_up=False)
     return Capacities(topology.n_ranks, topology.n_vertices, caps, unit, exact)
 
 
@@ -84,10 +74,9 @@ class FlowGraph:
             self._arrays = (rows, cols, data)
         return self._arrays
 
-    def max_flow(self, src: int, dst: int, extra: list[tuple[int, int, int]] = (), *, want_cut: bool = False):
+    def max_flow(self, src: int, dst: int, extra: list[tuple[int, int, int]] = ()) -> int:
         """The flow value from ``src`` to ``dst`` with the arcs ``extra`` (a, b, capacity) added
-        (capacities add up with existing arcs). With ``want_cut`` also the source side of a
-        minimum cut."""
+        (capacities add up with existing arcs)."""
         rows, cols, data = self.arrays()
         if extra:
             ea = np.array(extra, dtype=np.int64)
@@ -95,24 +84,6 @@ class FlowGraph:
             cols = np.concatenate([cols, ea[:, 1]])
             data = np.concatenate([data, ea[:, 2]])
         keep = (data > 0) & (rows != cols)
-        data = np.minimum(data[keep], INT32)
-        graph = csr_matrix((data.astype(np.int32), (rows[keep], cols[keep])), shape=(self.V, self.V))
-        graph.sum_duplicates()
-        if graph.data.size and graph.data.max() >= INT32:
-            graph.data = np.minimum(graph.data, INT32 - 1).astype(np.int32)
-        result = maximum_flow(graph, src, dst)
-        if not want_cut:
-            return int(result.flow_value)
-        residual = (graph - result.flow).tocsr()
-        residual.data = np.maximum(residual.data, 0)
-        residual.eliminate_zeros()
-        seen = np.zeros(self.V, dtype=bool)
-        seen[src] = True
-        stack = [src]
-        while stack:
-            x = stack.pop()
-            for y in residual.indices[residual.indptr[x]:residual.indptr[x + 1]]:
-                if not seen[y]:
-                    seen[y] = True
-                    stack.append(int(y))
-        return int(result.flow_value), seen
+        graph = csr_matrix((data[keep], (rows[keep], cols[keep])), shape=(self.V, self.V))  # sums duplicates
+        graph.data = np.minimum(graph.data, INT32 - 1).astype(np.int32)
+        return int(maximum_flow(graph, src, dst).flow_value)

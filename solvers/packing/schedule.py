@@ -71,11 +71,11 @@ def build(problem: Problem, packing: Packing, slots: int, stages: int) -> Algori
         done = _up(b, packing.up, C, stages, loc)
         _down(b, packing.down, C, stages, loc, {key: s + 1 for key, s in done.items()})
     elif kind == "broadcast":
-        b, coll = builder(problem, C, "packing", "packing")
+        b, _ = builder(problem, C, "packing", "packing")
         root = packing.root
         _down(b, packing.down, C, stages, lambda r, q, j: ("input" if r == root else "output", j), {})
     elif kind == "reduce":
-        b, coll = builder(problem, C, "packing", "packing")
+        b, _ = builder(problem, C, "packing", "packing")
         root = packing.root
         _up(b, packing.up, C, stages, lambda r, q, j: ("output" if r == root else "input", j))
     else:  # pragma: no cover - plan() refuses other kinds

@@ -131,8 +131,7 @@ def _extension(n: int, residual: dict[tuple[int, int], int], active: list[Tree],
         data.append(sigma.weight)
         others += sigma.weight
         node += 1
-    graph = csr_matrix((np.minimum(np.array(data, dtype=np.int64), INT32 - 1).astype(np.int32),
-                        (np.array(rows), np.array(cols))), shape=(node, node))
-    graph.sum_duplicates()
+    graph = csr_matrix((np.array(data, dtype=np.int64), (np.array(rows), np.array(cols))), shape=(node, node))
+    graph.data = np.minimum(graph.data, INT32 - 1).astype(np.int32)
     flow = int(maximum_flow(graph, x, y).flow_value)
     return min(tree.weight, residual[(x, y)], flow - others)
