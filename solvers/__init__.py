@@ -29,6 +29,7 @@ class SolverInfo:
     module: str
     template: bool = True  # instant constructive algorithm (also a baseline)
     judged: bool = False  # needs a cost judge: its module's synthesize(problem, judge)
+    compare_up_to: int = 0  # compare runs it unnamed, at one size, on up to this many ranks
 
     def load(self):
         """The module's ``synthesize(problem)`` (``synthesize(problem, judge)`` when
@@ -59,7 +60,8 @@ SOLVERS: dict[str, SolverInfo] = {
                    "solvers.hierarchical"),
         SolverInfo("packing", ("allgather", "reducescatter", "allreduce", "broadcast", "reduce"),
                    "throughput-optimal spanning-tree packing (ForestColl class), pipelined; allreduce as "
-                   "reducescatter + allgather over the trees", "solvers.packing", template=False, judged=True),
+                   "reducescatter + allgather over the trees", "solvers.packing", template=False, judged=True,
+                   compare_up_to=16),
         SolverInfo("smt", ALL_BUILTIN + ("custom",),
                    "exact z3 synthesis (SCCL class): least steps, least rounds, instances (--steps/--rounds); "
                    "`ccl pareto` for frontiers", "solvers.smt", template=False),

@@ -129,9 +129,12 @@ class Comparison:
         return "\n".join(lines)
 
 
-def solver_names(kind: str, names: Sequence[str] | None = None, *, only: bool = False) -> list[str]:
-    """Solvers to compare: every template implementing ``kind`` (instant; also the baselines)
-    plus the named ones (slow solvers run only when named), or with ``only`` just the named."""
+def solver_names(kind: str, names: Sequence[str] | None = None, *, only: bool = False,
+                 n_ranks: int | None = None, n_sizes: int = 1) -> list[str]:
+    """Solvers to compare: every template implementing ``kind`` (instant; also the baselines),
+    the solvers fast enough on ``n_ranks`` ranks to run unnamed at one size (``compare_up_to``),
+    plus the named ones (other slow solvers run only when named), or with ``only`` just the
+    named."""
     import solvers
 
     names = list(names or ())
@@ -140,7 +143,10 @@ def solver_names(kind: str, names: Sequence[str] | None = None, *, only: bool = 
         raise InputError(f"unknown solver {unknown[0]!r}; known: {', '.join(solvers.SOLVERS)}")
     if only and not names:
         raise InputError("no solver named to compare")
-    templates = [] if only else [n for n, info in solvers.SOLVERS.items() if kind in info.kinds and info.template]
+    templates = [] if only else [
+        n for n, info in solvers.SOLVERS.items()
+        if kind in info.kinds and (info.template or (n_ranks is not None and n_sizes == 1 and n_ranks <= info.compare_up_to))
+    ]
     return list(dict.fromkeys(templates + names))
 
 
@@ -171,7 +177,7 @@ def compare(
         raise InputError("compare needs at least one size")
     collective = builtin(kind, topology.n_ranks, root)
     kind = collective.kind
-    names = solver_names(kind, solvers, only=only)
+    names = solver_names(kind, solvers, only=only, n_ranks=topology.n_ranks, n_sizes=len(sizes))
     say = progress or (lambda _: None)
     # name -> (simulator of its Program, synthesis seconds, error); per size for slow solvers
     fixed: dict[str, tuple[Any, float | None, str | None]] = {}

@@ -48,55 +48,70 @@ def _assign(phase: Phase, slots: int) -> dict[int, list[tuple[Tree, list[int]]]]
     return out
 
 
-def _stage(i: int, share: int, stages: int) -> int:
-    return i * min(stages, share) // share
+def _stage(i: int, share: int, stages: int, taper: float = 1.0) -> int:
+    """The pipeline stage of slot i of a tree carrying ``share`` slots. With ``taper`` < 1 the
+    stages shrink geometrically (each ``taper`` times the one before), so the last piece, whose
+    trip down the tree after the bottleneck is the pipeline's tail, is small while the stage
+    count (and so the per-message latency paid) stays low."""
+    s = min(stages, share)
+    if taper >= 1.0 or s < 2:
+        return i * s // share
+    total = (1 - taper**s) / (1 - taper)
+    acc = 0.0
+    for k in range(s):
+        acc += taper**k
+        # the first k + 1 stages take round(share * acc / total) slots, at least one per stage
+        end = max(k + 1, min(share - (s - k - 1), round(share * acc / total)))
+        if i < end:
+            return k
+    return s - 1
 
 
-def build(problem: Problem, packing: Packing, slots: int, stages: int) -> Algorithm:
+def build(problem: Problem, packing: Packing, slots: int, stages: int, taper: float = 1.0) -> Algorithm:
     kind = problem.collective.kind
     n = problem.topology.n_ranks
     C = slots
     if kind == "allgather":
         b, _ = builder(problem, C, "packing", "packing")
-        _down(b, packing.down, C, stages, lambda r, q, j: ("output", q * C + j), {})
+        _down(b, packing.down, C, (stages, taper), lambda r, q, j: ("output", q * C + j), {})
     elif kind == "reducescatter":
         b, _ = builder(problem, C, "packing", "packing")
-        _up(b, packing.up, C, stages, lambda r, q, j: ("output", j) if r == q else ("input", q * C + j))
+        _up(b, packing.up, C, (stages, taper), lambda r, q, j: ("output", j) if r == q else ("input", q * C + j))
     elif kind == "allreduce":
         b, _ = builder(problem, n * C, "packing", "packing")
 
         def loc(r: int, q: int, j: int) -> tuple[str, int]:
             return ("output", q * C + j)
 
-        done = _up(b, packing.up, C, stages, loc)
-        _down(b, packing.down, C, stages, loc, {key: s + 1 for key, s in done.items()})
+        done = _up(b, packing.up, C, (stages, taper), loc)
+        _down(b, packing.down, C, (stages, taper), loc, {key: s + 1 for key, s in done.items()})
     elif kind == "broadcast":
         b, _ = builder(problem, C, "packing", "packing")
         root = packing.root
-        _down(b, packing.down, C, stages, lambda r, q, j: ("input" if r == root else "output", j), {})
+        _down(b, packing.down, C, (stages, taper), lambda r, q, j: ("input" if r == root else "output", j), {})
     elif kind == "reduce":
         b, _ = builder(problem, C, "packing", "packing")
         root = packing.root
-        _up(b, packing.up, C, stages, lambda r, q, j: ("output" if r == root else "input", j))
+        _up(b, packing.up, C, (stages, taper), lambda r, q, j: ("output" if r == root else "input", j))
     else:  # pragma: no cover - plan() refuses other kinds
         raise AssertionError(kind)
     return b.build()
 
 
-def _down(b, phase: Phase, C: int, stages: int, loc, ready: dict[tuple[int, int], int]) -> None:
+def _down(b, phase: Phase, C: int, stages: tuple[int, float], loc, ready: dict[tuple[int, int], int]) -> None:
     """Copy every slot down its tree; slot j of root q may leave the root at step
     ``ready[(q, j)]`` (default: its pipeline stage)."""
     for q, carried in _assign(phase, C).items():
         for tree, offsets in carried:
             depth = tree.depth()
             for i, j in enumerate(offsets):
-                start = ready.get((q, j), _stage(i, len(offsets), stages))
+                start = ready.get((q, j), _stage(i, len(offsets), *stages))
                 for v in tree.order[1:]:
                     par = tree.parent[v]
                     b.move(start + depth[v] - 1, par, [loc(par, q, j)], v, [loc(v, q, j)], "copy")
 
 
-def _up(b, phase: Phase, C: int, stages: int, loc) -> dict[tuple[int, int], int]:
+def _up(b, phase: Phase, C: int, stages: tuple[int, float], loc) -> dict[tuple[int, int], int]:
     """Reduce every slot up its (reversed) tree; returns the step at which each slot's sum is
     complete at its root."""
     done: dict[tuple[int, int], int] = {}
@@ -105,7 +120,7 @@ def _up(b, phase: Phase, C: int, stages: int, loc) -> dict[tuple[int, int], int]
             depth = tree.depth()
             D = max(depth.values())
             for i, j in enumerate(offsets):
-                g = _stage(i, len(offsets), stages)
+                g = _stage(i, len(offsets), *stages)
                 for v in tree.order[1:]:
                     par = tree.parent[v]
                     b.move(g + D - depth[v], v, [loc(v, q, j)], par, [loc(par, q, j)], "reduce")

@@ -1,0 +1,120 @@
+"""Identical nodes solved once and stitched with the fabric (allgather-like phases at scale).
+
+A cluster of identical nodes (the same ranks, switches and links inside every node, local
+index for local index) gets trees of two levels instead of one packing of the whole graph:
+
+* inside a node: the packing of one node alone (its ranks and non-NIC switches), computed
+  once; local root i has trees I_i with weights;
+* across nodes: rank (a, i) (local index i of node a) sends to (b, i) of every other node
+  directly (a star over the rail of local index i, through the fabric as the flattened
+  topology routes it).
+
+The tree of root (a, i) is the rail star followed, in every node b, by a copy of an intra-node
+tree of root i hung from (b, i). Its rate is not assumed: ``physical_time`` routes every tree
+arc over the physical links (and shared limits) and reports the busiest one, which is what
+the schedule will meet. On rail-optimized and single-switch fabrics whose NICs are the
+bottleneck (the usual multi-node case from a few nodes up) this meets the cut bound; where the
+NICs could also relieve the intra-node links (2 nodes of DGX H100), the whole-graph packing does
+better and the caller keeps it when it is affordable.
+"""
+
+from __future__ import annotations
+
+from ccl.topology import Link, Switch, Topology
+
+from .trees import Tree
+
+
+def node_topology(topology: Topology) -> Topology | None:
+    """One node alone (ranks and non-NIC switches, local numbering), or None unless the
+    topology has at least two nodes and every node is the same, local index for local index."""
+    if topology.n_nodes < 2 or not topology.uniform_nodes:
+        return None
+    if "node" not in topology._cache:
+        topology._cache["node"] = _node_topology(topology)
+    return topology._cache["node"]
+
+
+def _node_topology(topology: Topology) -> Topology | None:
+    n = topology.n_ranks
+    node_switches: list[list[int]] = [[] for _ in range(topology.n_nodes)]
+    for k, s in enumerate(topology.switches):
+        if s.node is not None:
+            node_switches[s.node].append(n + k)
+    shapes = []
+    for a, ranks in enumerate(topology.node_ranks):
+        local = {r: i for i, r in enumerate(ranks)}
+        m = len(ranks)
+        for j, v in enumerate(node_switches[a]):
+            local[v] = m + j
+        links = sorted(
+            (local[link.src], local[link.dst], link.bandwidth, link.latency, link.lanes)
+            for v in local for link in topology.out_links[v] if link.dst in local
+        )
+        kinds = tuple(topology.switches[v - n].kind for v in node_switches[a])
+        shapes.append((kinds, tuple(links)))
+    if any(shape != shapes[0] for shape in shapes[1:]):
+        return None
+    kinds, links = shapes[0]
+    m = len(topology.node_ranks[0])
+    keep = {i: i for i in range(m)}
+    switches: list[Switch] = []
+    for j, kind in enumerate(kinds):
+        if kind != "nic":
+            keep[m + j] = m + len(switches)
+            switches.append(Switch(f"switch{len(switches)}", kind))
+    inner = tuple(Link(keep[s], keep[d], bw, lat, lanes)
+                  for s, d, bw, lat, lanes in links if s in keep and d in keep)
+    return Topology(name=f"{topology.name}.node", n_ranks=m, links=inner, switches=tuple(switches))
+
+
+def stitch(topology: Topology, intra: list[Tree] | None) -> list[Tree] | None:
+    """Trees of every rank of ``topology`` from the intra-node trees of one node (local
+    ranks; None for one rank per node). None when some rail pair has no route."""
+    ranks = topology.node_ranks
+    m = len(ranks[0])
+    by_root: dict[int, list[Tree]] = {}
+    for t in intra or [Tree(0, 1, {}, [0])]:
+        by_root.setdefault(t.root, []).append(t)
+    out: list[Tree] = []
+    for a, members in enumerate(ranks):
+        for i, r in enumerate(members):
+            routes = topology.routes_from(r)
+            rail = [ranks[b][i] for b in range(len(ranks)) if b != a]
+            if any(x not in routes or r not in topology.routes_from(x) for x in rail):
+                return None
+            for t in by_root.get(i, []):
+                parent = {x: r for x in rail}
+                order = [r, *rail]
+                for node in ranks:
+                    for v in t.order[1:]:
+                        parent[node[v]] = node[t.parent[v]]
+                        order.append(node[v])
+                out.append(Tree(r, t.weight, parent, order))
+    if m > 1 and len({t.root for t in out}) != topology.n_ranks:
+        return None
+    return out
+
+
+def physical_time(topology: Topology, trees: list[Tree], reverse: bool) -> float:
+    """Microseconds per byte of one root's part on the busiest physical link or shared limit
+    when every root's trees carry its part in proportion to their weights (arcs routed as the
+    flattened topology routes them; ``reverse``: the data flows from child to parent)."""
+    total: dict[int, int] = {}
+    for t in trees:
+        total[t.root] = total.get(t.root, 0) + t.weight
+    load: dict[tuple[int, int], float] = {}
+    for t in trees:
+        f = t.weight / total[t.root]
+        for v, p in t.parent.items():
+            src, dst = (v, p) if reverse else (p, v)
+            path = topology.routes_from(src)[dst]
+            for hop in zip(path, path[1:]):
+                load[hop] = load.get(hop, 0.0) + f
+    worst = 0.0
+    for hop, x in load.items():
+        worst = max(worst, x / (topology.link(*hop).capacity * 1e3))  # type: ignore[union-attr]
+    for limit in topology.limits:
+        x = sum(load.get(hop, 0.0) for hop in limit.links)
+        worst = max(worst, x / (limit.bandwidth * 1e3))
+    return worst
