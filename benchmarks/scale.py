@@ -2,10 +2,10 @@
 template and NCCL's ring and tree models, all in one run.
 
     PYTHONPATH=. python benchmarks/scale.py [--cases dgx-h100:2/allreduce,ndv2:2/allgather]
-        [--sizes 64MiB,1GiB] [--solvers packing]
+        [--sizes 64KiB,64MiB,1GiB] [--solvers packing] [--quick]
 
-For every (machine, collective, size): the synthesis wall time and peak memory of each named
-solver (``ccl.compiler.compare``: templates are synthesized too and serve as the baseline),
+For every (machine, collective, size): the synthesis wall time and the case's peak memory (the
+resident set of a fresh process running the case) of each named solver (``ccl.compiler.compare``: templates are synthesized too and serve as the baseline),
 the simulated time of its schedule (lowered to the Program the runtimes run, as the driver
 times it), its ratio to the lower bound, to the best template and to NCCL's ring and tree
 models. Every schedule is verified before it is timed (the driver's synthesize verifies).
@@ -20,8 +20,9 @@ import math
 import os
 import platform
 import sys
+import multiprocessing
+import resource
 import time
-import tracemalloc
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -29,22 +30,32 @@ import topologies  # noqa: E402
 from ccl.compiler import compare  # noqa: E402
 from ccl.units import format_size, parse_size  # noqa: E402
 
-DEFAULT_CASES = (
-    "ndv2:2/allgather", "ndv2:2/reducescatter", "ndv2:2/allreduce",
-    "dgx-h100:2/allgather", "dgx-h100:2/reducescatter", "dgx-h100:2/allreduce",
-    "dgx1/broadcast", "dgx1/reduce", "amd8/broadcast", "amd8/reduce", "torus:4x4/broadcast",
-)
+MACHINES = ("ndv2:2", "dgx2:2", "dgx-a100:4", "dgx-h100:2", "dgx-h100:16")
+DEFAULT_CASES = tuple(f"{m}/{k}" for m in MACHINES for k in ("allgather", "reducescatter", "allreduce")) + tuple(
+    f"{m}/{k}" for m in ("dgx1", "amd8", "torus:4x4", "dgx2:2", "dgx-h100:2") for k in ("broadcast", "reduce"))
+QUICK_CASES = ("ndv2:2/allreduce", "dgx-h100:2/allgather", "dgx1/broadcast")
 
 
-def run_case(spec: str, kind: str, size: int, names: list[str]) -> list[dict]:
+def run_case(spec: str, kind: str, sizes: list[int], names: list[str]) -> list[dict]:
+    """One case in a fresh process (its peak resident memory is the case's)."""
+    with multiprocessing.get_context("fork").Pool(1, maxtasksperchild=1) as pool:
+        return pool.apply(_run_case, (spec, kind, sizes, names))
+
+
+def _run_case(spec: str, kind: str, sizes: list[int], names: list[str]) -> list[dict]:
     topo = topologies.build(spec)
-    tracemalloc.start()
     start = time.perf_counter()
-    (comparison,) = compare(topo, kind, [size], root=0 if kind in ("broadcast", "reduce") else None,
-                            solvers=names, progress=lambda m: print(f"  {spec} {kind}: {m}", file=sys.stderr))
+    comparisons = compare(topo, kind, sizes, root=0 if kind in ("broadcast", "reduce") else None,
+                          solvers=names, progress=lambda m: print(f"  {spec} {kind}: {m}", file=sys.stderr))
     wall = time.perf_counter() - start
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
+    out = []
+    for size, comparison in zip(sizes, comparisons):
+        out.extend(_rows(spec, topo, kind, size, names, comparison, wall, peak))
+    return out
+
+
+def _rows(spec, topo, kind, size, names, comparison, wall, peak) -> list[dict]:
     rows = {r.name: r for r in comparison.rows}
     bound = rows["lower bound"].time_us
     templates = [r for r in comparison.rows if r.source == "schedule" and r.name not in names and r.time_us]
@@ -76,16 +87,18 @@ def fmt(x, spec=".3f"):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", default=",".join(DEFAULT_CASES))
-    ap.add_argument("--sizes", default="256MiB,1GiB")
+    ap.add_argument("--sizes", default="64KiB,64MiB,1GiB")
+    ap.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK_CASES)} (a CI-sized run)")
     ap.add_argument("--solvers", default="packing")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "scale"))
     args = ap.parse_args()
     names = [x for x in args.solvers.split(",") if x]
     rows: list[dict] = []
-    for case in [c for c in args.cases.split(",") if c]:
+    sizes = [int(parse_size(x)) for x in args.sizes.split(",") if x]
+    for case in QUICK_CASES if args.quick else [c for c in args.cases.split(",") if c]:
         spec, kind = case.split("/")
-        for size_text in args.sizes.split(","):
-            rows.extend(run_case(spec, kind, int(parse_size(size_text)), names))
+        print(f"{spec} {kind} ...", file=sys.stderr, flush=True)
+        rows.extend(run_case(spec, kind, sizes, names))
     header = ("machine", "ranks", "collective", "size", "solver", "time", "/bound", "/best tmpl",
               "vs nccl-ring", "vs nccl-tree", "synth s", "peak MiB")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

@@ -60,8 +60,11 @@ def synthesize(problem: Problem, judge: CostJudge | None = None):
         best = None
         for index, packing_ in enumerate(candidates):
             proxy = _proxy(problem, packing_)
+            longest = 16
+            while longest < 256 and _per_slot(packing_, n) * packing_.trees_per_root() * longest * 8 <= MAX_TRANSFERS:
+                longest *= 2
             for shape_, us in _search(lambda c: _time(problem, packing_, base, n, c, judge, size, proxy),
-                                      tapered=proxy is None):
+                                      tapered=proxy is None, longest=longest):
                 tried.append({"construction": _construction(packing_), "stages": shape_[0], "taper": shape_[1],
                               "judged_as": "allgather" if proxy is not None else problem.collective.kind,
                               "time_us": round(us, 3)})
@@ -90,13 +93,14 @@ def _construction(packing: Packing) -> str:
     return "+".join(sorted({p.construction for p in packing.phases()}))
 
 
-def _search(evaluate, tapered: bool = True):
+def _search(evaluate, tapered: bool = True, longest: int = 16):
     """Pipeline shapes (stages, taper) tried by the judge, with their times: uniform stage
-    counts by hill climbing from 4 over 1, 2, 4, 8, 16, then, when the best has 8 or more
+    counts by hill climbing from 4 over 1, 2, 4, 8, 16 (up to ``longest``, a power of two;
+    rooted trees carry few transfers per slot and afford up to 256), then, when the best has 8 or more
     stages (bandwidth binds) and ``tapered``, two tapered shapes whose last pieces are small
     (not under a proxy judge: an allreduce's slots start down as their sums complete, and
     tapering that the allgather proxy favours did not carry over)."""
-    ladder = [(1, 1.0), (2, 1.0), (4, 1.0), (8, 1.0), (16, 1.0)]
+    ladder = [(1 << k, 1.0) for k in range(longest.bit_length())]
     seen: dict[tuple[int, float], float] = {}
 
     def ev(c: tuple[int, float]) -> float:
@@ -147,10 +151,16 @@ def _proxy(problem: Problem, packing: Packing):
 
 def slot_count(packing: Packing, base: int, n: int, shape: tuple[int, float] = (DEFAULT_STAGES, 1.0)) -> int:
     """Slots per part: fine enough that shares follow the trees' rates (8 per tree of the root
-    with most trees) and that the pipeline shape has its stages (four slots per stage when
-    tapered), within a budget of transfers; a multiple of the request's chunks."""
+    with most trees) and that every tree's share has the pipeline's stages (four slots per
+    stage when tapered), within a budget of transfers; a multiple of the request's chunks."""
     stages, taper = shape
-    per_slot = n * (n - 1) * max(len(packing.phases()), 1)  # transfers one slot of every part costs
-    want = max(8 * packing.trees_per_root(), stages * (4 if taper < 1 else 1))
+    per_slot = _per_slot(packing, n)
+    want = packing.trees_per_root() * max(8, stages * (4 if taper < 1 else 1))  # every tree gets its stages
     target = min(want, max(1, MAX_TRANSFERS // per_slot))
     return base * max(1, target // base)
+
+
+def _per_slot(packing: Packing, n: int) -> int:
+    """Transfers one slot of every part costs: n - 1 per tree phase, for every root."""
+    roots = 1 if packing.root is not None else n
+    return roots * (n - 1) * max(len(packing.phases()), 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -116,8 +117,49 @@ def plans(topology: Topology, kind: str, root: int | None,
         down = _phase(topology, False, r, progress) if want_down else None
         out.append(Packing(kind, topology.n_ranks, r, down, up))
     out.sort(key=lambda p: sum(ph.achieved for ph in p.phases()))  # stable: stitched first on a tie
+    if topology.n_ranks <= SHALLOW_UP_TO:
+        up = _shallow(topology, True, r) if want_up else None
+        down = _shallow(topology, False, r) if want_down else None
+        if (up is not None or not want_up) and (down is not None or not want_down):
+            out.append(Packing(kind, topology.n_ranks, r, down, up))
     cache[key] = out
     return out
+
+
+SHALLOW_UP_TO = 32  # ranks up to which the shallowest trees are a candidate (latency-bound sizes)
+
+
+def _shallow(topology: Topology, reverse: bool, root: int | None) -> Phase | None:
+    """The shallowest trees: per root, fewest hops over the flattened links (then least
+    latency, then smallest ranks), a star where every pair is linked; the least latency a tree
+    can have. Their rate is measured on the physical links. None when a rank is unreachable."""
+    flat = topology.flat()
+    n = topology.n_ranks
+    adjacent = flat.in_links if reverse else flat.out_links
+    trees = []
+    for r in ([root] if root is not None else range(n)):
+        best = {r: (0, 0.0)}
+        parent: dict[int, int] = {}
+        order: list[int] = []
+        heap = [(0, 0.0, r, r)]
+        while heap:
+            hops, lat, v, p = heapq.heappop(heap)
+            if v in parent or (v == r and order):
+                continue
+            if v != r:
+                parent[v] = p
+            order.append(v)
+            for link in adjacent[v]:
+                w = link.src if reverse else link.dst
+                key = (hops + 1, lat + link.latency)
+                if w not in parent and w != r and key < best.get(w, (n + 1, 0.0)):
+                    best[w] = key
+                    heapq.heappush(heap, (*key, w, v))
+        if len(order) < n:
+            return None
+        trees.append(Tree(r, 1, parent, order))
+    caps, _, optimal, _, _ = _rate(topology, reverse, root)
+    return Phase(reverse, tuple(trees), optimal, physical_time(topology, trees, reverse), caps.exact, "shallow")
 
 
 def _meets(phase: Phase) -> bool:

@@ -164,7 +164,8 @@ def test_every_schedule_verifies_on_library_topologies(spec, kind):
 def test_the_size_picks_the_pipeline_from_the_judge():
     solution = synth(T.build("dgx1"), "allgather", size=1 << 28)
     tried = solution.details["pipeline_candidates"]
-    assert tried[0]["stages"] == 4 and len({(t["stages"], t["taper"]) for t in tried}) == len(tried)
+    assert tried[0]["stages"] == 4 and len({(t["construction"], t["stages"], t["taper"]) for t in tried}) == len(tried)
+    assert {t["construction"] for t in tried} == {"packed", "shallow"}
     best = min(tried, key=lambda t: t["time_us"])
     assert (solution.details["stages"], solution.details["taper"]) == (best["stages"], best["taper"])
     assert compiler.simulate(solution.algorithm, 1 << 28, bound=False, baselines=False).time_us == \
@@ -270,7 +271,7 @@ def test_stitching_needs_identical_nodes() -> None:
              for x in topo.links]  # rank 8's NVLink port at half speed, both ways
     odd = Topology("odd", topo.n_ranks, tuple(links), topo.switches, topo.limits, topo.node_of)
     assert node_topology(odd) is None
-    assert all(ph.construction == "packed" for p in plans(odd, "allgather", None) for ph in p.phases())
+    assert [p.down.construction for p in plans(odd, "allgather", None)] == ["packed", "shallow"]
     assert node_topology(T.build("dgx-h100")) is None  # one node
 
 
@@ -290,8 +291,42 @@ def test_the_judge_chooses_between_constructions() -> None:
     (the NICs could relieve NVLink) but pipeline better; both are judged at the size."""
     topo = T.build("dgx-h100:2")
     found = plans(topo, "allgather", None)
-    assert [p.down.construction for p in found] == ["packed", "stitched"]
+    assert [p.down.construction for p in found] == ["packed", "stitched", "shallow"]
     solution = synth(topo, "allgather", size=1 << 26)
     tried = solution.details["pipeline_candidates"]
-    assert {t["construction"] for t in tried} == {"packed", "stitched"}
-    assert solution.details["constructions"] == ["packed", "stitched"]
+    assert {t["construction"] for t in tried} == {"packed", "stitched", "shallow"}
+    assert solution.details["constructions"] == ["packed", "stitched", "shallow"]
+
+
+@pytest.mark.parametrize("spec", ["switch:6", "dgx1", "dgx-h100:2", "torus:3x3"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_shallowest_trees_are_shortest_path_trees_and_verify(spec: str, kind: str) -> None:
+    from solvers.packing.plan import _shallow
+    from solvers.packing.schedule import build
+
+    topo = T.build(spec)
+    root = 1 if kind in ("broadcast", "reduce") else None
+    reverse = kind in ("reducescatter", "reduce")
+    phase = _shallow(topo, reverse, root)
+    flat = topo.flat()
+    for t in phase.trees:  # depth = hop distance over the flattened links
+        dist = {t.root: 0}
+        frontier = [t.root]
+        while frontier:
+            nxt = []
+            for v in frontier:
+                for link in (flat.in_links if reverse else flat.out_links)[v]:
+                    w = link.src if reverse else link.dst
+                    if w not in dist:
+                        dist[w] = dist[v] + 1
+                        nxt.append(w)
+            frontier = nxt
+        assert t.depth() == dist
+    if spec == "switch:6" and root is None:
+        assert phase.achieved == pytest.approx(phase.optimal)  # stars are optimal on one crossbar
+    up = _shallow(topo, True, root) if kind in ("reducescatter", "allreduce", "reduce") else None
+    down = _shallow(topo, False, root) if kind in ("allgather", "allreduce", "broadcast") else None
+    packing = Packing(kind, topo.n_ranks, root, down, up)
+    problem = Problem(topo, builtin(kind, topo.n_ranks, root), Request("packing"))
+    alg = build(problem, packing, 2, 2)
+    assert verify(alg).transfers == len(alg.transfers)
