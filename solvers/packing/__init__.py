@@ -5,27 +5,30 @@
    (``solvers.bounds.max_cut_ratio``, exact: a Fraction p/q in integer capacity units).
    Scaling capacities by p, every root needs q units of rate; for broadcast the root needs
    the least max-flow to a rank (Edmonds).
-2. Switch removal (``split``): switch vertices are split off pair by pair while every rank can
-   still receive the total demand from a super source feeding the roots, leaving a rank-only
-   graph (an arc u -> t there is u sending to t through switches, as the flattened topology
-   routes it).
-3. Trees (``trees``): spanning out-trees per root with integer multiplicities summing to the
-   root's demand, packed within the arc capacities.
-4. Schedule (``schedule``): each root's part is cut into slots, shared among its trees in
+2. Constructions (``plan.plans``), each with its rate measured on the physical links:
+   * stitched (``stitch``): identical nodes, one node packed once, rail stars across nodes;
+   * packed: switch vertices split off pair by pair while every rank can still receive the
+     total demand (``split``), then spanning out-trees per root with integer multiplicities
+     summing to the root's demand, packed within the arc capacities (``trees``);
+   * shallow: per root the tree of fewest hops over the flattened links (latency).
+3. Schedule (``schedule``): each root's part is cut into slots, shared among its trees in
    proportion to their multiplicities, and pipelined down (allgather, broadcast) or up
    (reducescatter, reduce: trees of the reversed graph) the trees; allreduce is reducescatter
    then allgather, every slot starting down as soon as its sum is complete.
 
 Slots and stages: each part is cut into enough slots that every tree's share follows its rate
-(a multiple of the request's chunks, within a budget of transfers), and the slots of a tree
-travel in a few pipeline stages; with ``--size`` the cost judge picks the stage count that
-runs fastest at that size (1, 2, 4, 8 or 16), otherwise 4.
+and has the pipeline's stages (within a budget of transfers, a multiple of the request's
+chunks). With ``--size`` the cost judge times every construction over pipeline shapes
+(``_search``: stage counts by hill climbing, then tapered stages when long pipelines win) and
+keeps the fastest; otherwise the best-rate construction with 4 stages.
 
-The details report the rate the trees reach, the bound it meets and the trees per root.
+The details report the rate the trees reach, the bound it meets, the construction, the trees
+per root and every shape tried.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 
 from ccl.algorithm import Algorithm
@@ -49,8 +52,16 @@ def synthesize(problem: Problem, judge: CostJudge | None = None):
     if problem.request.steps is not None or problem.request.rounds is not None:
         raise InputError("solver 'packing' does not take --steps or --rounds: it optimizes throughput")
     start = time.perf_counter()
-    candidates = plans(problem.topology, problem.collective.kind, problem.collective.root)
+
+    def progress(message: str) -> None:  # on stderr, once the synthesis has taken a second
+        if time.perf_counter() - start > 1.0:
+            print(f"ccl: packing: {message}", file=sys.stderr, flush=True)
+
+    candidates = plans(problem.topology, problem.collective.kind, problem.collective.root, progress)
     planned = time.perf_counter() - start
+    progress(f"planned in {planned:.1f} s: " + ", ".join(
+        f"{_construction(p)} at {max(ph.achieved / ph.optimal for ph in p.phases()):.3f}x the bound rate"
+        for p in candidates))
     base, n = pieces(problem), problem.topology.n_ranks
     size = problem.request.size
     tried: list[dict] = []
@@ -59,6 +70,10 @@ def synthesize(problem: Problem, judge: CostJudge | None = None):
     else:
         best = None
         for index, packing_ in enumerate(candidates):
+            part = size if packing_.root is not None else size / n
+            if best is not None and max(ph.achieved for ph in packing_.phases()) * part >= best[0]:
+                progress(f"{_construction(packing_)}: its rate alone takes longer than the best so far")
+                continue  # its bandwidth time alone exceeds the best so far
             proxy = _proxy(problem, packing_)
             longest = 16
             while longest < 256 and _per_slot(packing_, n) * packing_.trees_per_root() * longest * 8 <= MAX_TRANSFERS:
@@ -68,6 +83,7 @@ def synthesize(problem: Problem, judge: CostJudge | None = None):
                 tried.append({"construction": _construction(packing_), "stages": shape_[0], "taper": shape_[1],
                               "judged_as": "allgather" if proxy is not None else problem.collective.kind,
                               "time_us": round(us, 3)})
+                progress(f"{_construction(packing_)}, {shape_[0]} stages, taper {shape_[1]}: {us:.4g} us")
                 if best is None or us < best[0]:
                     best = (us, index, shape_)
         assert best is not None

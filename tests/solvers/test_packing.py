@@ -165,7 +165,7 @@ def test_the_size_picks_the_pipeline_from_the_judge():
     solution = synth(T.build("dgx1"), "allgather", size=1 << 28)
     tried = solution.details["pipeline_candidates"]
     assert tried[0]["stages"] == 4 and len({(t["construction"], t["stages"], t["taper"]) for t in tried}) == len(tried)
-    assert {t["construction"] for t in tried} == {"packed", "shallow"}
+    assert "packed" in {t["construction"] for t in tried} <= {"packed", "shallow"}  # shallow may be pruned
     best = min(tried, key=lambda t: t["time_us"])
     assert (solution.details["stages"], solution.details["taper"]) == (best["stages"], best["taper"])
     assert compiler.simulate(solution.algorithm, 1 << 28, bound=False, baselines=False).time_us == \
@@ -294,7 +294,7 @@ def test_the_judge_chooses_between_constructions() -> None:
     assert [p.down.construction for p in found] == ["packed", "stitched", "shallow"]
     solution = synth(topo, "allgather", size=1 << 26)
     tried = solution.details["pipeline_candidates"]
-    assert {t["construction"] for t in tried} == {"packed", "stitched", "shallow"}
+    assert {"packed", "stitched"} <= {t["construction"] for t in tried}
     assert solution.details["constructions"] == ["packed", "stitched", "shallow"]
 
 
