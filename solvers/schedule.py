@@ -86,14 +86,23 @@ class ScheduleBuilder:
         self.name = name
         self.solver = solver
         self.router = router or Router(topology)
-        self._logical: list[tuple[int, int, str, int, int, str, int, str]] = []
+        self._logical: list[tuple[int, int, str, int, int, str, int, str, int]] = []
 
     def move(self, step: int, src: int, src_slots: Sequence[Slot], dst: int, dst_slots: Sequence[Slot], op: str) -> None:
         """One logical transfer per slot of two equally long slot lists."""
         if len(src_slots) != len(dst_slots):
             raise ValueError("slot lists of different length")
         for a, b in zip(src_slots, dst_slots):
-            self._logical.append((step, src, a[0], a[1], dst, b[0], b[1], op))
+            self._logical.append((step, src, a[0], a[1], dst, b[0], b[1], op, 1))
+
+    def move_run(self, step: int, src: int, src_slot: Slot, dst: int, dst_slot: Slot, count: int, op: str) -> None:
+        """``count`` consecutive slots from ``src_slot`` on to ``dst_slot`` on: one transfer
+        when the ranks are linked, one per slot when the route relays through ranks."""
+        if count == 1 or len(self.router.path(src, dst)) != 2:
+            self.move(step, src, [(src_slot[0], src_slot[1] + j) for j in range(count)],
+                      dst, [(dst_slot[0], dst_slot[1] + j) for j in range(count)], op)
+        else:
+            self._logical.append((step, src, src_slot[0], src_slot[1], dst, dst_slot[0], dst_slot[1], op, count))
 
     def build(self) -> Algorithm:
         path = self.router.path
@@ -115,17 +124,17 @@ class ScheduleBuilder:
         if all(h == 1 for h in longest.values()):
             for s in steps:
                 b0 = base[s]
-                for _, (_, src, sbuf, sidx, dst, dbuf, didx, op) in by_step[s]:
-                    out.append(Transfer(b0, src, sbuf, sidx, dst, dbuf, didx, 1, op))
+                for _, (_, src, sbuf, sidx, dst, dbuf, didx, op, count) in by_step[s]:
+                    out.append(Transfer(b0, src, sbuf, sidx, dst, dbuf, didx, count, op))
             return Algorithm(self.name, self.collective, self.topology, tuple(out), solver=self.solver)
         # Forwarding slots go above the scratch the template itself uses, in two banks (even and
         # odd physical steps) so a slot is never rewritten in the step that forwards it.
         used = [0] * self.topology.n_ranks
         for t in self._logical:
             if t[2] == "scratch":
-                used[t[1]] = max(used[t[1]], t[3] + 1)
+                used[t[1]] = max(used[t[1]], t[3] + t[8])
             if t[5] == "scratch":
-                used[t[4]] = max(used[t[4]], t[6] + 1)
+                used[t[4]] = max(used[t[4]], t[6] + t[8])
         demand: dict[tuple[int, int], int] = {}
         for s in steps:
             for p, _ in by_step[s]:
@@ -138,9 +147,9 @@ class ScheduleBuilder:
         taken: dict[tuple[int, int], int] = {}
         for s in steps:
             b0 = base[s]
-            for p, (_, src, sbuf, sidx, dst, dbuf, didx, op) in by_step[s]:
+            for p, (_, src, sbuf, sidx, dst, dbuf, didx, op, count) in by_step[s]:
                 if len(p) == 2:
-                    out.append(Transfer(b0, src, sbuf, sidx, dst, dbuf, didx, 1, op))
+                    out.append(Transfer(b0, src, sbuf, sidx, dst, dbuf, didx, count, op))
                     continue
                 prev: tuple[int, str, int] = (src, sbuf, sidx)
                 for i in range(1, len(p) - 1):

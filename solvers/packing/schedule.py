@@ -98,17 +98,29 @@ def build(problem: Problem, packing: Packing, slots: int, stages: int, taper: fl
     return b.build()
 
 
+def _runs(starts: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """(slot, start step) pairs in slot order -> (first slot, count, start) runs of
+    consecutive slots that start together (one transfer per run and tree arc)."""
+    out: list[list[int]] = []
+    for j, st in starts:
+        if out and out[-1][0] + out[-1][1] == j and out[-1][2] == st:
+            out[-1][1] += 1
+        else:
+            out.append([j, 1, st])
+    return [(a, b, c) for a, b, c in out]
+
+
 def _down(b, phase: Phase, C: int, stages: tuple[int, float], loc, ready: dict[tuple[int, int], int]) -> None:
     """Copy every slot down its tree; slot j of root q may leave the root at step
     ``ready[(q, j)]`` (default: its pipeline stage)."""
     for q, carried in _assign(phase, C).items():
         for tree, offsets in carried:
             depth = tree.depth()
-            for i, j in enumerate(offsets):
-                start = ready.get((q, j), _stage(i, len(offsets), *stages))
+            starts = [(j, ready.get((q, j), _stage(i, len(offsets), *stages))) for i, j in enumerate(offsets)]
+            for j, count, start in _runs(starts):
                 for v in tree.order[1:]:
                     par = tree.parent[v]
-                    b.move(start + depth[v] - 1, par, [loc(par, q, j)], v, [loc(v, q, j)], "copy")
+                    b.move_run(start + depth[v] - 1, par, loc(par, q, j), v, loc(v, q, j), count, "copy")
 
 
 def _up(b, phase: Phase, C: int, stages: tuple[int, float], loc) -> dict[tuple[int, int], int]:
@@ -119,10 +131,11 @@ def _up(b, phase: Phase, C: int, stages: tuple[int, float], loc) -> dict[tuple[i
         for tree, offsets in carried:
             depth = tree.depth()
             D = max(depth.values())
-            for i, j in enumerate(offsets):
-                g = _stage(i, len(offsets), *stages)
+            starts = [(j, _stage(i, len(offsets), *stages)) for i, j in enumerate(offsets)]
+            for j, count, g in _runs(starts):
                 for v in tree.order[1:]:
                     par = tree.parent[v]
-                    b.move(g + D - depth[v], v, [loc(v, q, j)], par, [loc(par, q, j)], "reduce")
-                done[(q, j)] = g + D - 1
+                    b.move_run(g + D - depth[v], v, loc(v, q, j), par, loc(par, q, j), count, "reduce")
+                for k in range(count):
+                    done[(q, j + k)] = g + D - 1
     return done
