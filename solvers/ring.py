@@ -6,6 +6,11 @@ pipelined chains along the ring for broadcast and reduce.
 * ``multi-ring``: NCCL-style channels: several directed Hamiltonian cycles that fit the links'
   lanes and shared limits side by side (``rings.find_disjoint_rings``); the data is split evenly
   over them and they run in the same steps.
+* ``rail-rings``: NCCL's rings on a multi-node cluster: one channel per local index c; in node
+  a the ring enters at local rank s = (c - a) mod m, visits the node's ranks in increasing
+  local order and leaves from local s - 1 to the same local index of node a + 1, so every
+  inter-node hop stays on one NIC rail (all of them when the node count is a multiple of m)
+  and every NIC sends and receives for exactly one channel.
 
 ``chunks`` K splits every rank's part (per ring) into K slots moved as separate transfers, so a
 dependency-driven runtime pipelines them.
@@ -16,7 +21,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ccl.algorithm import Algorithm
+from ccl.errors import CollectiveError
 from ccl.problem import Problem
+from ccl.topology import Topology
 
 from .common import builder, pieces, run
 from .phases import ring_allgather, ring_reducescatter, tree_broadcast, tree_reduce
@@ -30,9 +37,28 @@ MAX_RINGS = 16
 def synthesize(problem: Problem) -> Algorithm:
     if problem.request.solver == "multi-ring":
         rings = find_disjoint_rings(problem.topology, MAX_RINGS)
+    elif problem.request.solver == "rail-rings":
+        rings = rail_rings(problem.topology)
     else:
         rings = [find_ring(problem.topology)]
     return _rings(problem, rings, problem.request.solver)
+
+
+def rail_rings(topology: Topology) -> list[list[int]]:
+    """One ring per local index (at most ``MAX_RINGS``); see the module docstring."""
+    if topology.n_nodes < 2 or not topology.uniform_nodes:
+        raise CollectiveError(f"rail-rings needs a multi-node topology with equally many ranks per node; "
+                              f"{topology.name!r} has {topology.n_nodes} node(s)")
+    nodes = topology.node_ranks
+    m = len(nodes[0])
+    rings = []
+    for c in range(min(m, MAX_RINGS)):
+        order = []
+        for a, members in enumerate(nodes):
+            s = (c - a) % m
+            order.extend(members[(s + i) % m] for i in range(m))
+        rings.append(order)
+    return rings
 
 
 def _rings(problem: Problem, rings: Sequence[list[int]], solver: str) -> Algorithm:

@@ -14,7 +14,7 @@ from ccl import CollectiveError, Problem, Request, VerificationError, verify
 from ccl.collective import ROOTED_KINDS, builtin
 from ccl.topology import Topology
 
-FLAT_SOLVERS = [name for name in solvers.TEMPLATES if name != "hierarchical"]
+FLAT_SOLVERS = [name for name in solvers.TEMPLATES if name not in ("hierarchical", "rail-rings")]
 
 
 def families(n: int) -> list[Topology]:
@@ -104,12 +104,33 @@ def multinode_cases() -> list[Topology]:
 
 @pytest.mark.parametrize("topo", multinode_cases(), ids=lambda t: t.name)
 def test_hierarchical_verifies_on_multinode(topo):
-    assert check_all(topo, ["hierarchical"], (1, 2, 3, 4) if topo.n_ranks <= 16 else (1, 2)) > 0
+    assert check_all(topo, ["hierarchical", "rail-rings"], (1, 2, 3, 4) if topo.n_ranks <= 16 else (1, 2)) > 0
 
 
-def test_hierarchical_refuses_single_node():
+@pytest.mark.parametrize("name", ["hierarchical", "rail-rings"])
+def test_hierarchical_refuses_single_node(name):
     with pytest.raises(CollectiveError, match="multi-node"):
-        solvers.synthesize(Problem(T.dgx1(), builtin("allreduce", 8), Request("hierarchical")))
+        solvers.synthesize(Problem(T.dgx1(), builtin("allreduce", 8), Request(name)))
+
+
+@pytest.mark.parametrize("nodes", [2, 3, 8])
+def test_rail_rings_keep_inter_node_hops_on_one_rail(nodes):
+    from solvers.ring import rail_rings
+
+    topo = T.build(f"dgx-h100:{nodes}")
+    rings = rail_rings(topo)
+    assert len(rings) == 8
+    nic_out: dict[int, int] = {}
+    for ring in rings:
+        assert sorted(ring) == list(range(topo.n_ranks))
+        hops = list(zip(ring, ring[1:] + ring[:1]))
+        inter = [(a, b) for a, b in hops if topo.node_of[a] != topo.node_of[b]]
+        assert len(inter) == nodes
+        same_rail = [topo.local_index(a) == topo.local_index(b) for a, b in inter]
+        assert all(same_rail[:-1]) and same_rail[-1] == (nodes % 8 == 0)  # only the closing hop may cross
+        for a, _ in inter:
+            nic_out[a] = nic_out.get(a, 0) + 1
+    assert max(nic_out.values()) == 1  # every NIC sends for at most one channel
 
 
 def steps(spec: str, kind: str, solver: str, k: int = 1) -> int:
