@@ -218,10 +218,17 @@ def _phase(topology: Topology, reverse: bool, root: int | None,
             achieved = per_unit / q2 if q2 else float("inf")
             demand = {root: q2}
     trees = pack_trees(n, ranks_only, demand, progress)
+    if topology.switches:
+        # An arc of the split graph is a path through switches, but a schedule's transfer
+        # travels the route the flattened topology gives the pair (least latency), which may
+        # load other links: the rate the schedule meets is the one on the physical links.
+        achieved = max(achieved, physical_time(topology, trees, reverse))
     return Phase(reverse, tuple(trees), optimal, achieved, caps.exact)
 
 
-FLAT_LIMIT = 64  # vertices up to which the whole graph is packed when stitching misses the bound
+FLAT_LIMIT = 48  # vertices up to which the whole graph is packed too when stitching misses the bound
+# (dgx-h100:2 has 43: 5 s per phase; dgx2:2 has 51: 1 min per phase, and its packed trees,
+# routed as the flattened topology routes them, are slower than the stitched ones)
 
 
 def _stitched_phase(topology: Topology, reverse: bool,
