@@ -72,6 +72,14 @@ def _int(text: str, what: str) -> int:
     return value
 
 
+def _number(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"{what} must be a number, got {text!r}") from None
+    return value
+
+
 def _dims(text: str) -> tuple[int, ...]:
     return tuple(_int(x, "torus dimension") for x in text.lower().split("x"))
 
@@ -111,7 +119,9 @@ class Builder:
 _LINK_OPTIONS = (("bw", "bandwidth", parse_bandwidth), ("lat", "latency", parse_time))
 _N = (("n", lambda s: _int(s, "number of ranks"), True),)
 _NODES = (("nodes", lambda s: _int(s, "number of nodes"), False),)
-_CLUSTER_OPTIONS = (("fabric", "fabric", str), ("nic", "nic_bandwidth", parse_bandwidth))
+_CLUSTER_OPTIONS = (("fabric", "fabric", str), ("nic", "nic_bandwidth", parse_bandwidth),
+                    ("oversub", "oversubscription", lambda s: _number(s, "oversubscription")),
+                    ("per-leaf", "nodes_per_leaf", lambda s: _int(s, "nodes per leaf")))
 
 BUILDERS: dict[str, Builder] = {
     b.name: b
@@ -138,19 +148,19 @@ BUILDERS: dict[str, Builder] = {
         Builder("dgx1", "dgx1[:bw=..,lat=..]", "8 x V100, NVLink hybrid cube-mesh", (), _LINK_OPTIONS, dgx1, "dgx1"),
         Builder("amd8", "amd8[:bw=..,lat=..]", "8 AMD GPUs, Infinity Fabric mesh (5/6 lanes)", (), _LINK_OPTIONS, amd8, "amd8"),
         Builder(
-            "ndv2", "ndv2[:NODES][,fabric=switch|leafspine|rail,nic=..]",
+            "ndv2", "ndv2[:NODES][,fabric=switch|leafspine|rail,nic=..,oversub=..,per-leaf=..]",
             "Azure NDv2: DGX-1 mesh per node, 1 NIC per node", _NODES, _CLUSTER_OPTIONS, ndv2, "ndv2:2",
         ),
         Builder(
-            "dgx2", "dgx2[:NODES][,fabric=..,nic=..]", "16 x V100 on NVSwitch, 8 NICs per node",
+            "dgx2", "dgx2[:NODES][,fabric=..,nic=..,oversub=..,per-leaf=..]", "16 x V100 on NVSwitch, 8 NICs per node",
             _NODES, _CLUSTER_OPTIONS, dgx2, "dgx2:2",
         ),
         Builder(
-            "dgx-a100", "dgx-a100[:NODES][,fabric=..,nic=..]", "8 x A100 on NVSwitch, 8 NICs, rail-optimized",
+            "dgx-a100", "dgx-a100[:NODES][,fabric=..,nic=..,oversub=..,per-leaf=..]", "8 x A100 on NVSwitch, 8 NICs, rail-optimized",
             _NODES, _CLUSTER_OPTIONS, dgx_a100, "dgx-a100:2",
         ),
         Builder(
-            "dgx-h100", "dgx-h100[:NODES][,fabric=..,nic=..]", "8 x H100 on NVSwitch, 8 NICs, rail-optimized",
+            "dgx-h100", "dgx-h100[:NODES][,fabric=..,nic=..,oversub=..,per-leaf=..]", "8 x H100 on NVSwitch, 8 NICs, rail-optimized",
             _NODES, _CLUSTER_OPTIONS, dgx_h100, "dgx-h100:16",
         ),
     )

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from ccl.topology import Topology
 
-from .library import LIBRARY, flag, gbps, integer, integers, microseconds, text
+from .library import LIBRARY, flag, gbps, integer, integers, microseconds, real, text
 
 
 def _family(name: str, n: int, bw: float | None, lat: float | None, **more: object) -> Topology:
@@ -77,31 +77,38 @@ def amd8(bandwidth: float | None = None, latency: float | None = None) -> Topolo
     return _single("amd8", bandwidth, latency)
 
 
-def _cluster(name: str, n_nodes: int, fabric: str | None, nic_bandwidth: float | None) -> Topology:
+def _cluster(name: str, n_nodes: int, fabric: str | None, nic_bandwidth: float | None,
+             oversubscription: float | None = None, nodes_per_leaf: int | None = None) -> Topology:
     return LIBRARY.call("machines", name, {
         "nodes": integer(n_nodes, f"{name}: n_nodes"), "fabric": text(fabric, f"{name}: fabric"),
         "nic_bandwidth": gbps(nic_bandwidth, f"{name}: nic_bandwidth"),
+        "oversubscription": None if oversubscription is None else real(oversubscription, f"{name}: oversubscription"),
+        "nodes_per_leaf": None if nodes_per_leaf is None else integer(nodes_per_leaf, f"{name}: nodes_per_leaf"),
     })
 
 
-def ndv2(n_nodes: int = 1, *, fabric: str | None = None, nic_bandwidth: float | None = None) -> Topology:
+def ndv2(n_nodes: int = 1, *, fabric: str | None = None, nic_bandwidth: float | None = None,
+         oversubscription: float | None = None, nodes_per_leaf: int | None = None) -> Topology:
     """Azure NDv2: the DGX-1 NVLink mesh per node (TACCL's profile), one NIC per node on PCIe;
     nodes joined by ``fabric`` (switch, leafspine or rail; default switch)."""
-    return _cluster("ndv2", n_nodes, fabric, nic_bandwidth)
+    return _cluster("ndv2", n_nodes, fabric, nic_bandwidth, oversubscription, nodes_per_leaf)
 
 
-def dgx2(n_nodes: int = 1, *, fabric: str | None = None, nic_bandwidth: float | None = None) -> Topology:
+def dgx2(n_nodes: int = 1, *, fabric: str | None = None, nic_bandwidth: float | None = None,
+         oversubscription: float | None = None, nodes_per_leaf: int | None = None) -> Topology:
     """16 V100s on NVSwitch (125 GB/s per GPU port); 8 NICs, each shared by a GPU pair
     (default fabric: switch)."""
-    return _cluster("dgx2", n_nodes, fabric, nic_bandwidth)
+    return _cluster("dgx2", n_nodes, fabric, nic_bandwidth, oversubscription, nodes_per_leaf)
 
 
-def dgx_a100(n_nodes: int = 1, *, fabric: str | None = None, nic_bandwidth: float | None = None) -> Topology:
+def dgx_a100(n_nodes: int = 1, *, fabric: str | None = None, nic_bandwidth: float | None = None,
+         oversubscription: float | None = None, nodes_per_leaf: int | None = None) -> Topology:
     """8 A100s on NVSwitch (300 GB/s per GPU); 8 x 200 Gb/s NICs, one per GPU (default fabric: rail)."""
-    return _cluster("dgx_a100", n_nodes, fabric, nic_bandwidth)
+    return _cluster("dgx_a100", n_nodes, fabric, nic_bandwidth, oversubscription, nodes_per_leaf)
 
 
-def dgx_h100(n_nodes: int = 1, *, fabric: str | None = None, nic_bandwidth: float | None = None) -> Topology:
+def dgx_h100(n_nodes: int = 1, *, fabric: str | None = None, nic_bandwidth: float | None = None,
+         oversubscription: float | None = None, nodes_per_leaf: int | None = None) -> Topology:
     """8 H100s on NVSwitch (450 GB/s per GPU); 8 x 400 Gb/s NICs, one per GPU (default fabric: rail)."""
-    return _cluster("dgx_h100", n_nodes, fabric, nic_bandwidth)
+    return _cluster("dgx_h100", n_nodes, fabric, nic_bandwidth, oversubscription, nodes_per_leaf)
 

@@ -73,6 +73,10 @@ def flag(value: bool, what: str) -> bool:
     return value
 
 
+def real(value: float, what: str) -> float:
+    return _real(value, what, "a finite number")
+
+
 def _real(value: float, what: str, expected: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise TopologyError(f"{what} must be {expected}, got {value!r}")

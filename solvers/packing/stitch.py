@@ -68,9 +68,14 @@ def _node_topology(topology: Topology) -> Topology | None:
     return Topology(name=f"{topology.name}.node", n_ranks=m, links=inner, switches=tuple(switches))
 
 
-def stitch(topology: Topology, intra: list[Tree] | None) -> list[Tree] | None:
+def stitch(topology: Topology, intra: list[Tree] | None, grouped: bool = False) -> list[Tree] | None:
     """Trees of every rank of ``topology`` from the intra-node trees of one node (local
-    ranks; None for one rank per node). None when some rail pair has no route."""
+    ranks; None for one rank per node). None when some rail pair has no route.
+
+    The rail tree is a star, or with ``grouped`` a star of stars: the other nodes are grouped
+    by the switch their NIC hangs from (their leaf), the root sends once into each other group,
+    to a member that passes it on inside the group, so each part crosses an oversubscribed
+    spine once per leaf rather than once per node (members take turns by root)."""
     ranks = topology.node_ranks
     m = len(ranks[0])
     by_root: dict[int, list[Tree]] = {}
@@ -83,9 +88,31 @@ def stitch(topology: Topology, intra: list[Tree] | None) -> list[Tree] | None:
             rail = [ranks[b][i] for b in range(len(ranks)) if b != a]
             if any(x not in routes or r not in topology.routes_from(x) for x in rail):
                 return None
+            rail_parent = {x: r for x in rail}
+            rail_order = [r]
+            if grouped:
+                groups: dict[int, list[int]] = {}
+                for x in rail:
+                    groups.setdefault(_leaf(routes[x]), []).append(x)
+                mine = _leaf(topology.routes_from(rail[0])[r]) if rail else None
+                for leaf, xs in sorted(groups.items()):
+                    if leaf == mine or len(xs) == 1:
+                        rail_order.extend(xs)
+                        continue
+                    head = xs[a % len(xs)]
+                    if any(y not in topology.routes_from(head) or head not in topology.routes_from(y)
+                           for y in xs if y != head):
+                        return None
+                    rail_order.append(head)
+                    for y in xs:
+                        if y != head:
+                            rail_parent[y] = head
+                    rail_order.extend(y for y in xs if y != head)
+            else:
+                rail_order.extend(rail)
             for t in by_root.get(i, []):
-                parent = {x: r for x in rail}
-                order = [r, *rail]
+                parent = dict(rail_parent)
+                order = list(rail_order)
                 for node in ranks:
                     for v in t.order[1:]:
                         parent[node[v]] = node[t.parent[v]]
@@ -94,6 +121,12 @@ def stitch(topology: Topology, intra: list[Tree] | None) -> list[Tree] | None:
     if m > 1 and len({t.root for t in out}) != topology.n_ranks:
         return None
     return out
+
+
+def _leaf(path: tuple[int, ...]) -> int:
+    """The switch a route's destination NIC hangs from (the vertex three from its end), or the
+    destination itself on a route of fewer hops."""
+    return path[-3] if len(path) >= 4 else path[-1]
 
 
 def physical_time(topology: Topology, trees: list[Tree], reverse: bool) -> float:

@@ -333,3 +333,25 @@ def test_shallowest_trees_are_shortest_path_trees_and_verify(spec: str, kind: st
     problem = Problem(topo, builtin(kind, topo.n_ranks, root), Request("packing"))
     alg = build(problem, packing, 2, 2)
     assert verify(alg).transfers == len(alg.transfers)
+
+
+@pytest.mark.parametrize("spec", ["dgx-h100:8,fabric=leafspine,oversub=4,per-leaf=2",
+                                  "dgx-a100:6,fabric=leafspine,oversub=3,per-leaf=3"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_oversubscribed_spine_gets_stars_of_stars_that_meet_the_bound(spec: str, reverse: bool) -> None:
+    """Rail stars would cross the spine once per node (twice the bound here); grouped by leaf,
+    each part crosses into every other leaf once."""
+    from solvers.packing.stitch import stitch
+
+    topo = T.build(spec)
+    phase = _stitched_phase(topo, reverse, None)
+    assert phase.achieved == pytest.approx(phase.optimal, rel=1e-9)
+    assert max(max(t.depth().values()) for t in phase.trees) == 3
+    intra = list(plan(node_topology(topo), "reducescatter" if reverse else "allgather", None).phases()[0].trees)
+    assert physical_time(topo, stitch(topo, intra, False), reverse) > 1.5 * phase.optimal
+    from solvers.packing.schedule import build
+
+    kind = "reducescatter" if reverse else "allgather"
+    packing = Packing(kind, topo.n_ranks, None, None if reverse else phase, phase if reverse else None)
+    alg = build(Problem(topo, builtin(kind, topo.n_ranks), Request("packing")), packing, 2, 2)
+    assert verify(alg).transfers == len(alg.transfers)

@@ -118,6 +118,29 @@ def test_fabrics(fabric):
         assert {"rail0", "rail7", "spine"} <= names
 
 
+def test_oversubscribed_fabrics_from_the_command_line_spec():
+    """``oversub=`` divides the leaf (or rail) uplinks; ``per-leaf=`` sets the nodes per leaf."""
+    from ccl import InputError, TopologyError
+
+    def uplink(topo, leaf="leaf0"):
+        spine = topo.vertex("spine")
+        return topo.link(topo.vertex(leaf), spine).capacity
+
+    full = T.build("dgx-h100:8,fabric=leafspine,per-leaf=2")
+    half = T.build("dgx-h100:8,fabric=leafspine,per-leaf=2,oversub=2")
+    assert len([s for s in full.switches if s.name.startswith("leaf")]) == 4
+    assert uplink(full) == pytest.approx(2 * 8 * 50.0) and uplink(half) == pytest.approx(uplink(full) / 2)
+    assert T.dgx_h100(8, fabric="leafspine", nodes_per_leaf=2, oversubscription=2).links == half.links
+    rail = T.build("dgx-a100:4,oversub=4")
+    assert uplink(rail, "rail0") == pytest.approx(25.0 * 4 / 4)
+    with pytest.raises((InputError, TopologyError), match="non-blocking"):
+        T.build("dgx-h100:2,fabric=switch,oversub=2")
+    with pytest.raises((InputError, TopologyError), match=">= 1"):
+        T.build("dgx-h100:2,oversub=0.5")
+    with pytest.raises(InputError, match="must be a number"):
+        T.build("dgx-h100:2,oversub=lots")
+
+
 CLUSTERS = """
 from basic import ring, switch
 topology switches {
