@@ -88,7 +88,7 @@ def synthesize(problem: Problem, judge: CostJudge | None = None):
                     best = (us, index, shape_)
         assert best is not None
         packing, shape = candidates[best[1]], best[2]
-    slots = slot_count(packing, base, n, shape)
+    slots = slot_count(packing, base, n, shape, _lanes(problem))
     alg = build(problem, packing, slots, *shape)
     details = packing.details()
     details.update({"slots_per_part": slots, "stages": shape[0], "taper": shape[1],
@@ -143,7 +143,7 @@ def _time(problem: Problem, packing: Packing, base: int, n: int, shape: tuple[in
           judge: CostJudge, size: float, proxy) -> float:
     if proxy is not None:
         problem, packing = proxy
-    return judge.time_us(build(problem, packing, slot_count(packing, base, n, shape), *shape), size)
+    return judge.time_us(build(problem, packing, slot_count(packing, base, n, shape, _lanes(problem)), *shape), size)
 
 
 def _proxy(problem: Problem, packing: Packing):
@@ -165,15 +165,23 @@ def _proxy(problem: Problem, packing: Packing):
     return proxy_problem, proxy_packing
 
 
-def slot_count(packing: Packing, base: int, n: int, shape: tuple[int, float] = (DEFAULT_STAGES, 1.0)) -> int:
+def slot_count(packing: Packing, base: int, n: int, shape: tuple[int, float] = (DEFAULT_STAGES, 1.0),
+               lanes: int = 1) -> int:
     """Slots per part: fine enough that shares follow the trees' rates (8 per tree of the root
-    with most trees) and that every tree's share has the pipeline's stages (four slots per
-    stage when tapered), within a budget of transfers; a multiple of the request's chunks."""
+    with most trees) and that every tree's share has the pipeline's stages, each stage as many
+    slots as the widest link has lanes (a message takes one lane: a stage of one slot would
+    leave the others idle) and four when tapered; within a budget of transfers; a multiple of
+    the request's chunks."""
     stages, taper = shape
     per_slot = _per_slot(packing, n)
-    want = packing.trees_per_root() * max(8, stages * (4 if taper < 1 else 1))  # every tree gets its stages
+    want = packing.trees_per_root() * max(8, stages * max(lanes, 4 if taper < 1 else 1))
     target = min(want, max(1, MAX_TRANSFERS // per_slot))
     return base * max(1, target // base)
+
+
+def _lanes(problem: Problem) -> int:
+    """Lanes of the widest flattened link (at most 8)."""
+    return min(8, max((link.lanes for link in problem.topology.flat().links), default=1))
 
 
 def _per_slot(packing: Packing, n: int) -> int:
