@@ -79,7 +79,8 @@ def synthesize(problem: Problem, judge: CostJudge | None = None):
             while longest < 256 and _per_slot(packing_, n) * packing_.trees_per_root() * longest * 8 <= MAX_TRANSFERS:
                 longest *= 2
             for shape_, us in _search(lambda c: _time(problem, packing_, base, n, c, judge, size, proxy),
-                                      tapered=proxy is None, longest=longest):
+                                      tapered=proxy is None or packing_.kind == "reducescatter",
+                                      longest=longest):
                 tried.append({"construction": _construction(packing_), "stages": shape_[0], "taper": shape_[1],
                               "judged_as": "allgather" if proxy is not None else problem.collective.kind,
                               "time_us": round(us, 3)})
@@ -114,8 +115,9 @@ def _search(evaluate, tapered: bool = True, longest: int = 16):
     counts by hill climbing from 4 over 1, 2, 4, 8, 16 (up to ``longest``, a power of two;
     rooted trees carry few transfers per slot and afford up to 256), then, when the best has 8 or more
     stages (bandwidth binds) and ``tapered``, two tapered shapes whose last pieces are small
-    (not under a proxy judge: an allreduce's slots start down as their sums complete, and
-    tapering that the allgather proxy favours did not carry over)."""
+    (not for an allreduce under the allgather proxy: its slots start down as their sums
+    complete, and tapering the proxy favoured did not carry over; a reducescatter's growing
+    stages are the time reverse of the allgather's shrinking ones, so the proxy holds)."""
     ladder = [(1 << k, 1.0) for k in range(longest.bit_length())]
     seen: dict[tuple[int, float], float] = {}
 

@@ -67,6 +67,15 @@ def _stage(i: int, share: int, stages: int, taper: float = 1.0) -> int:
     return s - 1
 
 
+def _up_stage(i: int, share: int, stages: int, taper: float = 1.0) -> int:
+    """Stages up a tree: tapered ones grow instead of shrinking (the time reverse of a
+    broadcast's), so the first piece, whose climb to the bottleneck is the pipeline's fill,
+    is the small one."""
+    if taper >= 1.0:
+        return _stage(i, share, stages)
+    return min(stages, share) - 1 - _stage(share - 1 - i, share, stages, taper)
+
+
 def build(problem: Problem, packing: Packing, slots: int, stages: int, taper: float = 1.0) -> Algorithm:
     kind = problem.collective.kind
     n = problem.topology.n_ranks
@@ -131,7 +140,7 @@ def _up(b, phase: Phase, C: int, stages: tuple[int, float], loc) -> dict[tuple[i
         for tree, offsets in carried:
             depth = tree.depth()
             D = max(depth.values())
-            starts = [(j, _stage(i, len(offsets), *stages)) for i, j in enumerate(offsets)]
+            starts = [(j, _up_stage(i, len(offsets), *stages)) for i, j in enumerate(offsets)]
             for j, count, g in _runs(starts):
                 for v in tree.order[1:]:
                     par = tree.parent[v]
