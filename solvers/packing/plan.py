@@ -126,7 +126,7 @@ def plans(topology: Topology, kind: str, root: int | None,
     return out
 
 
-SHALLOW_UP_TO = 32  # ranks up to which the shallowest trees are a candidate (latency-bound sizes)
+SHALLOW_UP_TO = 128  # ranks up to which the shallowest trees are a candidate (latency-bound sizes)
 
 
 def _shallow(topology: Topology, reverse: bool, root: int | None) -> Phase | None:
