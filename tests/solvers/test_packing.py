@@ -250,7 +250,8 @@ def test_stitched_trees_meet_the_bound_when_the_nics_bind(kind: str) -> None:
     packing = plan(topo, kind, None)
     phase = packing.phases()[0]
     assert phase.construction == "stitched" and phase.achieved == pytest.approx(phase.optimal, rel=1e-12)
-    assert len(plans(topo, kind, None)) == 1  # meeting the bound, nothing else is tried
+    # meeting the bound, no whole-graph packing is tried; the shallow stars stay for small sizes
+    assert [p.phases()[0].construction for p in plans(topo, kind, None)] == ["stitched", "shallow"]
     assert not _meets(_stitched_phase(T.build("dgx-h100:4"), kind == "reducescatter", None))
 
 
