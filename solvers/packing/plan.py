@@ -117,6 +117,10 @@ def plans(topology: Topology, kind: str, root: int | None,
         down = _phase(topology, False, r, progress) if want_down else None
         out.append(Packing(kind, topology.n_ranks, r, down, up))
     out.sort(key=lambda p: sum(ph.achieved for ph in p.phases()))  # stable: stitched first on a tie
+    for packing in list(out):  # for small messages: fewer trees, fewer messages
+        if packing.trees_per_root() > 1:
+            out.append(Packing(kind, topology.n_ranks, r, *(None if ph is None else _one_tree(topology, ph)
+                                                            for ph in (packing.down, packing.up))))
     if topology.n_ranks <= SHALLOW_UP_TO:
         up = _shallow(topology, True, r) if want_up else None
         down = _shallow(topology, False, r) if want_down else None
@@ -124,6 +128,13 @@ def plans(topology: Topology, kind: str, root: int | None,
             out.append(Packing(kind, topology.n_ranks, r, down, up))
     cache[key] = out
     return out
+
+
+def _one_tree(topology: Topology, phase: Phase) -> Phase:
+    """The phase with only its heaviest tree per root (its rate measured on the physical links)."""
+    keep = [max(trees, key=lambda t: (t.weight, -trees.index(t))) for _, trees in sorted(phase.by_root().items())]
+    return Phase(phase.reverse, tuple(keep), phase.optimal, physical_time(topology, keep, phase.reverse),
+                 phase.exact, phase.construction + "-1")
 
 
 SHALLOW_UP_TO = 128  # ranks up to which the shallowest trees are a candidate (latency-bound sizes)
