@@ -107,12 +107,11 @@ def plans(topology: Topology, kind: str, root: int | None,
     want_up = kind in ("reducescatter", "allreduce", "reduce")
     want_down = kind in ("allgather", "allreduce", "broadcast")
     out: list[Packing] = []
-    if not rooted:
-        up = _stitched_phase(topology, True, progress) if want_up else None
-        down = _stitched_phase(topology, False, progress) if want_down else None
-        if (up is not None or not want_up) and (down is not None or not want_down):
-            out.append(Packing(kind, topology.n_ranks, r, down, up))
-    if not out or (topology.n_vertices <= FLAT_LIMIT and not all(_meets(p) for p in out[0].phases())):
+    up = _stitched_phase(topology, True, progress, r) if want_up else None
+    down = _stitched_phase(topology, False, progress, r) if want_down else None
+    if (up is not None or not want_up) and (down is not None or not want_down):
+        out.append(Packing(kind, topology.n_ranks, r, down, up))
+    if not out or rooted or (topology.n_vertices <= FLAT_LIMIT and not all(_meets(p) for p in out[0].phases())):
         up = _phase(topology, True, r, progress) if want_up else None
         down = _phase(topology, False, r, progress) if want_down else None
         out.append(Packing(kind, topology.n_ranks, r, down, up))
@@ -242,24 +241,30 @@ FLAT_LIMIT = 48  # vertices up to which the whole graph is packed too when stitc
 # routed as the flattened topology routes them, are slower than the stitched ones)
 
 
-def _stitched_phase(topology: Topology, reverse: bool,
-                    progress: Callable[[str], None] | None) -> Phase | None:
+def _stitched_phase(topology: Topology, reverse: bool, progress: Callable[[str], None] | None,
+                    root: int | None = None) -> Phase | None:
     """Trees stitched from one node's packing and rail stars (``stitch``), or None when the
-    nodes differ or a node's ranks are not connected inside it."""
+    nodes differ or a node's ranks are not connected inside it. With a ``root`` (broadcast,
+    reduce): its trees alone, from the node's packing for its local index (one NIC message per
+    other node: few messages, for small sizes)."""
     node = node_topology(topology)
     if node is None:
         return None
     intra = None
     if node.n_ranks > 1:
+        if root is None:
+            kind, local = ("reducescatter" if reverse else "allgather"), None
+        else:
+            kind, local = ("reduce" if reverse else "broadcast"), topology.local_index(root)
         try:
-            inside = plan(node, "reducescatter" if reverse else "allgather", None, progress).phases()[0]
+            inside = plan(node, kind, local, progress).phases()[0]
         except InfeasibleError:
             return None
         intra = list(inside.trees)
-    caps, _, optimal, _, _ = _rate(topology, reverse, None)
+    caps, _, optimal, _, _ = _rate(topology, reverse, root)
     best = None
     for grouped in (False, True):  # rail stars; stars of stars by leaf (an oversubscribed spine)
-        trees = stitch(topology, intra, grouped)
+        trees = stitch(topology, intra, grouped, root)
         if trees is not None:
             achieved = physical_time(topology, trees, reverse)
             if best is None or achieved < best[0] * (1 - 1e-9):

@@ -68,9 +68,10 @@ def _node_topology(topology: Topology) -> Topology | None:
     return Topology(name=f"{topology.name}.node", n_ranks=m, links=inner, switches=tuple(switches))
 
 
-def stitch(topology: Topology, intra: list[Tree] | None, grouped: bool = False) -> list[Tree] | None:
-    """Trees of every rank of ``topology`` from the intra-node trees of one node (local
-    ranks; None for one rank per node). None when some rail pair has no route.
+def stitch(topology: Topology, intra: list[Tree] | None, grouped: bool = False,
+           root: int | None = None) -> list[Tree] | None:
+    """Trees of every rank of ``topology`` (or of ``root`` alone) from the intra-node trees of
+    one node (local ranks; None for one rank per node). None when some rail pair has no route.
 
     The rail tree is a star, or with ``grouped`` a star of stars: the other nodes are grouped
     by the switch their NIC hangs from (their leaf), the root sends once into each other group,
@@ -84,6 +85,8 @@ def stitch(topology: Topology, intra: list[Tree] | None, grouped: bool = False) 
     out: list[Tree] = []
     for a, members in enumerate(ranks):
         for i, r in enumerate(members):
+            if root is not None and r != root:
+                continue
             routes = topology.routes_from(r)
             rail = [ranks[b][i] for b in range(len(ranks)) if b != a]
             if any(x not in routes or r not in topology.routes_from(x) for x in rail):
@@ -118,7 +121,7 @@ def stitch(topology: Topology, intra: list[Tree] | None, grouped: bool = False) 
                         parent[node[v]] = node[t.parent[v]]
                         order.append(node[v])
                 out.append(Tree(r, t.weight, parent, order))
-    if m > 1 and len({t.root for t in out}) != topology.n_ranks:
+    if m > 1 and len({t.root for t in out}) != (1 if root is not None else topology.n_ranks):
         return None
     return out
 
