@@ -64,20 +64,19 @@ def hardware_numbers() -> Mapping[str, Any]:
     return LIBRARY.hardware_numbers()
 
 
-def _int(text: str, what: str) -> int:
+def _convert(text: str, what: str, kind: type, expected: str):
     try:
-        value = int(text)
+        return kind(text)
     except ValueError:
-        raise InputError(f"{what} must be an integer, got {text!r}") from None
-    return value
+        raise InputError(f"{what} must be {expected}, got {text!r}") from None
+
+
+def _int(text: str, what: str) -> int:
+    return _convert(text, what, int, "an integer")
 
 
 def _number(text: str, what: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise InputError(f"{what} must be a number, got {text!r}") from None
-    return value
+    return _convert(text, what, float, "a number")
 
 
 def _dims(text: str) -> tuple[int, ...]:
