@@ -37,15 +37,16 @@ def schedules():
         topo = T.build(spec)
         for name in solvers.TEMPLATES:
             info = solvers.SOLVERS[name]
-            if name == "hierarchical":
+            if name in ("hierarchical", "rail-rings"):  # multi-node only: below
                 continue
             for kind in info.kinds:
                 for k in (1, 2):
                     root = 1 if kind in ROOTED_KINDS else None
                     out.append((topo, kind, name, k, root))
     topo = T.ndv2(2)
-    for kind in solvers.SOLVERS["hierarchical"].kinds:
-        out.append((topo, kind, "hierarchical", 1, None))
+    for name in ("hierarchical", "rail-rings"):
+        for kind in solvers.SOLVERS[name].kinds:
+            out.append((topo, kind, name, 1, 1 if kind in ROOTED_KINDS else None))
     return out
 
 
