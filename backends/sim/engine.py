@@ -464,57 +464,9 @@ class Engine:
         return max(latest[0], max((t for _, t in ready), default=0.0))
 
 
-def _max_min_rates(active: dict[int, list[float]], res_list: list[int], resources: list[Resource],
-                   caps: list[float]) -> dict[int, float]:
-    """Max-min fair rates (progressive filling): every active message is capped by its lane's
-    rate and shares every limit it is under. Each round raises all unfixed rates to the next
-    level at which a limit saturates or a lane's own rate is reached, and fixes those."""
-    res_of = dict(zip(active, res_list))
-    rate: dict[int, float] = {}
-    users: dict[int, set[int]] = {}
-    for q in active:
-        for lim in resources[res_of[q]].limits:
-            users.setdefault(lim, set()).add(q)
-    left = {lim: caps[lim] for lim in users}
-    by_cap = sorted(active, key=lambda q: (resources[res_of[q]].rate, q))
-    at = 0
-    remaining = len(by_cap)
-    tol = 1 + 1e-12
-    while remaining:
-        while at < len(by_cap) and by_cap[at] in rate:
-            at += 1
-        cap_level = resources[res_of[by_cap[at]]].rate
-        level, tight = INF, []
-        for lim, us in users.items():
-            if us:
-                share = left[lim] / len(us)
-                if share < level * tol:
-                    if share < level / tol:
-                        tight = []
-                    level = min(level, share)
-                    tight.append(lim)
-        if cap_level <= level * tol:
-            level = cap_level
-            fixed = []
-            k = at
-            while k < len(by_cap) and resources[res_of[by_cap[k]]].rate <= cap_level * tol:
-                if by_cap[k] not in rate:
-                    fixed.append(by_cap[k])
-                k += 1
-        else:
-            fixed = sorted({q for lim in tight for q in users[lim]})
-        for q in fixed:
-            rate[q] = level
-            remaining -= 1
-            for lim in resources[res_of[q]].limits:
-                users[lim].discard(q)
-                left[lim] = max(0.0, left[lim] - level)
-    return rate
-
-
 class FairShare:
-    """Max-min fair rates by progressive filling, vectorized over the active messages: the same
-    allocation as ``_max_min_rates`` (the reference the tests compare it with). Each round
+    """Max-min fair rates by progressive filling, vectorized over the active messages (the
+    tests compare it with a plain one-message-at-a-time reference). Each round
     raises every unfixed rate to the next level at which a limit saturates or a lane's own rate
     is reached, and fixes the messages that hit it."""
 

@@ -31,10 +31,9 @@ from __future__ import annotations
 import sys
 import time
 
-from ccl.algorithm import Algorithm
+from ccl.collective import builtin
 from ccl.errors import InputError
 from ccl.judge import CostJudge
-from ccl.collective import builtin
 from ccl.problem import Problem
 
 from ..common import pieces
@@ -62,7 +61,7 @@ def synthesize(problem: Problem, judge: CostJudge | None = None):
     progress(f"planned in {planned:.1f} s: " + ", ".join(
         f"{_construction(p)} at {max(ph.achieved / ph.optimal for ph in p.phases()):.3f}x the bound rate"
         for p in candidates))
-    base, n = pieces(problem), problem.topology.n_ranks
+    base, n, lanes = pieces(problem), problem.topology.n_ranks, _lanes(problem)
     size = problem.request.size
     tried: list[dict] = []
     if size is None or judge is None:
@@ -78,7 +77,8 @@ def synthesize(problem: Problem, judge: CostJudge | None = None):
             longest = 16
             while longest < 256 and _per_slot(packing_, n) * packing_.trees_per_root() * longest * 8 <= MAX_TRANSFERS:
                 longest *= 2
-            for shape_, us in _search(lambda c: _time(problem, packing_, base, n, c, judge, size, proxy),
+            for shape_, us in _search(lambda c, pk=packing_, px=proxy: _time(problem, pk, base, n, lanes, c, judge,
+                                                                             size, px),
                                       tapered=proxy is None or packing_.kind == "reducescatter",
                                       longest=longest):
                 tried.append({"construction": _construction(packing_), "stages": shape_[0], "taper": shape_[1],
@@ -89,7 +89,7 @@ def synthesize(problem: Problem, judge: CostJudge | None = None):
                     best = (us, index, shape_)
         assert best is not None
         packing, shape = candidates[best[1]], best[2]
-    slots = slot_count(packing, base, n, shape, _lanes(problem))
+    slots = slot_count(packing, base, n, shape, lanes)
     alg = build(problem, packing, slots, *shape)
     details = packing.details()
     details.update({"slots_per_part": slots, "stages": shape[0], "taper": shape[1],
@@ -141,11 +141,11 @@ def _search(evaluate, tapered: bool = True, longest: int = 16):
     return list(seen.items())
 
 
-def _time(problem: Problem, packing: Packing, base: int, n: int, shape: tuple[int, float],
+def _time(problem: Problem, packing: Packing, base: int, n: int, lanes: int, shape: tuple[int, float],
           judge: CostJudge, size: float, proxy) -> float:
     if proxy is not None:
         problem, packing = proxy
-    return judge.time_us(build(problem, packing, slot_count(packing, base, n, shape, _lanes(problem)), *shape), size)
+    return judge.time_us(build(problem, packing, slot_count(packing, base, n, shape, lanes), *shape), size)
 
 
 def _proxy(problem: Problem, packing: Packing):

@@ -90,10 +90,12 @@ def plan(topology: Topology, kind: str, root: int | None,
 
 def plans(topology: Topology, kind: str, root: int | None,
           progress: Callable[[str], None] | None = None) -> list[Packing]:
-    """The candidate packings, best rate first (stitched first on a tie): for allgather-like
-    kinds on identical nodes the stitched trees (``stitch``) and, when they miss the bound and
-    the graph is small enough (``FLAT_LIMIT`` vertices), the whole-graph packing too; a cost
-    judge may prefer the one that pipelines better at a size. Cached per topology."""
+    """The candidate packings, cached per topology: first, best rate first (stitched first on
+    a tie), the stitched trees on identical nodes (``stitch``) and the whole-graph packing
+    (always for broadcast and reduce; otherwise when nothing is stitched, or the stitched trees
+    miss the bound on at most ``FLAT_LIMIT`` vertices); then, for small messages, the heaviest
+    tree per root of each multi-tree construction and the shallowest trees (up to
+    ``SHALLOW_UP_TO`` ranks). A cost judge picks the one that runs fastest at a size."""
     if kind not in KINDS:
         raise CollectiveError(f"packing implements {', '.join(KINDS)}, not {kind}")
     if topology.n_ranks < 2:
@@ -131,7 +133,7 @@ def plans(topology: Topology, kind: str, root: int | None,
 
 def _one_tree(topology: Topology, phase: Phase) -> Phase:
     """The phase with only its heaviest tree per root (its rate measured on the physical links)."""
-    keep = [max(trees, key=lambda t: (t.weight, -trees.index(t))) for _, trees in sorted(phase.by_root().items())]
+    keep = [max(trees, key=lambda t: t.weight) for _, trees in sorted(phase.by_root().items())]  # first on a tie
     return Phase(phase.reverse, tuple(keep), phase.optimal, physical_time(topology, keep, phase.reverse),
                  phase.exact, phase.construction + "-1")
 

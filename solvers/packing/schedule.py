@@ -48,32 +48,34 @@ def _assign(phase: Phase, slots: int) -> dict[int, list[tuple[Tree, list[int]]]]
     return out
 
 
-def _stage(i: int, share: int, stages: int, taper: float = 1.0) -> int:
-    """The pipeline stage of slot i of a tree carrying ``share`` slots. With ``taper`` < 1 the
+def _stages(share: int, stages: int, taper: float = 1.0) -> list[int]:
+    """The pipeline stage of each of the ``share`` slots a tree carries. With ``taper`` < 1 the
     stages shrink geometrically (each ``taper`` times the one before), so the last piece, whose
     trip down the tree after the bottleneck is the pipeline's tail, is small while the stage
     count (and so the per-message latency paid) stays low."""
     s = min(stages, share)
     if taper >= 1.0 or s < 2:
-        return i * s // share
+        return [i * s // share for i in range(share)]
     total = (1 - taper**s) / (1 - taper)
+    out: list[int] = []
     acc = 0.0
     for k in range(s):
         acc += taper**k
         # the first k + 1 stages take round(share * acc / total) slots, at least one per stage
-        end = max(k + 1, min(share - (s - k - 1), round(share * acc / total)))
-        if i < end:
-            return k
-    return s - 1
+        end = share if k == s - 1 else max(k + 1, min(share - (s - k - 1), round(share * acc / total)))
+        out.extend([k] * (end - len(out)))
+    return out
 
 
-def _up_stage(i: int, share: int, stages: int, taper: float = 1.0) -> int:
+def _up_stages(share: int, stages: int, taper: float = 1.0) -> list[int]:
     """Stages up a tree: tapered ones grow instead of shrinking (the time reverse of a
     broadcast's), so the first piece, whose climb to the bottleneck is the pipeline's fill,
     is the small one."""
+    down = _stages(share, stages, taper)
     if taper >= 1.0:
-        return _stage(i, share, stages)
-    return min(stages, share) - 1 - _stage(share - 1 - i, share, stages, taper)
+        return down
+    last = down[-1]
+    return [last - k for k in reversed(down)]
 
 
 def build(problem: Problem, packing: Packing, slots: int, stages: int, taper: float = 1.0) -> Algorithm:
@@ -125,7 +127,7 @@ def _down(b, phase: Phase, C: int, stages: tuple[int, float], loc, ready: dict[t
     for q, carried in _assign(phase, C).items():
         for tree, offsets in carried:
             depth = tree.depth()
-            starts = [(j, ready.get((q, j), _stage(i, len(offsets), *stages))) for i, j in enumerate(offsets)]
+            starts = [(j, ready.get((q, j), g)) for j, g in zip(offsets, _stages(len(offsets), *stages))]
             for j, count, start in _runs(starts):
                 for v in tree.order[1:]:
                     par = tree.parent[v]
@@ -140,7 +142,7 @@ def _up(b, phase: Phase, C: int, stages: tuple[int, float], loc) -> dict[tuple[i
         for tree, offsets in carried:
             depth = tree.depth()
             D = max(depth.values())
-            starts = [(j, _up_stage(i, len(offsets), *stages)) for i, j in enumerate(offsets)]
+            starts = list(zip(offsets, _up_stages(len(offsets), *stages)))
             for j, count, g in _runs(starts):
                 for v in tree.order[1:]:
                     par = tree.parent[v]

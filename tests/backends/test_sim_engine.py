@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -92,7 +94,7 @@ def test_vectorized_fair_share_matches_reference(seed: int) -> None:
     (lanes of mixed rates under overlapping limits, ties included)."""
     import random
 
-    from backends.sim.engine import FairShare, Resource, _max_min_rates
+    from backends.sim.engine import FairShare, Resource
 
     rng = random.Random(seed)
     n_limits = rng.randint(0, 6)
@@ -104,8 +106,56 @@ def test_vectorized_fair_share_matches_reference(seed: int) -> None:
     ]
     active = {q: [1.0, 0.0] for q in range(rng.randint(1, 40))}
     res = [rng.randrange(len(resources)) for _ in active]
-    want = _max_min_rates(active, res, resources, caps)
+    want = reference_max_min_rates(active, res, resources, caps)
     got = FairShare(resources, caps)(np.array(res, dtype=np.int64))
     assert got.tolist() == pytest.approx([want[q] for q in active], rel=1e-9)
     for lim, cap in enumerate(caps):  # no limit is exceeded
         assert sum(r for r, i in zip(got, res) if lim in resources[i].limits) <= cap * (1 + 1e-9)
+
+
+def reference_max_min_rates(active: dict[int, list[float]], res_list: list[int], resources: list,
+                            caps: list[float]) -> dict[int, float]:
+    """Max-min fair rates (progressive filling): every active message is capped by its lane's
+    rate and shares every limit it is under. Each round raises all unfixed rates to the next
+    level at which a limit saturates or a lane's own rate is reached, and fixes those."""
+    res_of = dict(zip(active, res_list))
+    rate: dict[int, float] = {}
+    users: dict[int, set[int]] = {}
+    for q in active:
+        for lim in resources[res_of[q]].limits:
+            users.setdefault(lim, set()).add(q)
+    left = {lim: caps[lim] for lim in users}
+    by_cap = sorted(active, key=lambda q: (resources[res_of[q]].rate, q))
+    at = 0
+    remaining = len(by_cap)
+    tol = 1 + 1e-12
+    while remaining:
+        while at < len(by_cap) and by_cap[at] in rate:
+            at += 1
+        cap_level = resources[res_of[by_cap[at]]].rate
+        level, tight = math.inf, []
+        for lim, us in users.items():
+            if us:
+                share = left[lim] / len(us)
+                if share < level * tol:
+                    if share < level / tol:
+                        tight = []
+                    level = min(level, share)
+                    tight.append(lim)
+        if cap_level <= level * tol:
+            level = cap_level
+            fixed = []
+            k = at
+            while k < len(by_cap) and resources[res_of[by_cap[k]]].rate <= cap_level * tol:
+                if by_cap[k] not in rate:
+                    fixed.append(by_cap[k])
+                k += 1
+        else:
+            fixed = sorted({q for lim in tight for q in users[lim]})
+        for q in fixed:
+            rate[q] = level
+            remaining -= 1
+            for lim in resources[res_of[q]].limits:
+                users[lim].discard(q)
+                left[lim] = max(0.0, left[lim] - level)
+    return rate
