@@ -32,7 +32,8 @@ from ccl.units import format_size, parse_size  # noqa: E402
 
 MACHINES = ("ndv2:2", "dgx2:2", "dgx-a100:4", "dgx-h100:2", "dgx-h100:16")
 DEFAULT_CASES = tuple(f"{m}/{k}" for m in MACHINES for k in ("allgather", "reducescatter", "allreduce")) + tuple(
-    f"{m}/{k}" for m in ("dgx1", "amd8", "torus:4x4", "dgx2:2", "dgx-h100:2") for k in ("broadcast", "reduce"))
+    f"{m}/{k}" for m in ("dgx1", "amd8", "torus:4x4", "dgx2:2", "dgx-h100:2") for k in ("broadcast", "reduce")) + tuple(
+    f"{m}/{k}" for m in ("dgx2:2", "dgx-h100:2") for k in ("gather", "scatter"))
 QUICK_CASES = ("ndv2:2/allreduce", "dgx-h100:2/allgather", "dgx1/broadcast")
 
 

@@ -61,9 +61,9 @@ SOLVERS: dict[str, SolverInfo] = {
         SolverInfo("hierarchical", ("allreduce", "allgather", "reducescatter", "alltoall"),
                    "multi-node: intra-node phase, inter-node phase across same-index ranks, intra-node phase",
                    "solvers.hierarchical"),
-        SolverInfo("packing", ("allgather", "reducescatter", "allreduce", "broadcast", "reduce"),
+        SolverInfo("packing", ("allgather", "reducescatter", "allreduce", "broadcast", "reduce", "gather", "scatter"),
                    "throughput-optimal spanning-tree packing (ForestColl class), pipelined; allreduce as "
-                   "reducescatter + allgather over the trees", "solvers.packing", template=False, judged=True,
+                   "reducescatter + allgather over the trees; gather and scatter over max-flow paths", "solvers.packing", template=False, judged=True,
                    compare_up_to=16),
         SolverInfo("smt", ALL_BUILTIN + ("custom",),
                    "exact z3 synthesis (SCCL class): least steps, least rounds, instances (--steps/--rounds); "

@@ -37,10 +37,14 @@ from ccl.judge import CostJudge
 from ccl.problem import Problem
 
 from ..common import pieces
-from .plan import KINDS, Packing, Phase, plan, plans
+from . import routes
+from .plan import KINDS as TREE_KINDS
+from .plan import Packing, Phase, plan, plans
 from .schedule import build
 
 __all__ = ["KINDS", "Packing", "plan", "plans", "synthesize"]
+
+KINDS = (*TREE_KINDS, *routes.KINDS)
 
 
 def synthesize(problem: Problem, judge: CostJudge | None = None):
@@ -56,7 +60,10 @@ def synthesize(problem: Problem, judge: CostJudge | None = None):
         if time.perf_counter() - start > 1.0:
             print(f"ccl: packing: {message}", file=sys.stderr, flush=True)
 
-    candidates = plans(problem.topology, problem.collective.kind, problem.collective.root, progress)
+    kind = problem.collective.kind
+    if kind in routes.KINDS:
+        return _synthesize_routes(problem, judge, progress, start)
+    candidates = plans(problem.topology, kind, problem.collective.root, progress)
     planned = time.perf_counter() - start
     progress(f"planned in {planned:.1f} s: " + ", ".join(
         f"{_construction(p)} at {max(ph.achieved / ph.optimal for ph in p.phases()):.3f}x the bound rate"
@@ -67,28 +74,26 @@ def synthesize(problem: Problem, judge: CostJudge | None = None):
     if size is None or judge is None:
         packing, shape = candidates[0], (DEFAULT_STAGES, 1.0)
     else:
-        best = None
-        for index, packing_ in enumerate(candidates):
-            part = size if packing_.root is not None else size / n
-            if best is not None and max(ph.achieved for ph in packing_.phases()) * part >= best[0]:
-                progress(f"{_construction(packing_)}: its rate alone takes longer than the best so far")
-                continue  # its bandwidth time alone exceeds the best so far
-            proxy = _proxy(problem, packing_)
-            longest = 16
-            while longest < 256 and _per_slot(packing_, n) * packing_.trees_per_root() * longest * 8 <= MAX_TRANSFERS:
-                longest *= 2
-            for shape_, us in _search(lambda c, pk=packing_, px=proxy: _time(problem, pk, base, n, lanes, c, judge,
-                                                                             size, px),
-                                      tapered=proxy is None or packing_.kind == "reducescatter",
-                                      longest=longest):
-                tried.append({"construction": _construction(packing_), "stages": shape_[0], "taper": shape_[1],
-                              "judged_as": "allgather" if proxy is not None else problem.collective.kind,
-                              "time_us": round(us, 3)})
-                progress(f"{_construction(packing_)}, {shape_[0]} stages, taper {shape_[1]}: {us:.4g} us")
-                if best is None or us < best[0]:
-                    best = (us, index, shape_)
-        assert best is not None
-        packing, shape = candidates[best[1]], best[2]
+        proxies: dict[int, object] = {}
+
+        def proxy(pk: Packing):
+            if id(pk) not in proxies:
+                proxies[id(pk)] = _proxy(problem, pk)
+            return proxies[id(pk)]
+
+        def longest(pk: Packing) -> int:
+            out = 16
+            while out < 256 and _per_slot(pk, n) * pk.trees_per_root() * out * 8 <= MAX_TRANSFERS:
+                out *= 2
+            return out
+
+        index, shape, tried = _pick(
+            candidates, size, progress, name=_construction,
+            rate=lambda pk: max(ph.achieved for ph in pk.phases()) * (size if pk.root is not None else size / n),
+            evaluate=lambda pk, c: _time(problem, pk, base, n, lanes, c, judge, size, proxy(pk)),
+            tapered=lambda pk: proxy(pk) is None or pk.kind == "reducescatter", longest=longest,
+            judged_as=lambda pk: "allgather" if proxy(pk) is not None else kind)
+        packing = candidates[index]
     slots = slot_count(packing, base, n, shape, lanes)
     alg = build(problem, packing, slots, *shape)
     details = packing.details()
@@ -99,6 +104,71 @@ def synthesize(problem: Problem, judge: CostJudge | None = None):
     if tried:
         details["pipeline_candidates"] = tried
     return Solution(alg, details)
+
+
+def _synthesize_routes(problem: Problem, judge: CostJudge | None, progress, start: float):
+    """Gather and scatter: flow routes or direct ones (``routes``), judged like the trees."""
+    from solvers import Solution
+
+    root = problem.collective.root
+    assert root is not None
+    candidates = routes.plans(problem.topology, problem.collective.kind, root)
+    planned = time.perf_counter() - start
+    base, lanes = pieces(problem), _lanes(problem)
+    size = problem.request.size
+    tried: list[dict] = []
+
+    def slots_of(rt: routes.Routing, shape: tuple[int, float]) -> int:
+        stages, taper = shape
+        want = rt.routes_per_piece() * max(8, stages * max(lanes, 4 if taper < 1 else 1))
+        target = min(want, max(1, MAX_TRANSFERS // max(1, routes.transfers_per_slot(rt))))
+        return base * max(1, target // base)
+
+    if size is None or judge is None:
+        routing, shape = candidates[0], (DEFAULT_STAGES, 1.0)
+    else:
+        def longest(rt: routes.Routing) -> int:
+            out = 16
+            while out < 256 and routes.transfers_per_slot(rt) * out * 8 <= MAX_TRANSFERS:
+                out *= 2
+            return out
+
+        index, shape, tried = _pick(
+            candidates, size, progress, name=lambda rt: rt.construction,
+            rate=lambda rt: rt.achieved * size / rt.n_ranks,
+            evaluate=lambda rt, c: judge.time_us(routes.build(problem, rt, slots_of(rt, c), *c), size),
+            tapered=lambda rt: True, longest=longest, judged_as=lambda rt: rt.kind)
+        routing = candidates[index]
+    slots = slots_of(routing, shape)
+    alg = routes.build(problem, routing, slots, *shape)
+    details = routing.details()
+    details.update({"slots_per_part": slots, "stages": shape[0], "taper": shape[1],
+                    "plan_seconds": round(planned, 3), "constructions": [rt.construction for rt in candidates]})
+    if tried:
+        details["pipeline_candidates"] = tried
+    return Solution(alg, details)
+
+
+def _pick(candidates: list, size: float, progress, *, name, rate, evaluate, tapered, longest,
+          judged_as) -> tuple[int, tuple[int, float], list[dict]]:
+    """The judged search: every construction over pipeline shapes (``_search``), skipping those
+    whose bandwidth time alone (``rate``) exceeds the best time so far. Returns the winner's
+    index, its shape and every shape tried with its time."""
+    best: tuple[float, int, tuple[int, float]] | None = None
+    tried: list[dict] = []
+    for index, candidate in enumerate(candidates):
+        if best is not None and rate(candidate) >= best[0]:
+            progress(f"{name(candidate)}: its rate alone takes longer than the best so far")
+            continue
+        for shape, us in _search(lambda c, x=candidate: evaluate(x, c), tapered=tapered(candidate),
+                                 longest=longest(candidate)):
+            tried.append({"construction": name(candidate), "stages": shape[0], "taper": shape[1],
+                          "judged_as": judged_as(candidate), "time_us": round(us, 3)})
+            progress(f"{name(candidate)}, {shape[0]} stages, taper {shape[1]}: {us:.4g} us")
+            if best is None or us < best[0]:
+                best = (us, index, shape)
+    assert best is not None
+    return best[1], best[2], tried
 
 
 DEFAULT_STAGES = 4
