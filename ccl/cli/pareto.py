@@ -121,6 +121,13 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     from ..units import format_size, parse_seconds, parse_size
     from ..verify import verify
 
+    if args.solver == "packing":
+        return _packing_set(args)
+    if args.solver != "smt":
+        from ..errors import InputError
+
+        raise InputError(f"ccl pareto lists the frontier of solver 'smt' (exact) or 'packing' (the latency/"
+                         f"throughput set), not {args.solver!r}")
     topo = compiler.load_topology(args.topology)
     coll = collective_from_args(args, topo.n_ranks)
     options = dict(parse_options(args.option))
@@ -191,10 +198,103 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     return 0
 
 
+PACKING_SIZES = ("1KiB", "16KiB", "256KiB", "4MiB", "64MiB", "1GiB")
+
+
+def _packing_set(args: argparse.Namespace) -> int:
+    """``ccl pareto -s packing``: the packing solver's schedules that win some size of the sweep
+    (tree height and pipeline depth against throughput), with the size range each wins."""
+    from .. import compiler
+    from ..errors import InputError
+    from ..problem import Problem, Request
+    from ..serialize import save_algorithm
+    from ..units import format_size, parse_size
+    from ..verify import verify
+
+    if args.option or args.time_limit or getattr(args, "roots", None):
+        raise InputError("ccl pareto -s packing takes no --option, --time-limit or --roots")
+    topo = compiler.load_topology(args.topology)
+    coll = collective_from_args(args, topo.n_ranks)
+    sizes = [parse_size(x) for x in (args.sizes.split(",") if args.sizes else PACKING_SIZES)]
+    if any(s <= 0 for s in sizes):
+        raise InputError("--sizes must be positive")
+    import solvers.packing.pareto as pareto
+    from solvers.bounds import lower_bound
+
+    start = time.monotonic()
+
+    def progress(message: str) -> None:
+        if time.monotonic() - start > 1.0:
+            print(f"ccl: pareto: {message}", file=sys.stderr, flush=True)
+
+    problem = Problem(topo, coll, Request("packing", chunks=args.chunks))
+    judge = compiler.SimulationJudge()
+    members = pareto.frontier(problem, judge, sizes, progress)
+    bound_at = {s: lower_bound(topo, coll, s).bound_us for s in sorted(set(sizes))}
+    rows = []
+    table = [["wins from", "wins to", "construction", "trees/root", "height", "stages", "taper",
+              "rate/bound", "steps", "at sweep sizes: time (x bound)"]]
+    for i, m in enumerate(members):
+        verify(m.algorithm)  # nothing unverified leaves the tool
+        d = m.details
+        phases = [d[p] for p in ("reduce_phase", "broadcast_phase") if p in d]
+        height = max((p["max_depth"] for p in phases), default=d.get("max_hops", 0))
+        rate = max((p["achieved_us_per_MB"] / p["optimal_us_per_MB"] for p in phases),
+                   default=d.get("achieved_us_per_MB", 0) / d["optimal_us_per_MB"] if "optimal_us_per_MB" in d else 0)
+        row: dict[str, Any] = {
+            "construction": m.key[0], "trees_per_root": d.get("trees_per_root", d.get("routes_per_piece")),
+            "height": height, "stages": d["stages"], "taper": d["taper"], "slots_per_part": d["slots_per_part"],
+            "rate_over_bound": round(rate, 6), "steps": m.algorithm.n_steps,
+            "wins_from_bytes": int(m.wins_from) if i else None,
+            "wins_to_bytes": int(m.wins_to) if i < len(members) - 1 else None,
+            "sweep": [{"size": format_size(s), "bytes": s, "time_us": t, "bound_ratio": t / bound_at[s]}
+                      for s, t in zip(m.sizes, m.times_us)],
+        }
+        if args.save_dir:
+            os.makedirs(args.save_dir, exist_ok=True)
+            path = os.path.join(args.save_dir, f"{coll.name}-{topo.name}-{i + 1}-{row['construction']}"
+                                f"-s{row['stages']}.json")
+            save_algorithm(m.algorithm, path)
+            row["file"] = path
+        rows.append(row)
+        table.append([_approx(m.wins_from) if i else "-", _approx(m.wins_to) if i < len(members) - 1 else "-",
+                      row["construction"], str(row["trees_per_root"]), str(height), str(d["stages"]), str(d["taper"]),
+                      f"{rate:.3f}", str(row["steps"]),
+                      ", ".join(f"{x['size']}: {x['time_us']:.4g} us ({x['bound_ratio']:.2f})" for x in row["sweep"])])
+    data = {"status": "ok", "solver": "packing", "topology": topo.name, "collective": coll.name,
+            "sizes": [format_size(s) for s in sorted(set(sizes))], "members": rows,
+            "seconds": round(time.monotonic() - start, 3)}
+    lines = [f"ok: latency/throughput set of {coll.name} on {topo.name} (packing), {len(rows)} schedule(s) win "
+             f"the {len(set(sizes))} sizes {format_size(min(sizes))}..{format_size(max(sizes))}",
+             "  (height: tree levels or route hops; rate/bound: the busiest link's load against the cut bound's; "
+             "ranges from bisection between sweep sizes)"]
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for r in table:
+        lines.append("  " + "  ".join(c.ljust(w) if j in (2, 9) else c.rjust(w)
+                                      for j, (c, w) in enumerate(zip(r, widths))).rstrip())
+    if args.save_dir:
+        lines.append(f"  schedules written to {args.save_dir}/")
+    emit(args, data, "\n".join(lines))
+    return 0
+
+
+def _approx(size: float) -> str:
+    """A crossover size to three digits: 881744 -> '861KiB' (the bisection is not exact anyway)."""
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= factor:
+            return f"{size / factor:.3g}{unit}"
+    return f"{size:.0f}B"
+
+
 def register(sub: Any) -> None:
-    p = command(sub, "pareto", "exact latency-bandwidth frontier (steps vs rounds per chunk) with z3", cmd_pareto)
+    p = command(sub, "pareto", "exact latency-bandwidth frontier (steps vs rounds per chunk) with z3, or the "
+                "packing solver's latency/throughput set (-s packing)", cmd_pareto)
     add_problem_arguments(p)
+    p.add_argument("--solver", "-s", default="smt", help="smt (default): the exact frontier; packing: the schedules "
+                   "that win some size of --sizes and the size range each wins")
+    p.add_argument("--chunks", type=positive_int, default=1, help="packing: pieces per part (default 1)")
     p.add_argument("--max-chunks", type=positive_int, default=4, help="largest chunk factor C to try (default 4)")
-    p.add_argument("--sizes", help=f"two or more buffer sizes for the simulated columns (default {','.join(DEFAULT_SIZES)})")
+    p.add_argument("--sizes", help=f"two or more buffer sizes for the simulated columns (default {','.join(DEFAULT_SIZES)}; "
+                   f"packing: the sweep, default {','.join(PACKING_SIZES)})")
     p.add_argument("--save-dir", help="write every frontier schedule (JSON) into this directory")
     add_exact_arguments(p)

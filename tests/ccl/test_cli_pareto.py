@@ -133,3 +133,42 @@ def test_pareto_of_a_composed_allreduce(capsys):
     assert code == 0, err
     data = json.loads(out)
     assert data["points"][0]["steps"] == 4 and data["points"][0]["chunks"] == 1
+
+
+# ---------------------------------------------------------------------- ccl pareto -s packing
+@pytest.mark.parametrize(("spec", "kind"), [("dgx1", "allreduce"), ("amd8", "gather"), ("ring:6", "broadcast")])
+def test_packing_set_lists_the_size_winners_and_where_each_wins(capsys, tmp_path, spec, kind):
+    import solvers
+    import topologies as T
+    from ccl import Problem, Request, compiler, verify
+    from ccl.collective import builtin
+    from ccl.serialize import load_algorithm
+
+    sizes = ["1KiB", "64KiB", "4MiB", "256MiB"]
+    code, out, err = run(capsys, "pareto", "-t", spec, "-c", kind, "-s", "packing", "--sizes", ",".join(sizes),
+                         "--save-dir", str(tmp_path), "--json")
+    assert code == 0, err
+    members = json.loads(out)["members"]
+    assert members and members[0]["wins_from_bytes"] is None and members[-1]["wins_to_bytes"] is None
+    assert [s["size"] for m in members for s in m["sweep"]] == sizes  # every sweep size won by one member
+    for a, b in zip(members, members[1:]):  # contiguous ranges, each crossover between the sizes they won
+        assert a["wins_to_bytes"] == b["wins_from_bytes"]
+        assert a["sweep"][-1]["bytes"] <= a["wins_to_bytes"] <= b["sweep"][0]["bytes"]
+    assert members[0]["height"] <= members[-1]["height"] or members[0]["stages"] <= members[-1]["stages"]
+    judge = compiler.SimulationJudge()
+    topo = T.build(spec)
+    for m in members:
+        alg = load_algorithm(m["file"])
+        verify(alg)
+        for point in m["sweep"]:  # the member is the one synthesize picks at that size
+            picked = solvers.solve(Problem(topo, builtin(kind, topo.n_ranks, 0 if kind != "allreduce" else None),
+                                           Request("packing", size=point["bytes"])), judge=judge)
+            assert judge.time_us(picked.algorithm, point["bytes"]) == pytest.approx(point["time_us"], rel=1e-9)
+    text = run(capsys, "pareto", "-t", spec, "-c", kind, "-s", "packing", "--sizes", ",".join(sizes))[1]
+    assert "wins from" in text and len(text.strip().splitlines()) == 3 + len(members)
+
+
+def test_packing_set_bad_input(capsys):
+    assert run(capsys, "pareto", "-t", "dgx1", "-c", "allreduce", "-s", "packing", "--option", "x=1")[0] == 2
+    assert run(capsys, "pareto", "-t", "dgx1", "-c", "allreduce", "-s", "milp")[0] == 2
+    assert run(capsys, "pareto", "-t", "dgx1", "-c", "alltoall", "-s", "packing")[0] != 0
