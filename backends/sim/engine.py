@@ -3,8 +3,9 @@
 Every op is issued as soon as every op it depends on has completed (``ccl.program``: a runtime
 may run each op when it is ready; ranks start when their out-of-place alias copies are done).
 Issuing a send or a receive posts it; a message is *ready* when both its send and its receive
-are posted (rendezvous), then it queues first come first served on its link, takes the lane
-that frees first, and:
+are posted (rendezvous) and the message before it of the same pair and channel is ready (rule 3
+of the model: a runtime posts a pair's messages on a channel in list order), then it queues
+first come first served on its link, takes the lane that frees first, and:
 
 * ``overlap_latency=False`` (the alpha-beta model): holds the lane for latency + bytes /
   bandwidth; its send and its receive complete at the end of that time;
@@ -140,6 +141,7 @@ class Engine:
         start = self.start = as_array("d", np.full(n_q, INF))
         sent = self.sent = as_array("d", np.full(n_q, INF))
         lane = self.lane = as_array("q", np.zeros(n_q, dtype=np.int64))
+        nxt = g.msg_next.tolist()
         single = [len(x) == 1 for x in lane_free]
         free1 = [x[0] for x in lane_free]
         heap: list[tuple[float, int]] = []
@@ -186,6 +188,17 @@ class Engine:
                     lane[q] = k
                 start[q] = b
                 sent[q] = e
+                w = nxt[q // m]
+                if w >= 0:  # the pair's next message may be posted now (rule 3: list order)
+                    w = w * m + q % m
+                    rem[w] -= 1
+                    if ready[w] < t:
+                        ready[w] = t
+                    if rem[w] == 0:
+                        if stepped and step[w] > limit:
+                            pending.setdefault(step[w], []).append(w)
+                        else:
+                            push(heap, (ready[w], w))
                 a = e if post is None else e + post[q]
                 if a > latest:
                     latest = a
@@ -259,6 +272,10 @@ class Engine:
         self.remaining = list(remaining) if m == 1 else [x for x in remaining for _ in range(m)]
         self.dep_ready = [0.0] * (g.n_ops * m)
         self.posted = bytearray(g.n_messages * m)
+        first = np.ones(g.n_messages, dtype=np.uint8)
+        first[g.msg_next[g.msg_next >= 0]] = 0
+        self.prev_posted = bytearray(np.repeat(first, m).tobytes())  # its predecessor is ready (or none)
+        self.held = bytearray(g.n_messages * m)  # both sides posted, waiting for its predecessor
         self.post_time = [0.0] * (g.n_messages * m)
         self.landed = [INF] * (g.n_messages * m)
         self.msg_bytes = self.msg_bytes.tolist()
@@ -292,6 +309,7 @@ class Engine:
         msg_send, msg_recv = g.msg_send.tolist(), g.msg_recv.tolist()
         rem, dep_ready, issue, done = self.remaining, self.dep_ready, self.issue, self.done
         posted, post_time = self.posted, self.post_time
+        prev_posted, held, nxt = self.prev_posted, self.held, g.msg_next.tolist()
         res_of, resources = self.res_of, self.resources
         start, sent, landed, lane = self.start, self.sent, self.landed, self.lane
         local_rate, op_bytes = self.local_rate, self.op_bytes
@@ -317,10 +335,12 @@ class Engine:
                 q = msg * m + v - p * m
                 if post_time[q] < t:
                     post_time[q] = t
-                if posted[q]:
+                if not posted[q]:
+                    posted[q] = 1
+                elif prev_posted[q]:
                     push(heap, (t, READY, q))
                 else:
-                    posted[q] = 1
+                    held[q] = 1
             elif local_rate is None:
                 complete(v, t)
             else:
@@ -375,6 +395,13 @@ class Engine:
             push(heap, (e, RELEASE, q))
 
         def message_ready(q: int, t: float) -> None:
+            w = nxt[q // m]
+            if w >= 0:  # the pair's next message may be posted now (rule 3: list order)
+                w = w * m + q % m
+                prev_posted[w] = 1
+                if held[w]:
+                    held[w] = 0
+                    push(heap, (t, READY, w))
             r = res_of[q // m]
             lanes = self.lane_free[r]
             if resources[r].limits:

@@ -57,6 +57,7 @@ class ProgramGraph:
     msg_dst: np.ndarray
     msg_count: np.ndarray
     msg_step: np.ndarray
+    msg_next: np.ndarray  # the next message of the same (src, dst, channel) in list order, -1 at the last
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -91,7 +92,13 @@ class ProgramGraph:
         op_message = np.full(n_ops, -1, dtype=np.int64)
         op_message[msg_send] = np.arange(n_msg)
         op_message[msg_recv] = np.arange(n_msg)
-        del peer, channel, s_key, r_key, s_order, r_order, sends, recvs, by_send
+        # rule 3 of the execution model: a pair's messages on a channel are posted in list order
+        pair_key = (rank[msg_send].astype(np.int64) * n + peer[msg_send]) * chans + channel[msg_send]
+        by_pair = np.argsort(pair_key, kind="stable")  # within a key: message (list) order
+        msg_next = np.full(n_msg, -1, dtype=np.int64)
+        same = pair_key[by_pair][1:] == pair_key[by_pair][:-1]
+        msg_next[by_pair[:-1][same]] = by_pair[1:][same]
+        del peer, channel, s_key, r_key, s_order, r_order, sends, recvs, by_send, pair_key, by_pair, same
         owner_row = np.repeat(np.arange(n_ops, dtype=np.int64), np.diff(t.dep_ptr))
         dep_row = t.rank_ptr[rank_row[owner_row]]
         dep_row += t.dep_idx
@@ -105,7 +112,7 @@ class ProgramGraph:
             count=count.astype(np.int32), op_message=op_message.astype(np.int32), is_recv=kind == RECV,
             dep_src=dep_src, dep_dst=dep_dst, n_messages=n_msg, msg_send=msg_send, msg_recv=msg_recv,
             msg_src=rank[msg_send], msg_dst=rank[msg_recv], msg_count=count[msg_send].astype(np.int64),
-            msg_step=op_step[msg_send].astype(np.int64),
+            msg_step=op_step[msg_send].astype(np.int64), msg_next=msg_next,
         )
 
     def op_lists(self) -> tuple[list[int], list[int], list[int]]:
@@ -173,6 +180,9 @@ class ProgramGraph:
             out_ptr = np.zeros(nodes + 1, dtype=np.int64)
             np.cumsum(np.bincount(done, minlength=nodes), out=out_ptr[1:])
             remaining = np.bincount(target, minlength=self.n_messages * m)
+            has_prev = np.zeros(self.n_messages, dtype=np.int64)  # waits for its predecessor's posting
+            has_prev[self.msg_next[self.msg_next >= 0]] = 1
+            remaining += np.repeat(has_prev, m)
             out_idx = target[np.argsort(done, kind="stable")]
             self._cache[key] = (as_array("q", remaining), as_array("q", out_ptr), as_array("q", out_idx))
         return self._cache[key]

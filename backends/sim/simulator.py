@@ -14,7 +14,11 @@ physics (stated once here; ``engine`` and ``graph`` give the mechanics):
   bandwidth of a lane (``overlap_latency`` says whether the latency holds the lane).
 * **Lanes.** A link with k lanes carries k messages at once, each at the per-lane bandwidth;
   one message never spreads over several lanes (``ccl.lower`` keeps a message per lane when
-  it fuses). Ready messages queue on their link first come first served.
+  it fuses). Ready messages queue on their link first come first served; the messages of one
+  pair and channel become ready in list order (rule 3 of the model: a runtime posts them so,
+  as NCCL's and MSCCL's connections do), so a pair's later messages whose data is ready early
+  never overtake an earlier one still waiting for its data (a reduce tree's leaf pieces would
+  otherwise crowd out the partial sums coming up a deeper tree).
 * **Shared limits** (a NIC, a PCIe switch, a switch port several flattened links cross) cap
   the summed rate of their links; messages under limits share them max-min fairly.
 * **Local ops** (the copy or reduce finishing a staged receive, snapshots, prologue copies,
@@ -23,7 +27,7 @@ physics (stated once here; ``engine`` and ``graph`` give the mechanics):
   a rank waits for its own local ops, as the runtimes do.
 * **Modes.** ``dependency`` (default): ranks run on as far as their dependencies allow, as the
   runtimes do. ``step``: the ops of step s start when every op of every earlier step has
-  completed (a barrier after each step, SCCL's step model); never faster.
+  completed (a barrier after each step, SCCL's step model); as a rule slower.
 * **Slicing.** ``slices=m`` runs every rank's program m times side by side, each copy on 1/m
   of the data with its own dependencies (as m channels would), sharing the links: the slices
   pipeline through the schedule like NCCL's (each piece pays the latency again).

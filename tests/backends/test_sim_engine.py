@@ -11,7 +11,7 @@ import solvers
 import topologies as T
 from backends.sim import Simulator
 from backends.sim.engine import Engine
-from ccl import InfeasibleError, InputError, Problem, Request
+from ccl import InfeasibleError, InputError, Problem, Request, verify
 from ccl.collective import ROOTED_KINDS, builtin
 from ccl.lower import lower
 
@@ -159,3 +159,28 @@ def reference_max_min_rates(active: dict[int, list[float]], res_list: list[int],
                 users[lim].discard(q)
                 left[lim] = max(0.0, left[lim] - level)
     return rate
+
+
+@pytest.mark.parametrize("general", [False, True])
+def test_a_pairs_messages_are_posted_in_list_order(general, monkeypatch):
+    """Rule 3 of the execution model: rank 1 sends a relayed piece (step 1, its data arrives
+    from rank 0 at the end of step 0) and then its own piece (step 2, ready at once) to rank 2.
+    The own piece must not overtake: it starts when the relayed one has started."""
+    from ccl.algorithm import Algorithm, Transfer
+    from ccl.collective import builtin as make
+
+    topo = T.build("line:3")
+    coll = make("gather", 3, 2)
+    alg = Algorithm("relay-first", coll, topo, (
+        Transfer(0, 0, "input", 0, 1, "scratch", 0, 1, "copy"),
+        Transfer(1, 1, "scratch", 0, 2, "output", 0, 1, "copy"),
+        Transfer(2, 1, "input", 0, 2, "output", 1, 1, "copy"),
+    ), solver="hand")
+    verify(alg)
+    program = lower(alg)
+    if general:
+        monkeypatch.setattr(Engine, "uses_fast_loop", property(lambda self: False))
+    sim = Simulator(program).run(3e6)
+    starts = {int(program.ops.step[sim.graph.row[int(s)]]): float(sim.start[q])
+              for q, s in enumerate(sim.graph.msg_send.tolist())}
+    assert starts[0] == 0.0 and starts[2] >= starts[1] > 0.0

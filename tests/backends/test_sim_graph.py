@@ -1,7 +1,8 @@
 """The simulator's graph and event loop against a reference written for clarity, not speed.
 
 The reference runs the Program's execution model literally: an op is issued when its deps have
-completed; a message is ready when both its send and its receive are issued; among the messages
+completed; a message is ready when both its send and its receive are issued and the message
+before it of its pair and channel is ready (rule 3: posted in list order); among the messages
 whose ready time is known it always serves the earliest (ties: step, sending rank, position in
 its list, the engine's order) on the lane of its link that frees first. A message whose ready
 time is not yet known waits on ops that complete no earlier than any known ready time, so
@@ -48,10 +49,14 @@ def reference_finish(program, size: float) -> dict[tuple[int, int], float]:
             elif op.kind == "recv":
                 recvs.setdefault((op.peer, r, op.channel), []).append(i)
     messages = []  # (send (rank, i), recv (rank, i))
+    before: dict[int, int] = {}  # message -> the pair's previous message on its channel
     for key, out in sends.items():
         a, b, _ = key
-        for i, j in zip(out, recvs[key]):
+        for k, (i, j) in enumerate(zip(out, recvs[key])):
+            if k:
+                before[len(messages)] = len(messages) - 1
             messages.append(((a, i), (b, j)))
+    ready_at: dict[int, float] = {}
     lane_free: dict[tuple[int, int], list[float]] = {}
     pending = set(range(len(messages)))
     while True:
@@ -66,12 +71,17 @@ def reference_finish(program, size: float) -> dict[tuple[int, int], float]:
                     if not op.is_network:
                         done[(r, i)] = issued[(r, i)]
                     progress = True
-        known = [(max(issued[s], issued[t]), ranks[s[0]][s[1]].step, s[0], s[1], q)
-                 for q in pending for s, t in [messages[q]] if s in issued and t in issued]
+        # rule 3: a pair's messages on a channel are posted in list order, so a message is
+        # ready no earlier than the one before it
+        known = [(max(issued[s], issued[t], ready_at.get(before.get(q, -1), 0.0)), ranks[s[0]][s[1]].step, s[0],
+                  s[1], q)
+                 for q in pending for s, t in [messages[q]]
+                 if s in issued and t in issued and (q not in before or before[q] in ready_at)]
         if not known:
             break
         ready, _, _, _, q = min(known)
         pending.discard(q)
+        ready_at[q] = ready
         (a, i), (b, j) = messages[q]
         link = topo.flat_link(a, b)
         lanes = lane_free.setdefault((a, b), [0.0] * link.lanes)
