@@ -15,7 +15,7 @@ from ..bounds import max_cut_ratio
 from ..symmetry import rank_orbits
 from .flows import Capacities, FlowGraph, capacities
 from .split import remove_switches
-from .stitch import node_topology, physical_time, stitch
+from .stitch import node_topology, physical_time, rail_chains, stitch
 from .trees import Tree, pack_trees
 
 KINDS = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce")
@@ -113,6 +113,11 @@ def plans(topology: Topology, kind: str, root: int | None,
     down = _stitched_phase(topology, False, progress, r) if want_down else None
     if (up is not None or not want_up) and (down is not None or not want_down):
         out.append(Packing(kind, topology.n_ranks, r, down, up))
+    if rooted:
+        for shallow in (False, True):
+            phase = _rail_phase(topology, want_up, r, progress, shallow)
+            if phase is not None and (not shallow or phase.achieved <= out[-1].phases()[0].achieved * (1 + 1e-9)):
+                out.append(Packing(kind, topology.n_ranks, r, None if want_up else phase, phase if want_up else None))
     if not out or rooted or (topology.n_vertices <= FLAT_LIMIT and not all(_meets(p) for p in out[0].phases())):
         up = _phase(topology, True, r, progress) if want_up else None
         down = _phase(topology, False, r, progress) if want_down else None
@@ -274,6 +279,38 @@ def _stitched_phase(topology: Topology, reverse: bool, progress: Callable[[str],
     if best is None:
         return None
     return Phase(reverse, tuple(best[1]), optimal, best[0], caps.exact, "stitched")
+
+
+def _rail_phase(topology: Topology, reverse: bool, root: int, progress: Callable[[str], None] | None,
+                shallow: bool = False) -> Phase | None:
+    """Rooted trees over every rail (``stitch.rail_chains``): part i of the data along rail i,
+    inside each node down the node's own trees of local root i: its packing (rate-optimal for
+    one root: a chain on a switch), or with ``shallow`` its fewest-hop tree (a star on a switch:
+    all rails together load a rank's port no more, and the pipeline is short; the caller keeps
+    it when its rate is as good), except for the root's own local index, whose part keeps the
+    packing (the root's port also feeds the other local roots). None unless the nodes are identical (and connected inside)."""
+    node = node_topology(topology)
+    if node is None or (shallow and node.n_ranks == 1):
+        return None
+    intra: dict[int, list[Tree]] = {}
+    if node.n_ranks > 1:
+        kind = "reduce" if reverse else "broadcast"
+        try:
+            for i in range(node.n_ranks):
+                # the root's own part keeps the packing: the root also feeds every other local root
+                found = (_shallow(node, reverse, i) if shallow and i != topology.local_index(root)
+                         else plan(node, kind, i, progress).phases()[0])
+                if found is None:
+                    return None
+                intra[i] = list(found.trees)
+        except InfeasibleError:
+            return None
+    trees = rail_chains(topology, intra, root)
+    if trees is None:
+        return None
+    caps, _, optimal, _, _ = _rate(topology, reverse, root)
+    return Phase(reverse, tuple(trees), optimal, physical_time(topology, trees, reverse), caps.exact,
+                 "rails-shallow" if shallow else "rails")
 
 
 def _check_finite(lam, topology: Topology) -> None:

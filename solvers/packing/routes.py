@@ -39,9 +39,9 @@ from ccl.topology import Topology
 
 from ..bounds import max_cut_ratio
 from ..common import builder
-from ..schedule import Router
 from .flows import INT32, capacities
 from .schedule import _runs, _shares, _stages, _up_stages
+from .stitch import busiest_time
 
 KINDS = ("gather", "scatter")
 
@@ -189,28 +189,12 @@ def _subtract(out_arcs: dict[int, dict[int, int]], walk: list[int], amount: int)
 
 def physical_time(topology: Topology, routes: list[Route]) -> float:
     """Microseconds per byte of one piece on the busiest physical link or shared limit, every
-    piece split over its routes by weight, each hop routed as the flattened topology routes it
-    (through relaying ranks where the pair is not linked, as ``ScheduleBuilder`` routes it)."""
+    piece split over its routes by weight, each hop routed as a schedule's transfer is."""
     total: dict[int, int] = {}
     for route in routes:
         total[route.piece] = total.get(route.piece, 0) + route.weight
-    load: dict[tuple[int, int], float] = {}
-    router = Router(topology)
-    for route in routes:
-        f = route.weight / total[route.piece]
-        for a, b in zip(route.hops, route.hops[1:]):
-            relays = router.path(a, b)  # ranks, when a and b are not linked
-            for x, y in zip(relays, relays[1:]):
-                path = topology.routes_from(x)[y]
-                for hop in zip(path, path[1:]):
-                    load[hop] = load.get(hop, 0.0) + f
-    worst = 0.0
-    for hop, x in load.items():
-        worst = max(worst, x / (topology.link(*hop).capacity * 1e3))  # type: ignore[union-attr]
-    for limit in topology.limits:
-        x = sum(load.get(hop, 0.0) for hop in limit.links)
-        worst = max(worst, x / (limit.bandwidth * 1e3))
-    return worst
+    return busiest_time(topology, [((a, b), route.weight / total[route.piece])
+                                   for route in routes for a, b in zip(route.hops, route.hops[1:])])
 
 
 def transfers_per_slot(routing: Routing) -> int:

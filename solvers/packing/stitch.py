@@ -20,9 +20,12 @@ better and the caller keeps it when it is affordable.
 
 from __future__ import annotations
 
+import math
+
 from ccl.topology import Link, Switch, Topology
 
-from .trees import Tree
+from ..schedule import Router
+from .trees import Tree, merge_equal
 
 
 def node_topology(topology: Topology) -> Topology | None:
@@ -139,12 +142,24 @@ def physical_time(topology: Topology, trees: list[Tree], reverse: bool) -> float
     total: dict[int, int] = {}
     for t in trees:
         total[t.root] = total.get(t.root, 0) + t.weight
-    load: dict[tuple[int, int], float] = {}
+    hops = []
     for t in trees:
         f = t.weight / total[t.root]
-        for v, p in t.parent.items():
-            src, dst = (v, p) if reverse else (p, v)
-            path = topology.routes_from(src)[dst]
+        hops.extend(((v, p) if reverse else (p, v), f) for v, p in t.parent.items())
+    return busiest_time(topology, hops)
+
+
+def busiest_time(topology: Topology, hops) -> float:
+    """Microseconds per byte on the busiest physical link or shared limit when each
+    ((src, dst), fraction) of ``hops`` sends that fraction of a byte from rank src to rank dst,
+    routed as a schedule's transfer is: through relaying ranks where the pair is not linked
+    (``ScheduleBuilder``), each rank-to-rank leg over the flattened topology's route."""
+    router = Router(topology)
+    load: dict[tuple[int, int], float] = {}
+    for (src, dst), f in hops:
+        relays = router.path(src, dst)
+        for x, y in zip(relays, relays[1:]):
+            path = topology.routes_from(x)[y]
             for hop in zip(path, path[1:]):
                 load[hop] = load.get(hop, 0.0) + f
     worst = 0.0
@@ -154,3 +169,54 @@ def physical_time(topology: Topology, trees: list[Tree], reverse: bool) -> float
         x = sum(load.get(hop, 0.0) for hop in limit.links)
         worst = max(worst, x / (limit.bandwidth * 1e3))
     return worst
+
+
+def rail_chains(topology: Topology, intra: dict[int, list[Tree]], root: int) -> list[Tree] | None:
+    """Broadcast (reduce: reversed) trees of ``root`` that use every NIC rail: the data is split
+    by local index i; part i goes from the root to its node-mate of index i, along rail i from
+    node to node (a chain: each NIC sends and receives each part once, so every rail carries
+    1/L of the data, the cut bound on rail-optimized fabrics), and in every node from (b, i)
+    down that node's broadcast trees of local root i (``intra[i]``, weights kept in proportion).
+    In the root's node the root already holds everything: it is passed over in the node trees
+    of the other local roots (its children there hang from its parent), so it sends each part
+    once. None
+    when some hop has no route or a local root has no intra-node trees."""
+    ranks = topology.node_ranks
+    L, N = len(ranks[0]), len(ranks)
+    a0 = next(a for a, members in enumerate(ranks) if root in members)
+    single = [Tree(0, 1, {}, [0])]
+    trees = {i: (intra.get(i, []) if L > 1 else single) for i in range(L)}
+    totals = {i: sum(t.weight for t in trees[i]) for i in range(L)}
+    if any(totals[i] == 0 for i in range(L)):
+        return None
+    scale = 1
+    for i in range(L):
+        scale = scale * totals[i] // math.gcd(scale, totals[i])
+    out: list[Tree] = []
+    for i in range(L):
+        chain = [ranks[(a0 + k) % N][i] for k in range(N)]
+        hops = ([(root, chain[0])] if chain[0] != root else []) + list(zip(chain, chain[1:]))
+        if any(y not in topology.routes_from(x) for x, y in hops):
+            return None
+        for t in trees[i]:
+            parent = {y: x for x, y in hops}
+            for node in ranks:
+                for v in t.order[1:]:
+                    if node[v] != root:
+                        u = t.parent[v]
+                        if node[u] == root and u != t.root:
+                            u = t.parent[u]  # the root is passed over: its children hang from its parent
+                        parent[node[v]] = node[u]
+            out.append(Tree(root, t.weight * scale // totals[i], parent, _topological(root, parent)))
+    return merge_equal(out)
+
+
+def _topological(root: int, parent: dict[int, int]) -> list[int]:
+    """The vertices in an order where every parent comes before its children."""
+    children: dict[int, list[int]] = {}
+    for v, p in parent.items():
+        children.setdefault(p, []).append(v)
+    order = [root]
+    for v in order:
+        order.extend(sorted(children.get(v, [])))
+    return order

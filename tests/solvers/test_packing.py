@@ -431,3 +431,41 @@ def test_routes_relieve_the_root_at_large_sizes(spec, kind, most):
     assert compiler.simulate(solution.algorithm, 1 << 28).bound_ratio < most
     direct = solvers.synthesize(Problem(topo, builtin(kind, topo.n_ranks, 0), Request("direct")))
     assert compiler.simulate(direct, 1 << 28).bound_ratio > 1.4
+
+
+# ---------------------------------------------------------------------- rooted trees over every rail
+@pytest.mark.parametrize("spec", ["dgx-h100:2", "dgx-a100:4", "dgx2:2", "dgx-h100:4,fabric=leafspine,per-leaf=2"])
+@pytest.mark.parametrize("kind", ["broadcast", "reduce"])
+def test_rail_trees_meet_the_bound_and_verify(spec: str, kind: str) -> None:
+    """Part i of the data along rail i (a chain over the nodes) and down each node's trees of
+    local root i: every NIC carries 1/L of the data once, the cut bound on these fabrics; the
+    root is passed over in its node's trees so its port sends each part once."""
+    from solvers.packing.plan import _rail_phase
+
+    topo = T.build(spec)
+    for root in sorted({0, topo.n_ranks // 2 + 1, topo.n_ranks - 1}):
+        for shallow in (False, True):
+            phase = _rail_phase(topo, kind == "reduce", root, None, shallow)
+            if phase is None:
+                assert shallow
+                continue
+            assert phase.achieved <= phase.optimal * (1 + 1e-3), (root, shallow)
+            assert {t.root for t in phase.trees} == {root}
+            for t in phase.trees:
+                assert set(t.parent) == set(range(topo.n_ranks)) - {root}
+            packing = Packing(kind, topo.n_ranks, root, None if kind == "reduce" else phase,
+                              phase if kind == "reduce" else None)
+            problem = Problem(topo, builtin(kind, topo.n_ranks, root), Request("packing"))
+            from solvers.packing.schedule import build
+
+            verify(build(problem, packing, 2 * packing.trees_per_root(), 2))
+
+
+@pytest.mark.slow
+def test_rail_trees_win_the_rooted_collectives_across_nodes() -> None:
+    """dgx2:2 reduce at 1 GiB: 1.23x the bound with the whole-graph packing, about 1.06x over
+    the rails (simulated; the judge picks them)."""
+    topo = T.build("dgx2:2")
+    solution = synth(topo, "reduce", root=0, size=1 << 30)
+    assert solution.details["reduce_phase"]["construction"].startswith("rails")
+    assert compiler.simulate(solution.algorithm, 1 << 30).bound_ratio < 1.10
