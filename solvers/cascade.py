@@ -57,7 +57,6 @@ import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from ccl.algorithm import Algorithm
 from ccl.errors import CollectiveError, InputError
 from ccl.problem import Problem
 
@@ -81,7 +80,10 @@ class Lane(NamedTuple):
     reverse: bool
 
 
-def synthesize(problem: Problem) -> Algorithm:
+def synthesize(problem: Problem):
+    """The schedule, with the grid, the lanes and the pipeline stages as details."""
+    from solvers import Solution
+
     name = problem.request.solver
     stages = _pipeline(problem, name)
     grid = _grid(problem, name)
@@ -94,7 +96,7 @@ def synthesize(problem: Problem) -> Algorithm:
         b, _ = builder(problem, len(lanes) * stages * n * k, name, name)
         for j, lane in enumerate(lanes):
             _allreduce(b, grid, lane, j, stages, n, k, tree)
-        return b.build()
+        return Solution(b.build(), _details(grid, lanes, stages))
     if stages > 1:
         raise InputError(f"solver {name!r}: option pipeline applies to allreduce only")
     F = len(lanes) * k
@@ -108,12 +110,11 @@ def synthesize(problem: Problem) -> Algorithm:
             def span(r: int, g: int, q: int = q) -> Run:
                 return ("output", q * k, k) if g == r else ("input", g * F + q * k, k)
             _reducescatter(b, grid, lane, span)
-    return b.build()
+    return Solution(b.build(), _details(grid, lanes, stages))
 
 
-def grid_for(problem: Problem) -> Grid:
-    """The grid the problem's solver works on (CollectiveError where there is none)."""
-    return _grid(problem, problem.request.solver)
+def _details(grid: Grid, lanes: Sequence[Lane], stages: int) -> dict:
+    return {"grid": grid.describe(), "lanes": len(lanes), "pipeline": stages}
 
 
 def _pipeline(problem: Problem, name: str) -> int:

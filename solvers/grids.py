@@ -59,7 +59,7 @@ class Grid:
         return tuple(level.size for level in self.levels)
 
     def describe(self) -> str:
-        return f"{'x'.join(map(str, self.dims))} ({self.how})"
+        return f"{'x'.join(map(str, reversed(self.dims)))} ({self.how})"
 
 
 def node_grid(topology: Topology, *, split: bool = False) -> Grid | None:
