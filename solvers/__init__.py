@@ -61,10 +61,23 @@ SOLVERS: dict[str, SolverInfo] = {
         SolverInfo("hierarchical", ("allreduce", "allgather", "reducescatter", "alltoall"),
                    "multi-node: intra-node phase, inter-node phase across same-index ranks, intra-node phase",
                    "solvers.hierarchical"),
+        SolverInfo("hierarchical-pipelined", ("allreduce",),
+                   "hierarchical allreduce in pipeline stages (option pipeline, default 4): the intra-node phases "
+                   "of some stages overlap the inter-node phase of others", "solvers.cascade"),
+        SolverInfo("torus-2d", ("allreduce", "allgather", "reducescatter"),
+                   "2D-torus: reducescatter along rows, allreduce along columns, allgather along rows (nodes x rails, "
+                   "or a linked grid such as torus:RxC)", "solvers.cascade"),
+        SolverInfo("torus-2d-tree", ("allreduce",),
+                   "2D-torus ring/tree hybrid: the column allreduce as a pipelined double binary tree",
+                   "solvers.cascade"),
+        SolverInfo("blueconnect", ("allreduce", "allgather", "reducescatter"),
+                   "BlueConnect: ring reducescatters level by level over every level of the finest grid, allgathers "
+                   "back; level order rotated over data parts where the levels' links are disjoint",
+                   "solvers.cascade"),
         SolverInfo("packing", ("allgather", "reducescatter", "allreduce", "broadcast", "reduce", "gather", "scatter"),
                    "throughput-optimal spanning-tree packing (ForestColl class), pipelined; allreduce as "
-                   "reducescatter + allgather over the trees; gather and scatter over max-flow paths", "solvers.packing", template=False, judged=True,
-                   compare_up_to=16),
+                   "reducescatter + allgather over the trees; gather and scatter over max-flow paths",
+                   "solvers.packing", template=False, judged=True, compare_up_to=16),
         SolverInfo("smt", ALL_BUILTIN + ("custom",),
                    "exact z3 synthesis (SCCL class): least steps, least rounds, instances (--steps/--rounds); "
                    "`ccl pareto` for frontiers", "solvers.smt", template=False),

@@ -29,6 +29,8 @@ from ccl import Algorithm, CollectiveError, Problem, Request, Transfer, Verifica
 from ccl.collective import ROOTED_KINDS, builtin
 
 SAMPLE = 30  # transfers mutated per schedule (all of them when there are fewer)
+MULTINODE = ("hierarchical", "rail-rings", "hierarchical-pipelined")  # multi-node machines only
+GRIDS = ("torus-2d", "torus-2d-tree", "blueconnect")  # multi-node machines and linked grids
 
 
 def schedules():
@@ -37,16 +39,21 @@ def schedules():
         topo = T.build(spec)
         for name in solvers.TEMPLATES:
             info = solvers.SOLVERS[name]
-            if name in ("hierarchical", "rail-rings"):  # multi-node only: below
+            if name in MULTINODE or name in GRIDS:  # multi-node machines and grids: below
                 continue
             for kind in info.kinds:
                 for k in (1, 2):
                     root = 1 if kind in ROOTED_KINDS else None
                     out.append((topo, kind, name, k, root))
     topo = T.ndv2(2)
-    for name in ("hierarchical", "rail-rings"):
+    for name in MULTINODE + GRIDS:
         for kind in solvers.SOLVERS[name].kinds:
             out.append((topo, kind, name, 1, 1 if kind in ROOTED_KINDS else None))
+    for spec in ("torus:3x3", "torus:2x2x2"):
+        topo = T.build(spec)
+        for name in GRIDS:
+            for kind in solvers.SOLVERS[name].kinds:
+                out.append((topo, kind, name, 2, None))
     return out
 
 

@@ -1,5 +1,6 @@
 """Every template on every topology where it applies, n = 2..16, chunk factors 1..4: verified,
-out of place and in place."""
+out of place and in place; the multi-node and grid templates where they apply (and refusing
+elsewhere)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from ccl import CollectiveError, Problem, Request, VerificationError, verify
 from ccl.collective import ROOTED_KINDS, builtin
 from ccl.topology import Topology
 
-FLAT_SOLVERS = [name for name in solvers.TEMPLATES if name not in ("hierarchical", "rail-rings")]
+MULTINODE_SOLVERS = ["hierarchical", "rail-rings", "hierarchical-pipelined"]
+GRID_SOLVERS = ["torus-2d", "torus-2d-tree", "blueconnect"]  # multi-node machines and linked grids
+FLAT_SOLVERS = [name for name in solvers.TEMPLATES if name not in MULTINODE_SOLVERS + GRID_SOLVERS]
 
 
 def families(n: int) -> list[Topology]:
@@ -104,13 +107,111 @@ def multinode_cases() -> list[Topology]:
 
 @pytest.mark.parametrize("topo", multinode_cases(), ids=lambda t: t.name)
 def test_hierarchical_verifies_on_multinode(topo):
-    assert check_all(topo, ["hierarchical", "rail-rings"], (1, 2, 3, 4) if topo.n_ranks <= 16 else (1, 2)) > 0
+    names = MULTINODE_SOLVERS + GRID_SOLVERS
+    assert check_all(topo, names, (1, 2, 3, 4) if topo.n_ranks <= 16 else (1, 2)) > 0
 
 
-@pytest.mark.parametrize("name", ["hierarchical", "rail-rings"])
+@pytest.mark.parametrize("name", MULTINODE_SOLVERS)
 def test_hierarchical_refuses_single_node(name):
     with pytest.raises(CollectiveError, match="multi-node"):
         solvers.synthesize(Problem(T.dgx1(), builtin("allreduce", 8), Request(name)))
+
+
+def has_grid(topo: Topology) -> bool:
+    """Whether the family has a factorization whose rows and columns are linked rings."""
+    n = topo.n_ranks
+    composite = any(n % a == 0 for a in range(2, math.isqrt(n) + 1))
+    return composite and topo.name.startswith(("torus", "hypercube", "fully-connected", "switch"))
+
+
+@pytest.mark.parametrize(("n", "topo"), CASES, ids=[f"{t.name}" for _, t in CASES])
+def test_grid_templates_verify_where_a_grid_exists_and_refuse_elsewhere(n, topo):
+    if has_grid(topo):
+        assert check_all(topo, GRID_SOLVERS, (1, 2, 3, 4)) > 0
+        return
+    for name in GRID_SOLVERS:
+        with pytest.raises(CollectiveError, match="grid"):
+            solvers.synthesize(Problem(topo, builtin("allreduce", n), Request(name)))
+
+
+@pytest.mark.parametrize("spec", ["dgx1", "amd8", "dgx2", "torus:2x2x2", "torus:4x4x4", "torus:3x3x2"])
+def test_grid_templates_verify_on_machines_and_tori(spec):
+    topo = T.build(spec)
+    assert check_all(topo, GRID_SOLVERS, (1, 2) if topo.n_ranks > 16 else (1, 2, 3, 4)) > 0
+
+
+@pytest.mark.parametrize("spec", ["ndv2:2", "dgx-h100:2", "torus:4x4", "torus:2x2x2", "hypercube:8"])
+@pytest.mark.parametrize("stages", [2, 3, 5])
+def test_pipeline_stages_verify(spec, stages):
+    topo = T.build(spec)
+    n = topo.n_ranks
+    for name in ["hierarchical-pipelined"] + GRID_SOLVERS:
+        for k in (1, 2):
+            try:
+                algorithm = solvers.synthesize(Problem(topo, builtin("allreduce", n),
+                                                       Request(name, chunks=k, options=(("pipeline", stages),))))
+            except CollectiveError:
+                assert name == "hierarchical-pipelined" and topo.n_nodes == 1
+                continue
+            verify(algorithm)
+            verify(algorithm, in_place=True)
+
+
+def test_grid_templates_refuse_bad_options_and_uneven_nodes():
+    from ccl import InputError
+    from ccl.topology import Link
+
+    topo = T.build("torus:4x4")
+    with pytest.raises(InputError, match="no option 'stages'"):
+        solvers.synthesize(Problem(topo, builtin("allreduce", 16), Request("torus-2d", options=(("stages", 2),))))
+    with pytest.raises(InputError, match="positive integer"):
+        solvers.synthesize(Problem(topo, builtin("allreduce", 16), Request("blueconnect", options=(("pipeline", 0),))))
+    with pytest.raises(InputError, match="allreduce only"):
+        solvers.synthesize(Problem(topo, builtin("allgather", 16), Request("torus-2d", options=(("pipeline", 2),))))
+    links = tuple(Link(a, b, 10.0, 1.0) for a in range(6) for b in range(6) if a != b)
+    uneven = Topology("uneven", 6, links, node_of=(0, 0, 0, 0, 1, 1))
+    with pytest.raises(CollectiveError, match="equally sized nodes; 'uneven' has 2 node"):
+        solvers.synthesize(Problem(uneven, builtin("allreduce", 6), Request("hierarchical-pipelined")))
+    # no equal nodes, but the six fully connected ranks are a linked 2 x 3 grid
+    verify(solvers.synthesize(Problem(uneven, builtin("allreduce", 6), Request("torus-2d"))))
+
+
+def test_grids_are_found_from_the_links():
+    from solvers.cascade import _lanes
+    from solvers.grids import linked_grid, node_grid
+
+    assert linked_grid(T.build("torus:4x4x4")).dims == (4, 4, 4)
+    assert sorted(linked_grid(T.build("torus:4x4x4"), 2).dims) == [4, 16]  # 16: rings through 4x4 planes
+    assert sorted(linked_grid(T.build("torus:3x5"), 2).dims) == [3, 5]
+    assert linked_grid(T.build("dgx1")).dims == (2, 2, 2)
+    assert linked_grid(T.build("ring:8")) is None and linked_grid(T.build("line:9"), 2) is None
+    grid = linked_grid(T.build("torus:4x4x4"))
+    assert len(_lanes(grid)) == 6  # every level first once, both ways round
+    multi = node_grid(T.build("dgx-h100:2"))
+    assert multi.dims == (8, 2) and multi.groups == ((0,), (1,))
+    assert node_grid(T.build("dgx2:2"), split=True).dims == (2, 2, 2, 2, 2)
+    assert len(_lanes(multi)) == 1  # NVSwitch ports and NICs: one lane
+
+
+def simulated_us(spec: str, solver: str, size: int) -> tuple[float, float]:
+    from ccl.compiler import simulate
+
+    topo = T.build(spec)
+    algorithm = solvers.synthesize(Problem(topo, builtin("allreduce", topo.n_ranks), Request(solver)))
+    report = simulate(algorithm, size)
+    return report.time_us, report.bound_ratio
+
+
+def test_pipelining_overlaps_the_nvlink_and_nic_phases():
+    flat, _ = simulated_us("dgx-h100:2", "hierarchical", 256 << 20)
+    piped, ratio = simulated_us("dgx-h100:2", "hierarchical-pipelined", 256 << 20)
+    assert piped < 0.92 * flat and ratio < 1.65  # 1.57x the bound, hierarchical 1.77x
+
+
+@pytest.mark.parametrize(("spec", "solver"), [("torus:4x4", "torus-2d"), ("torus:4x4x4", "blueconnect")])
+def test_torus_decompositions_reach_the_bound_at_large_sizes(spec, solver):
+    _, ratio = simulated_us(spec, solver, 1 << 30)
+    assert ratio < 1.01
 
 
 @pytest.mark.parametrize("nodes", [2, 3, 8])
@@ -153,6 +254,10 @@ def test_step_counts_match_the_textbook():
     assert steps("fully-connected:8", "broadcast", "binomial-tree") == 3
     assert steps("ring:8", "broadcast", "ring", k=4) == 7 + 3  # pipelined chain
     assert steps("ndv2:2", "allreduce", "hierarchical") == 7 + 2 + 7
+    assert steps("torus:4x4", "allreduce", "torus-2d") == 3 + 3 + 3 + 3
+    assert steps("torus:4x4x4", "allreduce", "blueconnect") == 2 * (3 + 3 + 3)
+    assert steps("hypercube:16", "allreduce", "blueconnect") == 8  # 2x2x2x2: recursive halving's steps
+    assert steps("dgx-h100:2", "allreduce", "hierarchical-pipelined") == 3 * 6 + 7 + 2 + 7  # 4 stages, 6 apart
 
 
 def test_multi_ring_uses_every_lane_of_a_dgx1():
