@@ -62,7 +62,7 @@ SOLVERS: dict[str, SolverInfo] = {
                    "multi-node: intra-node phase, inter-node phase across same-index ranks, intra-node phase",
                    "solvers.hierarchical"),
         SolverInfo("hierarchical-pipelined", ("allreduce",),
-                   "hierarchical allreduce in pipeline stages (option pipeline, default 4): the intra-node phases "
+                   "hierarchical allreduce in pipeline stages (option pipeline; default 16 up to 4 nodes, 8 beyond): the intra-node phases "
                    "of some stages overlap the inter-node phase of others", "solvers.cascade"),
         SolverInfo("torus-2d", ("allreduce", "allgather", "reducescatter"),
                    "2D-torus: reducescatter along rows, allreduce along columns, allgather along rows (nodes x rails, "

@@ -17,7 +17,7 @@ The data is cut into *lanes* that run side by side, each the whole cascade on it
   half the lanes run every ring backwards.
 
 Pipeline stages (allreduce, ``option pipeline = P``): every lane's data is cut into P stages
-that each run the cascade, stage p starting ``offset`` = p_1 - 2 steps after stage p - 1. A
+that each run the cascade, stage p starting ``offset`` steps after stage p - 1 (``_offset``). A
 dependency-driven runtime would run independent stages in lock-step (their first messages are
 all ready at once and share every link), so the stages are tied together on purpose: stage p's
 rings hand out ownership shifted by p x offset positions, so that in any step all stages in a
@@ -32,8 +32,8 @@ first phase moves one message per step; lower, the later phases fuse across stag
 The solvers:
 
 * ``hierarchical-pipelined``: ``hierarchical``'s allreduce (ring reducescatter inside every
-  node, ring allreduce along every rail, ring allgather inside every node) in P = 4 pipeline
-  stages by default.
+  node, ring allreduce along every rail, ring allgather inside every node) in pipeline stages:
+  by default 16 across up to 4 nodes, 8 beyond.
 * ``torus-2d``: the 2D-torus allreduce (Mikami et al., Sony 2018): a grid of rows x columns,
   reducescatter along rows, allreduce along columns, allgather along rows; rows are the nodes
   and columns the rails of a multi-node machine, else the two-level linked grid with the most
@@ -66,7 +66,7 @@ from .phases import balanced_tree, depths, heights, tree_broadcast, tree_reduce
 from .schedule import ScheduleBuilder, Slot
 
 KINDS = ("allreduce", "allgather", "reducescatter")
-DEFAULT_PIPELINE = {"hierarchical-pipelined": 4}
+PIPELINED = ("hierarchical-pipelined",)  # the solvers whose allreduce is pipelined by default
 OPTIONS = ("pipeline",)
 
 # a run of slots: (buffer, first index, count)
@@ -87,6 +87,8 @@ def synthesize(problem: Problem):
     name = problem.request.solver
     stages = _pipeline(problem, name)
     grid = _grid(problem, name)
+    if stages == 0:
+        stages = _default_stages(grid)
     kind = problem.collective.kind
     tree = name == "torus-2d-tree"
     k = pieces(problem)
@@ -122,8 +124,8 @@ def _pipeline(problem: Problem, name: str) -> int:
     for key in options:
         if key not in OPTIONS:
             raise InputError(f"solver {name!r} has no option {key!r} (options: {', '.join(OPTIONS)})")
-    stages = options.get("pipeline", DEFAULT_PIPELINE.get(name, 1))
-    if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1:
+    stages = options.get("pipeline", 0 if name in PIPELINED else 1)  # 0: chosen from the grid
+    if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1 and "pipeline" in options:
         raise InputError(f"solver {name!r}: option pipeline must be a positive integer, got {stages!r}")
     return stages
 
@@ -267,10 +269,19 @@ def _allreduce(b: ScheduleBuilder, grid: Grid, lane: Lane, j: int, stages: int, 
 
 
 def _offset(sizes: Sequence[int]) -> int:
-    """Steps between pipeline stages: the next stage's first ring step shares the previous
-    stage's last one in the first phase, so the first phase serves the stages one after the
-    other."""
-    return max(sizes[0] - 2, 1)
+    """Steps between pipeline stages: the last level's ring length (nodes - 1 across a
+    nodes x rails grid), so a stage's pieces of the inter-node phase follow the previous
+    stage's by half that phase. A pair's messages are posted in list order (the execution
+    model's rule 3), so the step spacing decides how the stages interleave on every link;
+    measured (dgx-h100:2 allreduce 256 MiB, 16 stages): spacing 1 1.10x the bound, 6 1.58x;
+    dgx-h100:16 1 GiB, 8 stages: spacing 15 1.23x, 6 1.37x, 1 1.82x."""
+    return max(sizes[-1] - 1, 1)
+
+
+def _default_stages(grid: Grid) -> int:
+    """Pipeline stages when the request names none: 16 across up to 4 nodes, 8 beyond (longer
+    inter-node rings already spread the stages; measured on dgx-h100:2, dgx-a100:4, dgx-h100:16)."""
+    return 16 if grid.levels[-1].size <= 4 else 8
 
 
 def _stage_digit(grid: Grid, order: Sequence[int], stages: int, offset: int) -> int:

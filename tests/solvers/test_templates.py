@@ -205,7 +205,7 @@ def simulated_us(spec: str, solver: str, size: int) -> tuple[float, float]:
 def test_pipelining_overlaps_the_nvlink_and_nic_phases():
     flat, _ = simulated_us("dgx-h100:2", "hierarchical", 256 << 20)
     piped, ratio = simulated_us("dgx-h100:2", "hierarchical-pipelined", 256 << 20)
-    assert piped < 0.92 * flat and ratio < 1.65  # 1.57x the bound, hierarchical 1.77x
+    assert piped < 0.7 * flat and ratio < 1.15  # 1.10x the bound, hierarchical 1.77x
 
 
 @pytest.mark.parametrize(("spec", "solver"), [("torus:4x4", "torus-2d"), ("torus:4x4x4", "blueconnect")])
@@ -257,7 +257,7 @@ def test_step_counts_match_the_textbook():
     assert steps("torus:4x4", "allreduce", "torus-2d") == 3 + 3 + 3 + 3
     assert steps("torus:4x4x4", "allreduce", "blueconnect") == 2 * (3 + 3 + 3)
     assert steps("hypercube:16", "allreduce", "blueconnect") == 8  # 2x2x2x2: recursive halving's steps
-    assert steps("dgx-h100:2", "allreduce", "hierarchical-pipelined") == 3 * 6 + 7 + 2 + 7  # 4 stages, 6 apart
+    assert steps("dgx-h100:2", "allreduce", "hierarchical-pipelined") == 15 * 1 + 7 + 2 + 7  # 16 stages, 1 apart
 
 
 def test_multi_ring_uses_every_lane_of_a_dgx1():
