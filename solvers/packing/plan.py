@@ -287,8 +287,9 @@ def _rail_phase(topology: Topology, reverse: bool, root: int, progress: Callable
     inside each node down the node's own trees of local root i: its packing (rate-optimal for
     one root: a chain on a switch), or with ``shallow`` its fewest-hop tree (a star on a switch:
     all rails together load a rank's port no more, and the pipeline is short; the caller keeps
-    it when its rate is as good), except for the root's own local index, whose part keeps the
-    packing (the root's port also feeds the other local roots). None unless the nodes are identical (and connected inside)."""
+    it when its rate is as good); then the root's own part goes round its rail and comes back
+    to its node-mates over theirs (``rail_chains(around=True)``: the root's port feeds only the
+    other local roots). None unless the nodes are identical (and connected inside)."""
     node = node_topology(topology)
     if node is None or (shallow and node.n_ranks == 1):
         return None
@@ -297,15 +298,13 @@ def _rail_phase(topology: Topology, reverse: bool, root: int, progress: Callable
         kind = "reduce" if reverse else "broadcast"
         try:
             for i in range(node.n_ranks):
-                # the root's own part keeps the packing: the root also feeds every other local root
-                found = (_shallow(node, reverse, i) if shallow and i != topology.local_index(root)
-                         else plan(node, kind, i, progress).phases()[0])
+                found = _shallow(node, reverse, i) if shallow else plan(node, kind, i, progress).phases()[0]
                 if found is None:
                     return None
                 intra[i] = list(found.trees)
         except InfeasibleError:
             return None
-    trees = rail_chains(topology, intra, root)
+    trees = rail_chains(topology, intra, root, around=shallow)
     if trees is None:
         return None
     caps, _, optimal, _, _ = _rate(topology, reverse, root)

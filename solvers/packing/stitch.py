@@ -171,7 +171,8 @@ def busiest_time(topology: Topology, hops) -> float:
     return worst
 
 
-def rail_chains(topology: Topology, intra: dict[int, list[Tree]], root: int) -> list[Tree] | None:
+def rail_chains(topology: Topology, intra: dict[int, list[Tree]], root: int,
+                around: bool = False) -> list[Tree] | None:
     """Broadcast (reduce: reversed) trees of ``root`` that use every NIC rail: the data is split
     by local index i; part i goes from the root to its node-mate of index i, along rail i from
     node to node (a chain: each NIC sends and receives each part once, so every rail carries
@@ -179,8 +180,11 @@ def rail_chains(topology: Topology, intra: dict[int, list[Tree]], root: int) -> 
     down that node's broadcast trees of local root i (``intra[i]``, weights kept in proportion).
     In the root's node the root already holds everything: it is passed over in the node trees
     of the other local roots (its children there hang from its parent), so it sends each part
-    once. None
-    when some hop has no route or a local root has no intra-node trees."""
+    once. With ``around`` (two or more nodes) the root's own part does not go through its port
+    to its node-mates at all: it goes round its rail to the last node, and from each rank there
+    back along that rank's rail to its mate in the root's node (the rails' otherwise idle
+    direction), so no root-to-mate pair carries two parts. None when some hop has no route or
+    a local root has no intra-node trees."""
     ranks = topology.node_ranks
     L, N = len(ranks[0]), len(ranks)
     a0 = next(a for a, members in enumerate(ranks) if root in members)
@@ -198,9 +202,15 @@ def rail_chains(topology: Topology, intra: dict[int, list[Tree]], root: int) -> 
         hops = ([(root, chain[0])] if chain[0] != root else []) + list(zip(chain, chain[1:]))
         if any(y not in topology.routes_from(x) for x, y in hops):
             return None
+        own = around and N > 1 and chain[0] == root
+        if own:  # the last node's ranks pass the root's part back along their rails
+            back = [(ranks[(a0 + N - 1) % N][j], ranks[a0][j]) for j in range(L) if ranks[a0][j] != root]
+            if any(y not in topology.routes_from(x) for x, y in back):
+                return None
+            hops += back
         for t in trees[i]:
             parent = {y: x for x, y in hops}
-            for node in ranks:
+            for node in (ranks[(a0 + k) % N] for k in range(1, N)) if own else ranks:
                 for v in t.order[1:]:
                     if node[v] != root:
                         u = t.parent[v]
