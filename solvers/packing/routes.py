@@ -25,6 +25,7 @@ of which piece travels which way (the path ends at the rank whose piece it carri
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -68,10 +69,7 @@ class Routing:
     construction: str  # "flow" or "direct"
 
     def routes_per_piece(self) -> int:
-        count: dict[int, int] = {}
-        for route in self.routes:
-            count[route.piece] = count.get(route.piece, 0) + 1
-        return max(count.values(), default=1)
+        return max(Counter(route.piece for route in self.routes).values(), default=1)
 
     def by_piece(self) -> dict[int, list[Route]]:
         out: dict[int, list[Route]] = {}
