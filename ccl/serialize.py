@@ -177,13 +177,41 @@ PROGRAM_FORMAT = "ccl-program"
 
 
 def program_to_json(program: Program) -> dict[str, Any]:
-    """A Program as JSON: its summary (``n_ops`` ops in all), scratch size classes and every
-    rank's ops (``ops[r]``) as rows in ``op_fields`` order (deps a list)."""
+    """A Program as JSON: its summary (``n_ops`` ops in all), its collective and topology,
+    scratch size classes and every rank's ops (``ops[r]``) as rows in ``op_fields`` order (deps
+    a list). ``program_from_json`` reads it back."""
     summary = program.summary()
     summary["n_ops"] = summary.pop("ops")
     return {"format": PROGRAM_FORMAT, "version": 1, **summary,
             "scratch": [list(x) for x in program.scratch], "op_fields": list(OP_FIELDS),
-            "ops": [[[*op[:10], list(op.deps)] for op in ops] for ops in program.ranks]}
+            "ops": [[[*op[:10], list(op.deps)] for op in ops] for ops in program.ranks],
+            "collective_spec": collective_to_json(program.collective),
+            "topology_spec": topology_to_json(program.topology)}
+
+
+def program_from_json(data: dict[str, Any]) -> Program:
+    """The Program of ``program_to_json`` (CollectiveError/InputError when malformed)."""
+    if not isinstance(data, dict) or data.get("format") != PROGRAM_FORMAT:
+        raise InputError(f"not a program file (expected \"format\": \"{PROGRAM_FORMAT}\")")
+    if data.get("version") != 1:
+        raise InputError(f"program file version {data.get('version')!r} is not supported (this tool reads version 1)")
+    if list(data.get("op_fields", OP_FIELDS)) != list(OP_FIELDS):
+        raise InputError(f"op_fields must be {list(OP_FIELDS)}")
+    if "collective_spec" not in data or "topology_spec" not in data:
+        raise InputError("a program file needs collective_spec and topology_spec (written by this tool's "
+                         "`ccl import` and `--emit program`)")
+    rows = []
+    for r, ops in enumerate(data["ops"]):
+        row = []
+        for i, op in enumerate(ops):
+            if not isinstance(op, list) or len(op) != len(OP_FIELDS) or not isinstance(op[-1], list):
+                raise InputError(f"rank {r} op {i}: expected an array of {len(OP_FIELDS)} fields {list(OP_FIELDS)}")
+            row.append((*op[:10], tuple(op[10])))
+        rows.append(row)
+    return Program(name=str(data["name"]), collective=collective_from_json(data["collective_spec"]),
+                   topology=topology_from_json(data["topology_spec"]), ops=rows,
+                   scratch=tuple(tuple(x) for x in data["scratch"]), channels=data.get("channels", 1),
+                   solver=str(data.get("solver", "")), steps=int(data.get("steps", 0)))
 
 
 def _dump_rows(rows: list[list[Any]], indent: str) -> str:
@@ -264,6 +292,20 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+
+
+def load_schedule(path: str | os.PathLike[str]) -> Algorithm | Program:
+    """An algorithm file or a program file (by its "format")."""
+    data = read_json(path)
+    try:
+        if isinstance(data, dict) and data.get("format") == PROGRAM_FORMAT:
+            return program_from_json(data)
+        return algorithm_from_json(data)
+    except CclError as exc:
+        raise InputError(f"{path}: {exc.message}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        what = f"missing field {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
+        raise InputError(f"{path}: malformed schedule file: {what}") from None
 
 
 def load_algorithm(path: str | os.PathLike[str]) -> Algorithm:

@@ -21,6 +21,7 @@ from . import (
     check,
     compare,
     emit,
+    importer,
     pareto,
     run,
     simulate,
@@ -32,7 +33,7 @@ from . import (
 from .common import Parser
 
 # Command groups in the order `ccl --help` lists them.
-COMMANDS = (topology, solvers, check, synthesize, verify, simulate, bounds, compare, emit, run, pareto)
+COMMANDS = (topology, solvers, check, synthesize, verify, simulate, bounds, compare, emit, importer, run, pareto)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,7 @@
 """``ccl emit TARGET FILE``: a schedule as a backend's output.
 
-Target: ``torch``, a standalone torchrun script that depends on torch only. (The pipeline's
+Targets: ``torch``, a standalone torchrun script that depends on torch only; ``msccl``, an MSCCL
+XML file for the msccl executor or RCCL (``--target``). (The pipeline's
 stages, the lowered Program among them, print with ``--emit`` on the commands that reach them:
 ``ccl verify FILE --emit program``.)
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .common import Parser, command, emit
+from .common import Parser, command, emit, positive_int
 from .stages import add_lowering_options, lowering
 
 
@@ -18,7 +19,7 @@ def cmd_torch(args: argparse.Namespace) -> int:
     from .. import compiler
     from ..serialize import write_text_atomic
 
-    program = compiler.runnable(args.file, **lowering(args))
+    program = compiler.runnable(args.file, topology=args.topology, **lowering(args))
     from backends.torch.codegen import emit_script
 
     script = emit_script(program, source=args.file)
@@ -38,13 +39,66 @@ def cmd_torch(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_msccl(args: argparse.Namespace) -> int:
+    from ..compiler.msccl import export_xml, load_schedule
+    from ..serialize import write_text_atomic
+    from ..units import parse_size
+
+    schedule = load_schedule(args.file, topology=args.topology)
+    sizes = {}
+    for name in ("min_bytes", "max_bytes"):
+        value = getattr(args, name)
+        sizes[name] = 0 if value is None else int(parse_size(value))
+    text, summary = export_xml(schedule, target=args.target, protocol=args.protocol, instances=args.instances,
+                               mode=args.mode, name=args.name, **sizes, **lowering(args))
+    summary = {"ok": True, "output": args.output, **summary}
+    if not args.output:
+        if args.json:
+            summary["xml"] = text
+            emit(args, summary, "")
+        else:
+            print(text, end="")
+        return 0
+    write_text_atomic(args.output, text)
+    uses = " and ".join(u for u, on in (("in place", summary["inplace"]), ("out of place", summary["outofplace"])) if on)
+    top = "no limit" if not summary["maxBytes"] else f"{summary['maxBytes']} bytes"
+    emit(args, summary,
+         f"ok: {summary['name']}: {summary['collective']} on {summary['ngpus']} gpus -> {args.output} "
+         f"({summary['target']}, {summary['proto']}, {uses})\n"
+         f"  {summary['nchannels']} channel(s), {summary['nchunksperloop']} chunks per loop, up to "
+         f"{summary['threadblocks']} threadblocks per gpu (limit {summary['limits']['threadblocks']}) and "
+         f"{summary['max_steps']} steps per threadblock (limit {summary['limits']['steps']}); "
+         f"{summary['fused']} fused steps, {summary['nops']} nops\n"
+         f"  picked for calls of {summary['minBytes']} bytes up to {top}; deploy: "
+         f"MSCCL_ALGO_DIR=<folder of this file> (see docs/msccl.md)")
+    return 0
+
+
 def register(sub: Any) -> None:
-    group = sub.add_parser("emit", help="write a schedule as a standalone torch script",
-                           description="write a schedule as a backend's output: a standalone torch script")
+    group = sub.add_parser("emit", help="write a schedule as a torch script or MSCCL XML",
+                           description="write a schedule as a backend's output: a standalone torch script or an "
+                                       "MSCCL XML file")
     targets = group.add_subparsers(dest="target", metavar="TARGET", parser_class=Parser)
     targets.required = True
     p = command(targets, "torch", "a standalone torchrun script (torch only) that runs, checks and times it",
                 cmd_torch)
-    p.add_argument("file", help="schedule JSON written by `ccl synthesize`")
+    p.add_argument("file", help="schedule file: JSON written by `ccl synthesize` or `ccl import`, or MSCCL XML")
     p.add_argument("-o", "--output", help="write here (default: standard output)")
+    p.add_argument("--topology", "-t", help="for an XML file: the machine (default: every pair of gpus linked)")
     add_lowering_options(p)
+    m = command(targets, "msccl", "an MSCCL XML file for the msccl executor or RCCL", cmd_msccl)
+    m.add_argument("file", help="schedule file: JSON written by `ccl synthesize` or `ccl import`, or MSCCL XML")
+    m.add_argument("-o", "--output", help="write here (default: standard output)")
+    m.add_argument("--target", choices=("msccl", "rccl"), default="msccl",
+                   help="the runtime: its coll spelling and limits (default msccl)")
+    m.add_argument("--protocol", choices=("Simple", "LL", "LL128"), default="Simple",
+                   help="NCCL protocol the runtime uses for it (default Simple; LL/LL128 for small messages)")
+    m.add_argument("--instances", type=positive_int, default=1,
+                   help="copies of the schedule side by side on their own channels (default 1)")
+    m.add_argument("--min-bytes", help="smallest call (bytes, e.g. 1MiB) the runtime picks it for (default 0)")
+    m.add_argument("--max-bytes", help="largest call it is picked for (default: no limit, written as 0)")
+    m.add_argument("--mode", choices=("auto", "both", "inplace", "outofplace"), default="auto",
+                   help="the calls it serves: auto = out of place, and in place too when correct in place")
+    m.add_argument("--name", help="the <algo> name (default: the schedule's)")
+    m.add_argument("--topology", "-t", help="for an XML file: the machine (default: every pair of gpus linked)")
+    add_lowering_options(m)

@@ -23,12 +23,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..units import format_size, parse_size
 
     if args.emit == "program":
-        from ..serialize import load_algorithm
-        from ..verify import verify
-
-        alg = load_algorithm(args.file)
-        verify(alg)
-        return emit_programs(args, [alg])
+        return emit_programs(args, [compiler.runnable(args.file, topology=args.topology, in_place=args.in_place,
+                                                      **lowering(args))])
     if args.size is None:
         raise InputError("--size is required (the message size, as nccl-tests counts it, e.g. 16MiB)")
     size = parse_size(args.size)
@@ -36,7 +32,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise InputError("--size must be at least 1 byte")
     report = compiler.run_local(args.file, size=size, ranks=args.ranks, repeat=args.repeat, warmup=args.warmup,
                                 dtype=args.dtype, op=args.op, in_place=args.in_place, timeout=args.timeout,
-                                **lowering(args))
+                                topology=args.topology, **lowering(args))
     data = {"ok": report.correct is not False, "file": args.file, **report.to_json()}
     algbw, busbw = report.bandwidth(report.ours_seconds)
     nalgbw, nbusbw = report.bandwidth(report.native_seconds)
@@ -61,7 +57,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     run = command(sub, "run", "run a schedule on local gloo processes, check it against torch and time it",
                   cmd_run)
-    run.add_argument("file", help="schedule JSON written by `ccl synthesize`")
+    run.add_argument("file", help="schedule file: JSON written by `ccl synthesize` or `ccl import`, or MSCCL XML")
+    run.add_argument("--topology", "-t", help="for an XML file: the machine (default: every pair of gpus linked)")
     run.add_argument("--size", help="message size, as nccl-tests counts it (e.g. 16MiB); required unless --emit")
     run.add_argument("--ranks", "-n", type=positive_int, default=None,
                      help="number of processes (must equal the schedule's ranks; default: the schedule's)")

@@ -25,12 +25,17 @@ def bandwidth_arg(text: str) -> float:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from .. import compiler
+    from ..algorithm import Algorithm
+    from ..compiler.msccl import load_schedule
     from ..errors import InputError
-    from ..serialize import load_algorithm
     from ..verify import verify
+    from ..verify_program import verify_program
 
-    alg = load_algorithm(args.file)
-    verify(alg, in_place=args.in_place)
+    alg = load_schedule(args.file, topology=args.topology, in_place=args.in_place)
+    if isinstance(alg, Algorithm):
+        verify(alg, in_place=args.in_place)
+    else:
+        verify_program(alg, in_place=args.in_place)
     if args.emit == "program":
         return emit_programs(args, [alg])
     if args.size is None:
@@ -56,7 +61,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     p = command(sub, "simulate", "verify, lower and simulate a schedule: time, bandwidth, bound, trace, plots",
                 cmd_simulate)
-    p.add_argument("file", help="schedule JSON written by `ccl synthesize`")
+    p.add_argument("file", help="schedule file: JSON written by `ccl synthesize` or `ccl import`, or MSCCL XML")
+    p.add_argument("--topology", "-t", help="for an XML file: the machine to time it on (default: every pair of "
+                                            "gpus linked)")
     add_emit(p, ("program",), "the report (the Program the simulator times)")
     p.add_argument("--size", type=size_arg,
                    help="bytes the collective is called with, nccl-tests convention (64MiB, 1GB, 4096); "

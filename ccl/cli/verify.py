@@ -1,4 +1,5 @@
-"""``ccl verify``: check that a schedule implements its collective."""
+"""``ccl verify``: check that a schedule implements its collective (a schedule file, a program
+file, or an MSCCL XML file, which is also checked against each runtime's limits)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,29 @@ from .stages import add_emit, emit_algorithms, emit_programs
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from ..errors import VerificationError
-    from ..serialize import load_algorithm
+    from ..algorithm import Algorithm
+    from ..compiler.msccl import is_xml, load_schedule
+    from ..errors import InputError, VerificationError
     from ..verify import verify
+    from ..verify_program import verify_program
 
-    alg = load_algorithm(args.file)
+    if is_xml(args.file):
+        return _verify_xml(args)
+    schedule = load_schedule(args.file, topology=args.topology)
+    if not isinstance(schedule, Algorithm):
+        if args.emit == "algorithm":
+            raise InputError(f"{args.file} is a program file: it has no algorithm stage (try --emit program)")
+        if args.emit == "program":
+            return emit_programs(args, [schedule])
+        verify_program(schedule)
+        in_place = _in_place(lambda: verify_program(schedule, in_place=True))
+        data = {"ok": True, "file": args.file, **schedule.summary(), "in_place_ok": in_place[0],
+                "in_place_reason": in_place[1]}
+        emit(args, data, f"ok: {args.file}: program {schedule.name} implements {schedule.collective} on "
+                         f"{schedule.topology.name}\n  {schedule.n_ops} ops, {schedule.n_messages} messages; "
+                         f"{_note(in_place)}")
+        return 0
+    alg = schedule
     result = verify(alg)
     if args.emit == "algorithm":
         return emit_algorithms(args, [alg])
@@ -27,14 +46,65 @@ def cmd_verify(args: argparse.Namespace) -> int:
         in_place, in_place_reason = False, exc.message
     data = {"ok": True, "file": args.file, **alg.summary(), "in_place_ok": in_place,
             "in_place_reason": in_place_reason, "chunk_transfers": result.chunk_transfers}
-    note = "also correct in place" if in_place else f"not correct in place ({in_place_reason})"
+    note = _note((in_place, in_place_reason))
     text = (f"ok: {args.file}: {alg.name} implements {alg.collective} on {alg.topology.name}\n"
             f"  {alg.n_steps} steps, {len(alg.transfers)} transfers; {note}")
     emit(args, data, text)
     return 0
 
 
+def _in_place(check) -> tuple[bool, str | None]:
+    from ..errors import VerificationError
+
+    try:
+        check()
+        return True, None
+    except VerificationError as exc:
+        return False, exc.message
+
+
+def _note(in_place: tuple[bool, str | None]) -> str:
+    return "also correct in place" if in_place[0] else f"not correct in place ({in_place[1]})"
+
+
+def _verify_xml(args: argparse.Namespace) -> int:
+    from backends.msccl import limits
+
+    from ..compiler.msccl import read_xml, verify_imported
+    from ..errors import InputError
+
+    imported = read_xml(args.file, args.topology)
+    if args.emit == "algorithm":
+        raise InputError(f"{args.file} is an MSCCL XML file: it has no algorithm stage (try --emit program)")
+    checked = verify_imported(imported)
+    if args.emit == "program":
+        return emit_programs(args, [imported.program])
+    algo, program = imported.algo, imported.program
+    targets = {}
+    for name, tgt in limits.TARGETS.items():
+        problems = limits.check(algo, tgt)
+        targets[name] = {"ok": not problems, "problems": [str(p) for p in problems[:20]],
+                         "n_problems": len(problems)}
+    data = {"ok": True, "file": args.file, "name": algo.name, "coll": algo.coll, "ngpus": algo.ngpus,
+            "proto": algo.proto, "nchannels": algo.nchannels, "nchunksperloop": algo.nchunksperloop,
+            "inplace": algo.inplace, "outofplace": algo.outofplace, "minBytes": algo.min_bytes,
+            "maxBytes": algo.max_bytes, "verified": checked, "targets": targets, **program.summary()}
+    modes = " and ".join(m.replace("_", "-") for m in checked)
+    lines = [f"ok: {args.file}: {algo.name} implements {program.collective} ({modes})",
+             f"  {algo.ngpus} gpus, {algo.proto}, {algo.nchannels} channel(s), {algo.nchunksperloop} chunks per loop, "
+             f"{algo.n_steps} steps -> {program.n_ops} ops, {program.n_messages} messages"]
+    for name, t in targets.items():
+        if t["ok"]:
+            lines.append(f"  {name}: within its limits")
+        else:
+            more = f" (and {t['n_problems'] - 1} more)" if t["n_problems"] > 1 else ""
+            lines.append(f"  {name}: would not load it: {t['problems'][0]}{more}")
+    emit(args, data, "\n".join(lines))
+    return 0
+
+
 def register(sub: Any) -> None:
     ver = command(sub, "verify", "check that a schedule implements its collective", cmd_verify)
-    ver.add_argument("file", help="schedule JSON written by `ccl synthesize`")
+    ver.add_argument("file", help="schedule file: JSON written by `ccl synthesize` or `ccl import`, or MSCCL XML")
+    ver.add_argument("--topology", "-t", help="for an XML file: the machine (default: every pair of gpus linked)")
     add_emit(ver, ("algorithm", "program"), "the verdict")

@@ -16,16 +16,20 @@ from typing import Any
 
 from ..algorithm import Algorithm
 from ..program import Program
-from ..serialize import load_algorithm
 from ..verify import verify
 from .stages import program as program_stage
 
 
-def runnable(schedule: Any, *, channels: int = 1, fuse: bool = True) -> Program:
-    """The verified Program of a schedule file, Algorithm, SynthesisResult or Program: an
-    algorithm (read from a file or given) is verified, lowered, and its Program verified."""
+def runnable(schedule: Any, *, channels: int = 1, fuse: bool = True, topology: Any = None,
+             in_place: bool = False) -> Program:
+    """The verified Program of a schedule file (algorithm, program or MSCCL XML: its Program
+    for in-place calls with ``in_place``; ``topology`` places an XML file on a machine),
+    Algorithm, SynthesisResult or Program: an algorithm is verified, lowered, and its Program
+    verified."""
     if isinstance(schedule, (str, os.PathLike)):
-        schedule = load_algorithm(schedule)
+        from .msccl import load_schedule
+
+        schedule = load_schedule(schedule, topology=topology, in_place=in_place)
     if isinstance(schedule, Algorithm):
         verify(schedule)
     return program_stage(schedule, channels=channels, fuse=fuse, check=True)
@@ -47,9 +51,12 @@ def torch_script(schedule: Any, *, channels: int = 1, fuse: bool = True, source:
     return emit_script(runnable(schedule, channels=channels, fuse=fuse), source=source)
 
 
-def run_local(schedule: Any, *, size: int, channels: int = 1, fuse: bool = True, **options: Any) -> Any:
+def run_local(schedule: Any, *, size: int, channels: int = 1, fuse: bool = True, topology: Any = None,
+              **options: Any) -> Any:
     """Run on local gloo processes, check against torch's collective, time both
     (``backends.torch.launch.run_local`` for the options); returns its RunReport."""
     from backends.torch.launch import run_local as launch
 
-    return launch(runnable(schedule, channels=channels, fuse=fuse), size=size, **options)
+    program = runnable(schedule, channels=channels, fuse=fuse, topology=topology,
+                       in_place=bool(options.get("in_place")))
+    return launch(program, size=size, **options)

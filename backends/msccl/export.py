@@ -1,0 +1,334 @@
+"""Program -> MSCCL XML (``Algo``): threadblocks, steps, dependencies.
+
+Threadblocks. Each connection gets its own threadblock: the sends to one peer on one channel in
+list order, and the receives from one peer on one channel in list order. A local op runs in the
+threadblock of the receive it follows (the receive whose data it consumes, when that is the
+latest thing it waits for), else in a local threadblock. Because a Program is well leveled,
+these queues cannot deadlock even if a send had to wait for its receiver (the argument of
+``ccl.program``: a send-only queue reaches every send of a level once the lower levels are
+done, and a receive queue holds one connection's receives, in message order, before the local
+ops of the level). When the threadblocks do not fit the target, a send and a receive
+threadblock of the same peer and channel are merged (what published files do; it relies on the
+runtime's connection buffer to absorb a send).
+
+Fusion (targets that run fused steps; RCCL does not): a receive into a staging chunk that only a following reduction reads becomes one
+``rrc`` step (receive, add into the destination); a receive whose chunks are only sent on
+unchanged could become ``rcs``, but that needs the receive and the send in one threadblock,
+which the one-queue-per-connection layout above does not give, so it is left as ``r`` + ``s``.
+
+Dependencies: a step waits (``depid``/``deps``) for the steps of other threadblocks holding the
+ops its ops depend on, reduced to the latest step per threadblock and dropping what another
+wait already implies (steps of a threadblock finish in order); a second or later wait goes into
+a ``nop`` before the step. ``hasdep`` marks every step another waits for.
+
+Out of place, output chunks that start as a copy of input chunks are copied first (``cpy``
+steps in the local threadblock; every step touching them waits for the copy). A file for both
+uses keeps the copies: in place they copy a chunk onto itself.
+
+Limits: a message longer than the target's ``cnt`` limit is cut into several; a threadblock
+with too many steps has its connection's messages spread over more channels (each message and
+its receive move together, so the order per channel is kept). What still does not fit is an
+error naming gpu/tb and the limit.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from ccl.errors import BackendError
+from ccl.program import COPY, RECV, REDUCE, SEND, Program
+
+from .limits import Target, check
+from .model import BUFFER_LETTERS, Algo, Gpu, Step, Threadblock
+
+
+@dataclass
+class _XOp:
+    """An op of one rank on its way to a step: ``kind`` is a step type."""
+
+    kind: str  # s, r, rrc, cpy, re
+    src: tuple[str, int]  # buffer letter, chunk offset (-1: unused)
+    dst: tuple[str, int]
+    cnt: int
+    peer: int
+    channel: int
+    deps: list[int]  # indices of earlier _XOps of the rank
+    conn: int = 0  # k-th message on its (peer, channel) connection
+
+
+def _ops_of(program: Program, rank: int, copies: bool, fuse: bool) -> list[_XOp]:
+    """Rank ``rank``'s ops as _XOps: out-of-place copies first (with ``copies``), receive +
+    reduce pairs fused into ``rrc``."""
+    ops = program.ranks[rank]
+    out: list[_XOp] = []
+    index: dict[int, int] = {}  # program op -> _XOp
+    alias_copy: dict[int, int] = {}  # output slot -> the _XOp copying into it
+    if copies:
+        for a, j, c in program.alias_runs[rank]:
+            alias_copy.update({j + x: len(out) for x in range(c)})
+            out.append(_XOp("cpy", ("i", a), ("o", j), c, -1, 0, []))
+    fused = _fusable(ops) if fuse else {}
+
+    def touches(op) -> list[int]:
+        slots = []
+        for buf, idx in ((op.buf, op.index), (op.src_buf, op.src_index)):
+            if buf == "output":
+                slots.extend(alias_copy[idx + x] for x in range(op.count) if idx + x in alias_copy)
+        return slots
+
+    for i, op in enumerate(ops):
+        if i in fused.values():
+            continue
+        deps = sorted({index[d] for d in op.deps if d in index} | set(touches(op)))
+        if op.kind == SEND:
+            x = _XOp("s", (BUFFER_LETTERS[op.buf], op.index), ("o", -1), op.count, op.peer, op.channel, deps)
+        elif op.kind == RECV:
+            if i in fused:
+                red = ops[fused[i]]  # its other deps all come before the receive (see _fusable)
+                deps = sorted(set(deps) | {index[d] for d in red.deps if d != i and d in index} | set(touches(red)))
+                here = (BUFFER_LETTERS[red.buf], red.index)
+                x = _XOp("rrc", here, here, op.count, op.peer, op.channel, deps)
+                index[fused[i]] = len(out)
+            else:
+                x = _XOp("r", ("i", -1), (BUFFER_LETTERS[op.buf], op.index), op.count, op.peer, op.channel, deps)
+        else:
+            x = _XOp("cpy" if op.kind == COPY else "re", (BUFFER_LETTERS[op.src_buf], op.src_index),
+                     (BUFFER_LETTERS[op.buf], op.index), op.count, -1, 0, deps)
+        index[i] = len(out)
+        out.append(x)
+    return out
+
+
+def _fusable(ops) -> dict[int, int]:
+    """receive -> the reduce that is the only reader of what it received (into staging that
+    the reduce adds into its destination)."""
+    readers: dict[int, list[int]] = defaultdict(list)  # writer op -> ops reading its slots
+    last: dict[tuple[str, int], int] = {}
+    for i, op in enumerate(ops):
+        srcs = []
+        if op.kind == SEND:
+            srcs = [(op.buf, op.index + x) for x in range(op.count)]
+        elif op.kind in (COPY, REDUCE):
+            srcs = [(op.src_buf, op.src_index + x) for x in range(op.count)]
+            if op.kind == REDUCE:
+                srcs += [(op.buf, op.index + x) for x in range(op.count)]
+        for s in srcs:
+            w = last.get(s)
+            if w is not None and (not readers[w] or readers[w][-1] != i):
+                readers[w].append(i)
+        if op.kind != SEND:
+            for x in range(op.count):
+                last[(op.buf, op.index + x)] = i
+    out = {}
+    for i, op in enumerate(ops):
+        if op.kind != RECV or op.buf != "scratch":
+            continue
+        rd = readers.get(i, [])
+        if len(rd) != 1:
+            continue
+        red = ops[rd[0]]
+        if red.kind == REDUCE and red.src_buf == "scratch" and red.src_index == op.index and \
+                red.count == op.count and i in red.deps and all(d < i for d in red.deps if d != i):
+            out[i] = rd[0]  # (a reduce waiting for ops after the receive cannot move up to it)
+    return out
+
+
+def _cut(ops: list[_XOp], max_cnt: int) -> list[_XOp]:
+    """Ops moving more than ``max_cnt`` chunks as several ops (a message as several messages)."""
+    if all(x.cnt <= max_cnt for x in ops):
+        return ops
+    out: list[_XOp] = []
+    last: dict[int, int] = {}  # old index -> index of its last piece
+    first: dict[int, int] = {}
+    for i, x in enumerate(ops):
+        deps = sorted({p for d in x.deps for p in range(first[d], last[d] + 1)})
+        first[i] = len(out)
+        for lo in range(0, x.cnt, max_cnt):
+            c = min(max_cnt, x.cnt - lo)
+            src = x.src if x.src[1] < 0 else (x.src[0], x.src[1] + lo)
+            dst = x.dst if x.dst[1] < 0 else (x.dst[0], x.dst[1] + lo)
+            out.append(_XOp(x.kind, src, dst, c, x.peer, x.channel, list(deps)))
+        last[i] = len(out) - 1
+    return out
+
+
+def _channels(ranks: list[list[_XOp]], nchannels: int, spread: int) -> None:
+    """Number every connection's messages and spread them over ``spread`` sub-channels:
+    message k of n on channel c goes to channel c * spread + k * spread // n."""
+    counts: dict[tuple[int, str, int, int], int] = defaultdict(int)
+    for r, ops in enumerate(ranks):
+        for x in ops:
+            if x.kind in ("s", "r", "rrc"):
+                key = (r, "s" if x.kind == "s" else "r", x.peer, x.channel)
+                x.conn = counts[key]
+                counts[key] += 1
+    for r, ops in enumerate(ranks):
+        for x in ops:
+            if x.kind in ("s", "r", "rrc"):
+                n = counts[(r, "s" if x.kind == "s" else "r", x.peer, x.channel)]
+                x.channel = x.channel * spread + x.conn * spread // n
+
+
+def _threadblocks(ops: list[_XOp], spread_local: int, merge: bool) -> tuple[list[int], list[tuple[int, int, int]]]:
+    """Each op's threadblock, and every threadblock's (send peer, recv peer, channel)."""
+    keys: dict[tuple, int] = {}
+    shape: list[tuple[int, int, int]] = []
+    tb_of: list[int] = []
+    n_local = sum(1 for x in ops if x.kind in ("cpy", "re"))
+    seen_local = 0
+
+    def get(key: tuple, send: int, recv: int, chan: int) -> int:
+        if key not in keys:
+            keys[key] = len(shape)
+            shape.append((send, recv, chan))
+        return keys[key]
+
+    for i, x in enumerate(ops):
+        if x.kind == "s":
+            key = ("pair", x.peer, x.channel) if merge else ("s", x.peer, x.channel)
+            t = get(key, x.peer, x.peer if merge else -1, x.channel)
+            if merge:
+                shape[t] = (x.peer, x.peer, x.channel)
+        elif x.kind in ("r", "rrc"):
+            key = ("pair", x.peer, x.channel) if merge else ("r", x.peer, x.channel)
+            t = get(key, x.peer if merge else -1, x.peer, x.channel)
+            if merge:
+                shape[t] = (x.peer, x.peer, x.channel)
+        else:
+            recv_deps = [d for d in x.deps if ops[d].kind in ("r", "rrc")]
+            if recv_deps and max(x.deps) == max(recv_deps):
+                t = tb_of[max(recv_deps)]
+            else:
+                part = seen_local * spread_local // max(n_local, 1)
+                t = get(("local", part), -1, -1, 0)
+            seen_local += 1
+        tb_of.append(t)
+    return tb_of, shape
+
+
+def _steps(rank: int, ops: list[_XOp], tb_of: list[int], n_tbs: int, peer_dst) -> list[list[Step]]:
+    """The steps of every threadblock of a rank, with waits (depid/deps and nops); hasdep is
+    set afterwards."""
+    steps: list[list[Step]] = [[] for _ in range(n_tbs)]
+    where_op: list[tuple[int, int]] = []  # op -> (tb, step index)
+    # implied[t][s]: what step s of tb t finishing implies: tb -> latest step known finished
+    implied: list[dict[int, dict[int, int]]] = [{} for _ in range(n_tbs)]
+    current: list[dict[int, int]] = [{} for _ in range(n_tbs)]
+    for i, x in enumerate(ops):
+        t = tb_of[i]
+        have = dict(current[t])
+        targets: dict[int, int] = {}
+        for d in x.deps:
+            u, s = where_op[d]
+            if u != t and s > targets.get(u, -1):
+                targets[u] = s
+        need = []  # waits another wait (or the threadblock's own past) does not imply
+        for u, s in sorted(targets.items(), key=lambda us: (-len(implied[us[0]][us[1]]), us)):
+            if have.get(u, -1) >= s:
+                continue
+            need.append((u, s))
+            for v, z in implied[u][s].items():
+                if z > have.get(v, -1):
+                    have[v] = z
+        for u, s in need[:-1]:
+            steps[t].append(Step(len(steps[t]), "nop", "i", -1, "o", -1, 0, u, s, 0))
+        depid, deps = need[-1] if need else (-1, -1)
+        src, dst = x.src, x.dst
+        if x.kind == "s":
+            dst = peer_dst(rank, x)
+        elif x.kind == "r":
+            src = peer_dst(rank, x)
+        here = len(steps[t])
+        steps[t].append(Step(here, x.kind, src[0], src[1], dst[0], dst[1], x.cnt, depid, deps, 0))
+        have[t] = here
+        current[t] = have
+        implied[t][here] = have
+        where_op.append((t, here))
+    return steps
+
+
+def export(program: Program, tgt: Target, *, name: str | None = None, proto: str = "Simple",
+           in_place: bool, out_of_place: bool, min_bytes: int = 0, max_bytes: int = 0) -> Algo:
+    """The Algo of a verified Program for ``tgt``; BackendError when it cannot fit the target."""
+    coll = program.collective
+    kind = coll.kind
+    if kind not in tgt.coll:
+        raise BackendError(f"{tgt.name} has no {kind} collective (it runs {', '.join(sorted(tgt.coll))})")
+    if not (in_place or out_of_place):
+        raise BackendError("a file must be usable in place, out of place or both")
+    n, k = coll.n_ranks, coll.chunk_factor
+    blocked = kind in ("allgather", "reducescatter", "alltoall")
+    nchunks = n * k if blocked else k
+    if coll.root not in (None, 0) and kind in ("broadcast", "reduce"):
+        raise BackendError(f"{tgt.name} calls {kind} with the root it is given at run time; export a schedule "
+                           f"for root 0 (this one is for root {coll.root})")
+    last_error = ""
+    for merge in (False, True):
+        for spread in range(1, tgt.max_channels // program.channels + 1):
+            algo = _build(program, tgt, name or program.name, proto, in_place, out_of_place, min_bytes, max_bytes,
+                          nchunks, spread, merge)
+            problems = [v for v in check(algo, tgt)]
+            if not problems:
+                return algo
+            last_error = str(problems[0])
+            if any("threadblocks," in v.message for v in problems):
+                break  # more channels only add threadblocks
+    raise BackendError(f"the schedule does not fit {tgt.name}'s limits even with its messages spread over "
+                       f"{tgt.max_channels} channels and send/receive threadblocks merged: {last_error}")
+
+
+def _build(program: Program, tgt: Target, name: str, proto: str, in_place: bool, out_of_place: bool,
+           min_bytes: int, max_bytes: int, nchunks: int, spread: int, merge: bool) -> Algo:
+    coll = program.collective
+    n = coll.n_ranks
+    ranks = [_cut(_ops_of(program, r, out_of_place, tgt.fused), tgt.max_cnt) for r in range(n)]
+    _channels(ranks, program.channels, spread)
+    # the receiver's destination of every message, for the sender's dstbuf/dstoff (informational)
+    recv_at: dict[tuple[int, int, int, int], tuple[str, int]] = {}
+    send_at: dict[tuple[int, int, int, int], tuple[str, int]] = {}
+    for r, ops in enumerate(ranks):
+        counter: dict[tuple[str, int, int], int] = defaultdict(int)
+        for x in ops:
+            if x.kind == "s":
+                key = ("s", x.peer, x.channel)
+                send_at[(r, x.peer, x.channel, counter[key])] = x.src
+                counter[key] += 1
+            elif x.kind in ("r", "rrc"):
+                key = ("r", x.peer, x.channel)
+                recv_at[(x.peer, r, x.channel, counter[key])] = x.dst
+                counter[key] += 1
+    seq: dict[tuple[int, str, int, int], int] = defaultdict(int)
+
+    def peer_dst(rank: int, x: _XOp) -> tuple[str, int]:
+        if x.kind == "s":
+            key = (rank, "s", x.peer, x.channel)
+            k = seq[key]
+            seq[key] += 1
+            return recv_at.get((rank, x.peer, x.channel, k), ("o", -1))
+        key = (rank, "r", x.peer, x.channel)
+        k = seq[key]
+        seq[key] += 1
+        return send_at.get((x.peer, rank, x.channel, k), ("i", -1))
+
+    gpus = []
+    for r, ops in enumerate(ranks):
+        spread_local = spread
+        tb_of, shape = _threadblocks(ops, spread_local, merge)
+        steps = _steps(r, ops, tb_of, len(shape), peer_dst)
+        waited = {(s.depid, s.deps) for tb in steps for s in tb if s.depid != -1}
+        tbs = []
+        for t, (send, recv, chan) in enumerate(shape):
+            body = tuple(Step(s.s, s.type, s.srcbuf, s.srcoff, s.dstbuf, s.dstoff, s.cnt, s.depid, s.deps,
+                              1 if (t, s.s) in waited else 0) for s in steps[t])
+            tbs.append(Threadblock(t, send, recv, chan, body))
+        gpus.append(Gpu(r, len(coll.inputs[r]), len(coll.outputs[r]), len(program.scratch[r]), tuple(tbs)))
+    return Algo(name=name, proto=proto, nchannels=program.channels * spread, nchunksperloop=nchunks, ngpus=n,
+                coll=tgt.coll[coll.kind], inplace=int(in_place), outofplace=int(out_of_place),
+                min_bytes=min_bytes, max_bytes=max_bytes, gpus=tuple(gpus))
+
+
+def replicate(program: Program, instances: int) -> Program:
+    """``instances`` copies of the Program side by side, each on its own channels and on its
+    share of every chunk (the msccl-tools notion of instances)."""
+    raise BackendError("--instances above 1 is not supported yet: raise --channels at lowering instead")

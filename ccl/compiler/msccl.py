@@ -1,0 +1,145 @@
+"""MSCCL XML in the pipeline: export a schedule's Program (``backends.msccl.export``), and read
+a file as Programs every other stage takes (``backends.msccl.interpret``).
+
+* ``export_xml(schedule, target=...)``: the verified Program of a schedule as an ``<algo>`` file,
+  checked against the target's limits before anything is written, and read back and verified
+  (the file's own semantics, through the importer) before it is returned.
+* ``read_xml(path, topology=None)``: the file as an ``Imported`` (its out-of-place and in-place
+  Programs). Without a topology, every pair of gpus is linked (``fully-connected:N``); give the
+  machine the file is for to simulate it there.
+* ``load_schedule(path)``: an algorithm file, a program file or an XML file.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..algorithm import Algorithm
+from ..errors import BackendError, InputError, VerificationError
+from ..program import Program
+from ..serialize import load_schedule as load_json_schedule
+from ..topology import Topology
+from ..verify import verify
+from ..verify_program import verify_program
+from .stages import load_topology
+from .stages import program as program_stage
+
+
+def is_xml(path: str | os.PathLike[str]) -> bool:
+    """A file to read as MSCCL XML: its name ends in .xml, or its text starts with '<'."""
+    path = os.fspath(path)
+    if path.lower().endswith(".xml"):
+        return True
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(256).lstrip()
+    except OSError:
+        return False
+    return head.startswith(b"<")
+
+
+def read_xml(path: str | os.PathLike[str], topology: str | Topology | None = None) -> Any:
+    """The file as a ``backends.msccl.interpret.Imported``."""
+    from backends.msccl import interpret, model
+
+    path = os.fspath(path)
+    algo = model.read(path)
+    topo = load_topology(topology if topology is not None else f"fully-connected:{max(algo.ngpus, 1)}")
+    return interpret.read_program(algo, topo, path=path)
+
+
+def verify_imported(imported: Any) -> dict[str, Any]:
+    """Verify every way a file claims to be called; VerificationError naming gpu/tb/step."""
+    out: dict[str, Any] = {}
+    algo = imported.algo
+    if algo.outofplace:
+        try:
+            verify_program(imported.program)
+        except VerificationError as exc:
+            raise imported.explain(exc) from None
+        out["out_of_place"] = True
+    if algo.inplace:
+        try:
+            verify_program(imported.in_place, in_place=True)
+        except VerificationError as exc:
+            raise imported.explain(exc, in_place=True) from None
+        out["in_place"] = True
+    return out
+
+
+def load_schedule(path: str | os.PathLike[str], *, topology: str | Topology | None = None,
+                  in_place: bool = False) -> Algorithm | Program:
+    """A schedule from a file: an algorithm, a program, or an MSCCL XML file (its Program for
+    the call asked for, ``in_place`` or out of place, verified)."""
+    if is_xml(path):
+        imported = read_xml(path, topology)
+        if in_place:
+            if imported.in_place is None:
+                raise InputError(f"{os.fspath(path)}: the file is not for in-place calls (inplace=0)")
+            verify_imported(imported)
+            return imported.in_place
+        verify_imported(imported)
+        return imported.program
+    schedule = load_json_schedule(path)
+    if topology is not None:
+        raise InputError("--topology only applies to MSCCL XML files (a schedule file carries its topology)")
+    return schedule
+
+
+def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple", instances: int = 1,
+               min_bytes: int = 0, max_bytes: int = 0, mode: str = "auto", name: str | None = None,
+               channels: int = 1, fuse: bool = True) -> tuple[str, dict[str, Any]]:
+    """The XML text of a schedule (file path, Algorithm, SynthesisResult or Program) and a
+    summary. ``mode``: ``auto`` (in place too when the Program is correct in place),
+    ``both``, ``inplace``, ``outofplace``."""
+    from backends.msccl import export, interpret, limits, model
+
+    tgt = limits.target(target)
+    if protocol not in model.PROTOCOLS:
+        raise InputError(f"protocol {protocol!r} is not one of {', '.join(model.PROTOCOLS)}")
+    if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
+        raise InputError(f"instances must be a positive integer, got {instances!r}")
+    if min_bytes < 0 or max_bytes < 0 or (max_bytes and max_bytes < min_bytes):
+        raise InputError(f"--min-bytes {min_bytes} and --max-bytes {max_bytes}: need 0 <= min <= max "
+                         "(max 0: no upper limit)")
+    if isinstance(schedule, (str, os.PathLike)):
+        schedule = load_schedule(schedule)
+    if isinstance(schedule, Algorithm):
+        verify(schedule)
+    program = program_stage(schedule, channels=channels, fuse=fuse, check=True)
+    if instances > 1:
+        program = export.replicate(program, instances)
+    try:
+        verify_program(program, in_place=True)
+        in_place_ok, why = True, ""
+    except VerificationError as exc:
+        in_place_ok, why = False, exc.message
+    modes = {"auto": (in_place_ok, True), "both": (True, True), "inplace": (True, False),
+             "outofplace": (False, True)}
+    if mode not in modes:
+        raise InputError(f"mode {mode!r} is not one of {', '.join(modes)}")
+    in_place, out_of_place = modes[mode]
+    if in_place and not in_place_ok:
+        raise BackendError(f"the schedule is not correct in place ({why}); export it with --mode outofplace")
+    algo = export.export(program, tgt, name=name, proto=protocol, in_place=in_place, out_of_place=out_of_place,
+                         min_bytes=min_bytes, max_bytes=max_bytes)
+    text = model.dumps(algo)
+    # read the file back: what the runtime will run must be what was verified
+    again = interpret.read_program(model.parse(text, "<exported>"), program.topology, path="<exported>")
+    try:
+        verify_imported(again)
+    except VerificationError as exc:  # a defect of the exporter, never the user's
+        raise BackendError(f"internal error: the exported file does not verify: {exc.message}") from None
+    steps = [len(tb.steps) for g in algo.gpus for tb in g.tbs]
+    summary = {"name": algo.name, "target": tgt.name, "collective": algo.coll, "ngpus": algo.ngpus,
+               "proto": algo.proto, "nchannels": algo.nchannels, "nchunksperloop": algo.nchunksperloop,
+               "inplace": algo.inplace, "outofplace": algo.outofplace, "minBytes": algo.min_bytes,
+               "maxBytes": algo.max_bytes, "instances": instances,
+               "threadblocks": max(len(g.tbs) for g in algo.gpus),
+               "max_steps": max(steps, default=0), "steps": sum(steps),
+               "nops": sum(1 for g in algo.gpus for tb in g.tbs for s in tb.steps if s.type == "nop"),
+               "fused": sum(1 for g in algo.gpus for tb in g.tbs for s in tb.steps if s.type in ("rrc", "rcs", "rrs", "rrcs")),
+               "limits": {"threadblocks": tgt.max_tbs, "steps": tgt.max_steps, "channels": tgt.max_channels,
+                          "cnt": tgt.max_cnt}}
+    return text, summary

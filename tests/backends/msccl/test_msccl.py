@@ -1,0 +1,209 @@
+"""The MSCCL XML backend: export every collective for both runtimes within their limits, read
+the files back with the same semantics, read the runtimes' own published files, refute broken
+files naming gpu/tb/step, and the CLI around it."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from backends.msccl import interpret, limits, model
+from ccl import compiler
+from ccl.cli import main
+from ccl.compiler.msccl import export_xml, read_xml, verify_imported
+from ccl.errors import BackendError, InputError, VerificationError
+
+ROOT = Path(__file__).resolve().parents[3]
+SHIPPED = sorted((ROOT.parent / "shared" / "reference" / "msccl-xml").glob("*.xml"))
+
+CASES = [
+    ("ring:4", "allgather", "ring", 1), ("dgx1", "allgather", "multi-ring", 2),
+    ("ring:4", "reducescatter", "ring", 1), ("dgx1", "reducescatter", "recursive-halving", 1),
+    ("dgx1", "allreduce", "ring", 2), ("hypercube:8", "allreduce", "recursive-doubling", 1),
+    ("ring:6", "allreduce", "double-binary-tree", 2), ("dgx1", "alltoall", "direct", 1),
+    ("ndv2:2", "alltoall", "hierarchical", 1), ("dgx1", "broadcast", "binomial-tree", 2),
+    ("amd8", "reduce", "ring", 4), ("dgx-h100:2", "allreduce", "hierarchical-pipelined", 1),
+]
+
+
+def _program(topo: str, coll: str, solver: str, chunks: int, channels: int = 1):
+    result = compiler.synthesize(compiler.problem_from_options(topo, coll, solver=solver, chunks=chunks))
+    return compiler.program(result, channels=channels)
+
+
+@pytest.mark.parametrize("target", ["msccl", "rccl"])
+@pytest.mark.parametrize("topo,coll,solver,chunks", CASES)
+def test_export_round_trip(topo, coll, solver, chunks, target):
+    program = _program(topo, coll, solver, chunks)
+    text, summary = export_xml(program, target=target, protocol="LL128" if chunks > 1 else "Simple")
+    algo = model.parse(text, "x.xml")
+    assert model.dumps(algo) == text  # deterministic, lossless
+    tgt = limits.TARGETS[target]
+    assert limits.check(algo, tgt) == []
+    assert algo.ngpus == program.n_ranks and algo.coll == tgt.coll[coll] and algo.missing == ()
+    if not tgt.fused:
+        assert {s.type for g in algo.gpus for tb in g.tbs for s in tb.steps} <= {"s", "r", "cpy", "re", "nop"}
+    imported = interpret.read_program(algo, program.topology, path="x.xml")
+    checked = verify_imported(imported)  # the file's own semantics implement the same collective
+    assert checked["out_of_place"] and imported.program.collective.kind == coll
+    assert imported.program.collective.chunk_factor == program.collective.chunk_factor
+    assert summary["threadblocks"] <= tgt.max_tbs and summary["max_steps"] <= tgt.max_steps
+
+
+def test_fused_receive_reduce_only_where_the_runtime_runs_it():
+    program = _program("dgx1", "allreduce", "ring", 1)
+    steps = {t: [s.type for g in model.parse(export_xml(program, target=t)[0]).gpus for tb in g.tbs for s in tb.steps]
+             for t in ("msccl", "rccl")}
+    assert "rrc" in steps["msccl"] and "rrc" not in steps["rccl"] and "re" in steps["rccl"]
+
+
+def test_long_schedules_spread_over_channels_to_fit_64_steps():
+    program = _program("ring:40", "allreduce", "ring", 1)  # 78 messages per connection
+    text, summary = export_xml(program, target="rccl")
+    algo = model.parse(text)
+    assert algo.nchannels > 1 and summary["max_steps"] <= 64
+    verify_imported(interpret.read_program(algo, program.topology))
+
+
+def test_a_schedule_that_cannot_fit_is_refused_with_the_limit():
+    program = _program("fully-connected:72", "allgather", "direct", 1)  # 71 peers: > 64 threadblocks even merged
+    with pytest.raises(BackendError, match="threadblocks"):
+        export_xml(program, target="rccl")
+
+
+def test_gather_has_no_runtime_collective():
+    program = _program("ring:4", "gather", "direct", 1)
+    with pytest.raises(BackendError, match="no gather"):
+        export_xml(program)
+
+
+@pytest.mark.skipif(not SHIPPED, reason="../shared/reference/msccl-xml not beside the repository")
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_shipped_rccl_files_import_verify_and_simulate(path):
+    imported = read_xml(path, "amd8")
+    checked = verify_imported(imported)
+    assert checked == ({"out_of_place": True} if imported.algo.outofplace else {"in_place": True})
+    for name, tgt in limits.TARGETS.items():
+        assert limits.check(imported.algo, tgt) == [], name
+    report = compiler.simulate(imported.program, 1 << 20)
+    assert report.time_us > report.bound_us > 0
+
+
+@pytest.mark.skipif(not SHIPPED, reason="../shared/reference/msccl-xml not beside the repository")
+@pytest.mark.parametrize("name,in_place", [("rccl-alltoall-8n-9kb-190kb.xml", False),
+                                           ("rccl-allreduce-allpairs-8n-simple.xml", True)])
+def test_shipped_files_run_on_gloo_like_torch(name, in_place):
+    pytest.importorskip("torch")
+    path = ROOT.parent / "shared" / "reference" / "msccl-xml" / name
+    report = compiler.run_local(str(path), size=64 * 1024, repeat=0, in_place=in_place)
+    assert report.correct is True
+
+
+# ---------------------------------------------------------------------- broken files
+@pytest.fixture(scope="module")
+def ring_xml() -> str:
+    return export_xml(_program("ring:4", "allreduce", "ring", 1), target="rccl")[0]
+
+
+def _refute(text: str):
+    algo = model.parse(text, "bad.xml")
+    imported = interpret.read_program(algo, compiler.load_topology("ring:4"), path="bad.xml")
+    verify_imported(imported)
+
+
+def test_a_wrong_offset_is_refuted_naming_the_step(ring_xml):
+    lines = ring_xml.splitlines()
+    k = next(i for i, line in enumerate(lines) if 'type="r"' in line and 'dstbuf="o"' in line)
+    lines[k] = re.sub(r'dstoff="(\d+)"', lambda m: f'dstoff="{(int(m.group(1)) + 1) % 4}"', lines[k])
+    with pytest.raises(VerificationError, match=r"gpu \d+ tb \d+ step \d+"):
+        _refute("\n".join(lines))
+
+
+def test_a_missing_step_is_refuted_naming_the_unmatched_one(ring_xml):
+    lines = ring_xml.splitlines()
+    k = max(i for i, line in enumerate(lines) if 'type="s"' in line)  # the last step of a send threadblock
+    del lines[k]
+    with pytest.raises(VerificationError, match=r"gpu \d+ tb \d+ step \d+.*never matched"):
+        _refute("\n".join(lines))
+
+
+def test_a_swapped_peer_is_refuted(ring_xml):
+    m = re.search(r'<gpu id="0".*?<tb id="(\d+)" send="(\d+)" recv="-1"', ring_xml, re.S)
+    peer = int(m.group(2))
+    text = ring_xml[:m.start(2)] + str(3 if peer == 1 else 1) + ring_xml[m.end(2):]
+    assert text != ring_xml
+    with pytest.raises((VerificationError, InputError), match=r"gpu \d+"):
+        _refute(text)
+
+
+def test_a_dependency_cycle_is_a_deadlock_naming_the_step(ring_xml):
+    algo = model.parse(ring_xml)
+    g = algo.gpus[0]
+    a, b = g.tbs[0], g.tbs[1]
+    wait_b = model.Step(0, "nop", "i", -1, "o", -1, 0, b.id, 0, 1)
+    wait_a = model.Step(0, "nop", "i", -1, "o", -1, 0, a.id, 0, 1)
+    renumber = lambda steps: tuple(replace(s, s=i) for i, s in enumerate(steps))  # noqa: E731
+    tbs = (model.Threadblock(a.id, a.send, a.recv, a.chan, renumber((wait_b, *a.steps))),
+           model.Threadblock(b.id, b.send, b.recv, b.chan, renumber((wait_a, *b.steps))), *g.tbs[2:])
+    broken = replace(algo, gpus=(replace(g, tbs=tbs), *algo.gpus[1:]))
+    with pytest.raises(VerificationError, match="deadlock"):
+        _refute(model.dumps(broken))
+
+
+@pytest.mark.parametrize("text,match", [
+    ("<algo", r"bad\.xml:1:\d+: not well-formed"),
+    ('<algo name="x" proto="Simple" nchannels="1" ngpus="2" coll="allreduce"></algo>', "nchunksperloop"),
+    ('<algo nchannels="1" nchunksperloop="2" ngpus="2" coll="allreduce"><gpu id="0" i_chunks="2" o_chunks="0" '
+     's_chunks="0"><tb id="0" send="1" recv="-1" chan="0"><step s="0" type="zz" srcbuf="i" srcoff="0" dstbuf="o" '
+     'dstoff="0" cnt="1" depid="-1" deps="-1" hasdep="0"/></tb></gpu></algo>', "gpu 0 tb 0 step 0: step type 'zz'"),
+])
+def test_malformed_files_name_the_line(text, match):
+    with pytest.raises(InputError, match=match):
+        model.parse(text, "bad.xml")
+
+
+# ---------------------------------------------------------------------- CLI
+def _cli(capsys, *argv):
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_emit_verify_import_simulate(tmp_path, capsys):
+    sched = tmp_path / "ar.json"
+    assert _cli(capsys, "synthesize", "-t", "dgx1", "-c", "allreduce", "-s", "ring", "-o", sched)[0] == 0
+    xml = tmp_path / "ar.xml"
+    code, out, _ = _cli(capsys, "emit", "msccl", sched, "--target", "rccl", "--max-bytes", "64MiB", "-o", xml, "--json")
+    data = json.loads(out)
+    assert code == 0 and data["maxBytes"] == 64 << 20 and data["inplace"] == 1 and data["outofplace"] == 1
+    assert 'minBytes="0" maxBytes="67108864"' in xml.read_text()
+    code, out, _ = _cli(capsys, "verify", xml, "-t", "dgx1", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["targets"]["rccl"]["ok"] and data["verified"] == {"out_of_place": True, "in_place": True}
+    prog = tmp_path / "ar-program.json"
+    assert _cli(capsys, "import", "msccl", xml, "-t", "dgx1", "-o", prog)[0] == 0
+    code, out, _ = _cli(capsys, "simulate", prog, "--size", "64MiB", "--json")
+    assert code == 0 and json.loads(out)["time_us"] > 0
+    code, out, _ = _cli(capsys, "verify", prog)
+    assert code == 0 and "program" in out
+    before = (tmp_path / "again.xml")
+    assert _cli(capsys, "emit", "msccl", prog, "--target", "rccl", "--max-bytes", "64MiB", "-o", before)[0] == 0
+    assert before.read_text() == xml.read_text()  # a program file exports to the same bytes
+
+
+def test_cli_refutes_a_broken_file_with_exit_4(tmp_path, capsys, ring_xml):
+    lines = ring_xml.splitlines()
+    del lines[max(i for i, line in enumerate(lines) if 'type="s"' in line)]
+    bad = tmp_path / "bad.xml"
+    bad.write_text("\n".join(lines))
+    code, _, err = _cli(capsys, "verify", bad)
+    assert code == 4 and "tb" in err and "step" in err and "Traceback" not in err
+    code, _, err = _cli(capsys, "verify", tmp_path / "missing.xml")
+    assert code == 2 and "no such file" in err
