@@ -297,23 +297,21 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 def load_schedule(path: str | os.PathLike[str]) -> Algorithm | Program:
     """An algorithm file or a program file (by its "format")."""
     data = read_json(path)
+    if isinstance(data, dict) and data.get("format") == PROGRAM_FORMAT:
+        return _from_json(path, data, program_from_json, "program")
+    return _from_json(path, data, algorithm_from_json, "algorithm")
+
+
+def _from_json(path: str | os.PathLike[str], data: Any, read: Callable[[Any], Any], what: str) -> Any:
+    """``read(data)`` with its errors as InputError naming the file."""
     try:
-        if isinstance(data, dict) and data.get("format") == PROGRAM_FORMAT:
-            return program_from_json(data)
-        return algorithm_from_json(data)
+        return read(data)
     except CclError as exc:
         raise InputError(f"{path}: {exc.message}") from None
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        what = f"missing field {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
-        raise InputError(f"{path}: malformed schedule file: {what}") from None
+        why = f"missing field {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
+        raise InputError(f"{path}: malformed {what} file: {why}") from None
 
 
 def load_algorithm(path: str | os.PathLike[str]) -> Algorithm:
-    data = read_json(path)
-    try:
-        return algorithm_from_json(data)
-    except CclError as exc:
-        raise InputError(f"{path}: {exc.message}") from None
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        what = f"missing field {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
-        raise InputError(f"{path}: malformed algorithm file: {what}") from None
+    return _from_json(path, read_json(path), algorithm_from_json, "algorithm")

@@ -34,7 +34,7 @@ error naming gpu/tb and the limit.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ccl.errors import BackendError
 from ccl.program import COPY, RECV, REDUCE, SEND, Program
@@ -264,10 +264,19 @@ def export(program: Program, tgt: Target, *, name: str | None = None, proto: str
         raise BackendError(f"{tgt.name} calls {kind} with the root it is given at run time; export a schedule "
                            f"for root 0 (this one is for root {coll.root})")
     last_error = ""
+    base = [_cut(_ops_of(program, r, out_of_place, tgt.fused), tgt.max_cnt) for r in range(n)]
+    per_conn: dict[tuple[int, str, int, int], int] = defaultdict(int)
+    for r, ops in enumerate(base):
+        for x in ops:
+            if x.kind in ("s", "r", "rrc"):
+                per_conn[(r, x.kind == "s", x.peer, x.channel)] += 1
+    # a connection's messages are steps of one threadblock: start with enough channels for them
+    first = max(1, -(-max(per_conn.values(), default=0) // tgt.max_steps))
     for merge in (False, True):
-        for spread in range(1, tgt.max_channels // program.channels + 1):
-            algo = _build(program, tgt, name or program.name, proto, in_place, out_of_place, min_bytes, max_bytes,
-                          nchunks, spread, merge)
+        for spread in range(first, tgt.max_channels // program.channels + 1):
+            ranks = [[replace(x, deps=list(x.deps)) for x in ops] for ops in base]
+            algo = _build(program, ranks, tgt, name or program.name, proto, in_place, out_of_place, min_bytes,
+                          max_bytes, nchunks, spread, merge)
             problems = [v for v in check(algo, tgt)]
             if not problems:
                 return algo
@@ -278,11 +287,10 @@ def export(program: Program, tgt: Target, *, name: str | None = None, proto: str
                        f"{tgt.max_channels} channels and send/receive threadblocks merged: {last_error}")
 
 
-def _build(program: Program, tgt: Target, name: str, proto: str, in_place: bool, out_of_place: bool,
-           min_bytes: int, max_bytes: int, nchunks: int, spread: int, merge: bool) -> Algo:
+def _build(program: Program, ranks: list[list[_XOp]], tgt: Target, name: str, proto: str, in_place: bool,
+           out_of_place: bool, min_bytes: int, max_bytes: int, nchunks: int, spread: int, merge: bool) -> Algo:
     coll = program.collective
     n = coll.n_ranks
-    ranks = [_cut(_ops_of(program, r, out_of_place, tgt.fused), tgt.max_cnt) for r in range(n)]
     _channels(ranks, program.channels, spread)
     # the receiver's destination of every message, for the sender's dstbuf/dstoff (informational)
     recv_at: dict[tuple[int, int, int, int], tuple[str, int]] = {}
@@ -327,8 +335,3 @@ def _build(program: Program, tgt: Target, name: str, proto: str, in_place: bool,
                 coll=tgt.coll[coll.kind], inplace=int(in_place), outofplace=int(out_of_place),
                 min_bytes=min_bytes, max_bytes=max_bytes, gpus=tuple(gpus))
 
-
-def replicate(program: Program, instances: int) -> Program:
-    """``instances`` copies of the Program side by side, each on its own channels and on its
-    share of every chunk (the msccl-tools notion of instances)."""
-    raise BackendError("--instances above 1 is not supported yet: raise --channels at lowering instead")

@@ -6,7 +6,10 @@ Semantics (the runtimes' execution model, as this reading takes it):
 * A threadblock runs its steps in order. Receives, local copies and reductions block the
   threadblock until they finish; a send hands its data to the connection and the threadblock
   moves on (the connection's buffer absorbs it), so a send does not hold up the steps after it
-  unless one of them overwrites what the send reads.
+  unless one of them overwrites what the send reads. Data moves into the receiver's connection
+  buffer as soon as it is sent: a plain receive does not wait for the plain receives just before
+  it in its threadblock, and the receive of a fused step (into staging) waits for nothing; what
+  follows a receive in the threadblock waits for it. (The buffer is taken as deep enough.)
 * A step with ``depid``/``deps`` waits until that step of another threadblock has finished; a
   ``nop`` only waits. Each threadblock owns the connections to its ``send`` and ``recv`` peers
   on its channel: the k-th send to a peer on a channel matches the peer's k-th receive from it.
@@ -333,40 +336,42 @@ class _Builder:
         done_memo: dict[tuple[int, int, int], frozenset[int]] = {}
         visiting: set[tuple[int, int, int]] = set()
         before: dict[tuple[int, int, int], frozenset[int]] = {}  # what a step waits for inside its tb
-        # the latest send at or before a step in its tb: a step finishing means the sends before
-        # it in its threadblock have handed their data over (the threadblock ran them first)
-        last_send: dict[tuple[int, int, int], int] = {}
+        # what a step finishing implies beyond its own last op: the sends before it in its
+        # threadblock have handed their data over, and the receives of a run of plain receives
+        # before it are done (the threadblock ran them first)
+        extra: dict[tuple[int, int, int], frozenset[int]] = {}
 
         for g in algo.gpus:
             for tb in g.tbs:
-                blocking: frozenset[int] = frozenset()
-                pending_sends: list[int] = []
+                base: frozenset = frozenset()  # what the next step waits for
+                run: list[int] = []  # receives of the current run of plain receive steps
+                sent: list[int] = []  # every send of the threadblock so far
                 for s in tb.steps:
-                    ids, _ = per_step[(g.id, tb.id, s.s)]
-                    waits = set(blocking)
+                    key = (g.id, tb.id, s.s)
+                    ids, _ = per_step[key]
+                    # a plain receive need not wait for the receives just before it (the connection
+                    # delivers in order and its buffer fills while they run); anything else does
+                    waits = set(base) if s.type == "r" else set(base) | set(run)
                     if ids:
                         writes = set().union(*(self.ops[i].writes() for i in ids))
-                        for j in pending_sends:
+                        for j in sent:
                             if self.ops[j].reads() & writes:
                                 waits.add(j)
-                    before[(g.id, tb.id, s.s)] = frozenset(waits)
-                    sent = [i for i in ids if self.ops[i].kind == SEND]
-                    if sent:
-                        if pending_sends:  # one connection: a send follows the one before it
-                            self.ops[sent[0]].deps.add(pending_sends[-1])
-                        pending_sends.append(sent[-1])
-                    if pending_sends:
-                        last_send[(g.id, tb.id, s.s)] = pending_sends[-1]
+                    before[key] = frozenset(waits)
+                    sent.extend(i for i in ids if self.ops[i].kind == SEND)
+                    extra[key] = frozenset(sent) | frozenset(run)
                     if not ids:  # a nop (or a copy onto itself, in place)
-                        blocking = frozenset(waits) | {("dep", g.id, tb.id, s.s)}  # resolved below
-                        continue
-                    last = ids[-1]
-                    if self.ops[last].kind == SEND:
+                        base, run = frozenset(waits) | {("dep", *key)}, []
+                    elif s.type == "r":
+                        run.append(ids[-1])
+                        base = frozenset(waits) | {("waited", *key)}  # the next step starts after this one did
+                    elif self.ops[ids[-1]].kind == SEND:
                         # the threadblock moved on once the send started: after what it waited for
                         nonsend = [i for i in ids if self.ops[i].kind != SEND]
-                        blocking = frozenset({nonsend[-1]} if nonsend else waits) | {("waited", g.id, tb.id, s.s)}
+                        base = frozenset({nonsend[-1]} if nonsend else waits) | {("waited", *key)}
+                        run = []
                     else:
-                        blocking = frozenset({last})
+                        base, run = frozenset({ids[-1]}), []
 
         def done(key: tuple[int, int, int]) -> frozenset[int]:
             """Ops whose completion means step ``key`` has finished."""
@@ -384,8 +389,7 @@ class _Builder:
                 out = frozenset(resolve(key, before[key]))
                 if s.depid != -1:
                     out = out | done((key[0], s.depid, s.deps))
-            if key in last_send:
-                out = out | {last_send[key]}
+            out = out | extra[key]
             visiting.discard(key)
             done_memo[key] = out
             return out
@@ -411,7 +415,9 @@ class _Builder:
             waits = resolve(key, before[key])
             if s.depid != -1:
                 waits |= done((key[0], s.depid, s.deps))
-            first = self.ops[ids[0]]
+            # a fused receive lands in its own staging chunks: the connection delivers into its
+            # buffer before the threadblock reaches the step, so only the reduction waits
+            first = self.ops[ids[1]] if s.type in ("rrc", "rrs", "rrcs") else self.ops[ids[0]]
             first.deps |= waits
             for a, b in zip(ids, ids[1:]):
                 self.ops[b].deps.add(a)
@@ -530,6 +536,9 @@ def interpret(algo: Algo, topology: Topology, *, path: str = "<xml>", in_place: 
             by_conn[(op.rank, op.kind, op.peer, op.channel)].append(i)
     for ids in by_conn.values():
         fifo.extend(zip(ids, ids[1:]))
+    fifo_next: dict[int, list[int]] = defaultdict(list)
+    for earlier, later in fifo:
+        fifo_next[earlier].append(later)
     _levels(ops, pairs, fifo, path, origin_text)
     # tags: per ordered pair, messages numbered by (level, channel, order on the connection)
     per_pair: dict[tuple[int, int], list[tuple[int, int, int, int, int]]] = defaultdict(list)
@@ -543,7 +552,7 @@ def interpret(algo: Algo, topology: Topology, *, path: str = "<xml>", in_place: 
     ranks: list[list[int]] = [[] for _ in range(coll.n_ranks)]
     for r in range(coll.n_ranks):
         ids = order[r]
-        topo = _topo_order(ops, ids)
+        topo = _topo_order(ops, ids, fifo_next)
         pos = {i: p for p, i in enumerate(topo)}
         ids = sorted(ids, key=lambda i: (ops[i].level, 0 if ops[i].kind in (SEND, RECV) else 1, pos[i]))
         ranks[r] = ids
@@ -566,8 +575,9 @@ def interpret(algo: Algo, topology: Topology, *, path: str = "<xml>", in_place: 
     return program, tuple(origins)
 
 
-def _topo_order(ops: list[_Op], ids: list[int]) -> list[int]:
-    """A topological order of one rank's ops over deps, ties in threadblock order."""
+def _topo_order(ops: list[_Op], ids: list[int], fifo_next: dict[int, list[int]]) -> list[int]:
+    """A topological order of one rank's ops over deps and each connection's message order,
+    ties in threadblock order."""
     import heapq
 
     index = {g: p for p, g in enumerate(ids)}
@@ -577,6 +587,9 @@ def _topo_order(ops: list[_Op], ids: list[int]) -> list[int]:
         for d in ops[g].deps:
             succ[d].append(g)
             indeg[g] += 1
+        for h in fifo_next.get(g, ()):
+            succ[g].append(h)
+            indeg[h] += 1
     heap = [index[g] for g in ids if indeg[g] == 0]
     heapq.heapify(heap)
     out = []

@@ -15,6 +15,17 @@ from .common import Parser, command, emit, positive_int
 from .stages import add_lowering_options, lowering
 
 
+def _printed(args: argparse.Namespace, summary: dict[str, Any], key: str, text: str) -> bool:
+    """Without -o: print the text (with --json, inside the summary under ``key``)."""
+    if args.output:
+        return False
+    if args.json:
+        emit(args, {**summary, key: text}, "")
+    else:
+        print(text, end="")
+    return True
+
+
 def cmd_torch(args: argparse.Namespace) -> int:
     from .. import compiler
     from ..serialize import write_text_atomic
@@ -24,12 +35,7 @@ def cmd_torch(args: argparse.Namespace) -> int:
 
     script = emit_script(program, source=args.file)
     summary = {"ok": True, "output": args.output, **program.summary(), "bytes": len(script.encode())}
-    if not args.output:
-        if args.json:
-            summary["script"] = script
-            emit(args, summary, "")
-        else:
-            print(script, end="")
+    if _printed(args, summary, "script", script):
         return 0
     write_text_atomic(args.output, script)
     n = program.n_ranks
@@ -52,12 +58,7 @@ def cmd_msccl(args: argparse.Namespace) -> int:
     text, summary = export_xml(schedule, target=args.target, protocol=args.protocol, instances=args.instances,
                                mode=args.mode, name=args.name, **sizes, **lowering(args))
     summary = {"ok": True, "output": args.output, **summary}
-    if not args.output:
-        if args.json:
-            summary["xml"] = text
-            emit(args, summary, "")
-        else:
-            print(text, end="")
+    if _printed(args, summary, "xml", text):
         return 0
     write_text_atomic(args.output, text)
     uses = " and ".join(u for u, on in (("in place", summary["inplace"]), ("out of place", summary["outofplace"])) if on)

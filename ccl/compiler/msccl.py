@@ -93,7 +93,7 @@ def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple"
     """The XML text of a schedule (file path, Algorithm, SynthesisResult or Program) and a
     summary. ``mode``: ``auto`` (in place too when the Program is correct in place),
     ``both``, ``inplace``, ``outofplace``."""
-    from backends.msccl import export, interpret, limits, model
+    from backends.msccl import export, instances as copies, interpret, limits, model
 
     tgt = limits.target(target)
     if protocol not in model.PROTOCOLS:
@@ -109,7 +109,11 @@ def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple"
         verify(schedule)
     program = program_stage(schedule, channels=channels, fuse=fuse, check=True)
     if instances > 1:
-        program = export.replicate(program, instances)
+        program = copies.replicate(program, instances)
+        try:
+            verify_program(program)
+        except VerificationError as exc:  # a defect of the replication, never the user's
+            raise BackendError(f"internal error: {instances} instances do not verify: {exc.message}") from None
     try:
         verify_program(program, in_place=True)
         in_place_ok, why = True, ""

@@ -207,3 +207,123 @@ def test_cli_refutes_a_broken_file_with_exit_4(tmp_path, capsys, ring_xml):
     assert code == 4 and "tb" in err and "step" in err and "Traceback" not in err
     code, _, err = _cli(capsys, "verify", tmp_path / "missing.xml")
     assert code == 2 and "no such file" in err
+
+
+# ---------------------------------------------------------------------- an independent reading
+def _independent_check(text: str, target: str) -> None:
+    """The runtimes' rules, read with ElementTree (not this package's reader): the parsers'
+    syntax (no declaration, one element per line, double quotes, decimal integers without
+    leading zeros), every required attribute, contiguous ids and step indices, one dependency
+    per nop and the step after nops with its own, hasdep on every waited-for step, one
+    threadblock per connection, cnt in range, and both ends of every connection agreeing on
+    the number and sizes of messages."""
+    import xml.etree.ElementTree as ET
+
+    assert not text.startswith("<?xml") and "\t" not in text and "'" not in text
+    for line in text.splitlines():
+        assert line.strip().startswith("<") and line.strip().endswith(">") and line.count("<") == 1
+    for value in re.findall(r'="([^"]*)"', text):
+        assert not re.fullmatch(r"-?0\d+", value), value
+    root = ET.fromstring(text)
+    required = {"algo": "name proto nchannels nchunksperloop ngpus coll inplace outofplace minBytes maxBytes",
+                "gpu": "id i_chunks o_chunks s_chunks", "tb": "id send recv chan",
+                "step": "s type srcbuf srcoff dstbuf dstoff cnt depid deps hasdep"}
+    for el in root.iter():
+        assert set(required[el.tag].split()) <= set(el.attrib), el.tag
+    tgt = limits.TARGETS[target]
+    types = {"s", "r", "cpy", "re", "nop"} | ({"rcs", "rrs", "rrc", "rrcs"} if tgt.fused else set())
+    n = int(root.get("ngpus"))
+    assert [int(g.get("id")) for g in root] == list(range(n))
+    messages: dict[tuple[int, int, int], list[list[int]]] = {}
+    for g in root:
+        me = int(g.get("id"))
+        tbs = list(g)
+        assert [int(t.get("id")) for t in tbs] == list(range(len(tbs))) and len(tbs) <= tgt.max_tbs
+        waited = set()
+        conns = set()
+        for t in tbs:
+            send, recv, chan = int(t.get("send")), int(t.get("recv")), int(t.get("chan"))
+            assert 0 <= chan < int(root.get("nchannels"))
+            for role, peer in (("s", send), ("r", recv)):
+                if peer != -1:
+                    assert (role, peer, chan) not in conns and peer != me
+                    conns.add((role, peer, chan))
+            steps = list(t)
+            assert [int(s.get("s")) for s in steps] == list(range(len(steps))) and len(steps) <= tgt.max_steps
+            after_nop = False
+            for s in steps:
+                kind, depid, deps = s.get("type"), int(s.get("depid")), int(s.get("deps"))
+                assert kind in types
+                if kind == "nop":
+                    assert depid >= 0 and deps >= 0
+                elif after_nop:
+                    assert depid >= 0  # the step after a run of nops carries its own wait
+                after_nop = kind == "nop"
+                if depid >= 0:
+                    assert depid != int(t.get("id"))
+                    waited.add((depid, deps))
+                cnt = int(s.get("cnt"))
+                if kind != "nop":
+                    assert 1 <= cnt <= tgt.max_cnt
+                if kind in ("s", "rcs", "rrs", "rrcs"):
+                    messages.setdefault((me, send, chan), [[], []])[0].append(cnt)
+                if kind in ("r", "rcs", "rrs", "rrc", "rrcs"):
+                    messages.setdefault((recv, me, chan), [[], []])[1].append(cnt)
+        for t in tbs:
+            for s in t:
+                assert (int(s.get("hasdep")) == 1) == ((int(t.get("id")), int(s.get("s"))) in waited)
+    for key, (out, into) in messages.items():
+        assert out == into, key
+
+
+@pytest.mark.parametrize("target", ["msccl", "rccl"])
+@pytest.mark.parametrize("topo,coll,solver,chunks", CASES[::2])
+def test_exported_files_pass_an_independent_reading(topo, coll, solver, chunks, target):
+    text, _ = export_xml(_program(topo, coll, solver, chunks), target=target)
+    _independent_check(text, target)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("topo,coll,solver,chunks", CASES[:8])
+def test_instances_replicate_on_their_own_channels(topo, coll, solver, chunks, n):
+    program = _program(topo, coll, solver, chunks)
+    text, summary = export_xml(program, target="msccl", instances=n)
+    algo = model.parse(text)
+    assert summary["instances"] == n and algo.nchannels >= n * program.channels
+    assert algo.nchunksperloop == n * export_xml(program, target="msccl")[1]["nchunksperloop"]
+    imported = interpret.read_program(algo, program.topology)
+    verify_imported(imported)
+    _independent_check(text, "msccl")
+
+
+def _every_template():
+    import solvers
+
+    out = []
+    for name, info in solvers.SOLVERS.items():
+        if not info.template:
+            continue
+        for kind in info.kinds:
+            if kind in ("gather", "scatter"):
+                continue
+            topo = "ndv2:2" if name in ("hierarchical", "hierarchical-pipelined", "rail-rings", "torus-2d",
+                                        "torus-2d-tree", "blueconnect") else "dgx1"
+            out.append((name, kind, topo))
+    return out
+
+
+@pytest.mark.parametrize("solver,kind,topo", _every_template())
+def test_every_template_round_trips_through_xml(solver, kind, topo):
+    program = _program(topo, kind, solver, 1)
+    for target in ("msccl", "rccl"):
+        text, _ = export_xml(program, target=target)
+        verify_imported(interpret.read_program(model.parse(text), program.topology))
+
+
+@pytest.mark.parametrize("topo,kind", [("dgx1", "allreduce"), ("dgx-h100:2", "allgather"), ("dgx1", "broadcast")])
+def test_packing_schedules_round_trip(topo, kind):
+    result = compiler.synthesize(compiler.problem_from_options(topo, kind, solver="packing", size=64 << 20))
+    program = compiler.program(result)
+    text, summary = export_xml(program, target="msccl")
+    verify_imported(interpret.read_program(model.parse(text), program.topology))
+    assert summary["max_steps"] <= 64
