@@ -12,6 +12,8 @@ first use so ``import ccl`` stays cheap.
     program = ccl.lower(result.algorithm)     # the per-rank ops every backend runs
     report = ccl.simulate(result, "64MiB")    # time, busbw, lower bound, NCCL baselines
     allreduce = ccl.executor("ar.json")       # on a live torch.distributed process group
+    xml = ccl.to_msccl(result, target="rccl") # MSCCL XML for the msccl executor or RCCL
+    program = ccl.from_msccl("algo.xml")      # a published XML file, verified, as a Program
 """
 
 from __future__ import annotations
@@ -78,12 +80,14 @@ __all__ = [
     "Z3Error",
     "collectives",
     "executor",
+    "from_msccl",
     "load",
     "lower",
     "problem",
     "save",
     "simulate",
     "synthesize",
+    "to_msccl",
     "topology",
     "verify",
     "verify_program",
@@ -132,3 +136,22 @@ def executor(schedule: Any, group: Any = None, **options: Any) -> Any:
     from .compiler import executor as make
 
     return make(schedule, group, **options)
+
+
+def to_msccl(schedule: Any, **options: Any) -> str:
+    """A schedule (file, Algorithm, SynthesisResult or Program) as MSCCL XML text, checked
+    against the runtime's limits and read back and verified. Options: ``target`` ("msccl" or
+    "rccl"), ``protocol``, ``instances``, ``min_bytes``, ``max_bytes``, ``mode``, ``name`` and the
+    lowering's ``channels``, ``fuse`` (see ``ccl.compiler.msccl.export_xml``)."""
+    from .compiler.msccl import export_xml
+
+    return export_xml(schedule, **options)[0]
+
+
+def from_msccl(path: str, topology: str | Topology | None = None, *, in_place: bool = False) -> Program:
+    """An MSCCL XML file as a verified Program (its out-of-place Program, or with ``in_place``
+    its in-place one); ``topology`` is the machine it runs on (default: every pair of gpus
+    linked). VerificationError names gpu/tb/step when the file is wrong."""
+    from .compiler.msccl import load_schedule
+
+    return load_schedule(path, topology=topology, in_place=in_place)

@@ -271,7 +271,17 @@ def export(program: Program, tgt: Target, *, name: str | None = None, proto: str
             if x.kind in ("s", "r", "rrc"):
                 per_conn[(r, x.kind == "s", x.peer, x.channel)] += 1
     # a connection's messages are steps of one threadblock: start with enough channels for them
-    first = max(1, -(-max(per_conn.values(), default=0) // tgt.max_steps))
+    busiest = max(per_conn, key=per_conn.get, default=None)
+    most = per_conn.get(busiest, 0)
+    first = max(1, -(-most // tgt.max_steps))
+    if first * program.channels > tgt.max_channels:
+        r, sends, peer, chan = busiest
+        way = f"gpu {r} {'sends' if sends else 'receives'} {most} messages {'to' if sends else 'from'} gpu {peer}"
+        raise BackendError(
+            f"the schedule does not fit {tgt.name}: {way} on channel {chan}, and one connection's messages are "
+            f"steps of one threadblock ({tgt.max_steps} at most) on at most {tgt.max_channels} channels "
+            f"({tgt.max_steps * tgt.max_channels // program.channels} messages); synthesize it with fewer chunks "
+            "or pipeline stages (the runtime loops over the buffer itself)")
     for merge in (False, True):
         for spread in range(first, tgt.max_channels // program.channels + 1):
             ranks = [[replace(x, deps=list(x.deps)) for x in ops] for ops in base]

@@ -327,3 +327,15 @@ def test_packing_schedules_round_trip(topo, kind):
     text, summary = export_xml(program, target="msccl")
     verify_imported(interpret.read_program(model.parse(text), program.topology))
     assert summary["max_steps"] <= 64
+
+
+def test_python_api(tmp_path):
+    import ccl
+
+    result = ccl.synthesize(ccl.problem("ring:4", "allgather", solver="ring"))
+    text = ccl.to_msccl(result, target="rccl", max_bytes=1 << 20)
+    path = tmp_path / "ag.xml"
+    path.write_text(text)
+    program = ccl.from_msccl(str(path), "ring:4")
+    assert program.collective.kind == "allgather" and program.topology.name.startswith("ring")
+    assert ccl.from_msccl(str(path), in_place=True).collective.aliases != program.collective.aliases
