@@ -55,6 +55,16 @@ class _XOp:
     channel: int
     deps: list[int]  # indices of earlier _XOps of the rank
     conn: int = 0  # k-th message on its (peer, channel) connection
+    step: int = -1  # the Program step it comes from (-1: out-of-place copies)
+    to: int = -1  # rcs, rrcs: the peer the received data goes on to
+
+    @property
+    def receives(self) -> bool:
+        return self.kind in ("r", "rrc", "rcs", "rrcs")
+
+    @property
+    def sends(self) -> bool:
+        return self.kind in ("s", "rcs", "rrcs")
 
 
 def _ops_of(program: Program, rank: int, copies: bool, fuse: bool) -> list[_XOp]:
@@ -95,6 +105,7 @@ def _ops_of(program: Program, rank: int, copies: bool, fuse: bool) -> list[_XOp]
         else:
             x = _XOp("cpy" if op.kind == COPY else "re", (BUFFER_LETTERS[op.src_buf], op.src_index),
                      (BUFFER_LETTERS[op.buf], op.index), op.count, -1, 0, deps)
+        x.step = op.step
         index[i] = len(out)
         out.append(x)
     return out
@@ -148,7 +159,7 @@ def _cut(ops: list[_XOp], max_cnt: int) -> list[_XOp]:
             c = min(max_cnt, x.cnt - lo)
             src = x.src if x.src[1] < 0 else (x.src[0], x.src[1] + lo)
             dst = x.dst if x.dst[1] < 0 else (x.dst[0], x.dst[1] + lo)
-            out.append(_XOp(x.kind, src, dst, c, x.peer, x.channel, list(deps)))
+            out.append(replace(x, src=src, dst=dst, cnt=c, deps=list(deps)))
         last[i] = len(out) - 1
     return out
 
@@ -170,13 +181,17 @@ def _channels(ranks: list[list[_XOp]], nchannels: int, spread: int) -> None:
                 x.channel = x.channel * spread + x.conn * spread // n
 
 
-def _threadblocks(ops: list[_XOp], spread_local: int, merge: bool) -> tuple[list[int], list[tuple[int, int, int]]]:
-    """Each op's threadblock, and every threadblock's (send peer, recv peer, channel)."""
+def _threadblocks(ops: list[_XOp], spread_local: int, merge: bool, forwards: dict[tuple[int, int], int]
+                  ) -> tuple[list[int], list[tuple[int, int, int]]]:
+    """Each op's threadblock, and every threadblock's (send peer, recv peer, channel).
+    ``forwards``: receive connections (peer, channel) merged with the send connection to the
+    peer they forward to (rcs, rrcs steps)."""
     keys: dict[tuple, int] = {}
     shape: list[tuple[int, int, int]] = []
     tb_of: list[int] = []
     n_local = sum(1 for x in ops if x.kind in ("cpy", "re"))
     seen_local = 0
+    forwarded_to = {(p, c): q for (q, c), p in forwards.items()}
 
     def get(key: tuple, send: int, recv: int, chan: int) -> int:
         if key not in keys:
@@ -184,19 +199,25 @@ def _threadblocks(ops: list[_XOp], spread_local: int, merge: bool) -> tuple[list
             shape.append((send, recv, chan))
         return keys[key]
 
-    for i, x in enumerate(ops):
-        if x.kind == "s":
+    for x in ops:
+        if x.kind == "s" and (x.peer, x.channel) in forwarded_to:
+            q = forwarded_to[(x.peer, x.channel)]
+            t = get(("fwd", q, x.peer, x.channel), x.peer, q, x.channel)
+        elif x.receives and (x.peer, x.channel) in forwards:
+            p = forwards[(x.peer, x.channel)]
+            t = get(("fwd", x.peer, p, x.channel), p, x.peer, x.channel)
+        elif x.kind == "s":
             key = ("pair", x.peer, x.channel) if merge else ("s", x.peer, x.channel)
             t = get(key, x.peer, x.peer if merge else -1, x.channel)
             if merge:
                 shape[t] = (x.peer, x.peer, x.channel)
-        elif x.kind in ("r", "rrc"):
+        elif x.receives:
             key = ("pair", x.peer, x.channel) if merge else ("r", x.peer, x.channel)
             t = get(key, x.peer if merge else -1, x.peer, x.channel)
             if merge:
                 shape[t] = (x.peer, x.peer, x.channel)
         else:
-            recv_deps = [d for d in x.deps if ops[d].kind in ("r", "rrc")]
+            recv_deps = [d for d in x.deps if ops[d].receives]
             if recv_deps and max(x.deps) == max(recv_deps):
                 t = tb_of[max(recv_deps)]
             else:
@@ -207,7 +228,79 @@ def _threadblocks(ops: list[_XOp], spread_local: int, merge: bool) -> tuple[list
     return tb_of, shape
 
 
-def _steps(rank: int, ops: list[_XOp], tb_of: list[int], n_tbs: int, peer_dst) -> list[list[Step]]:
+def _forward(ops: list[_XOp]) -> tuple[list[_XOp], dict[tuple[int, int], int]]:
+    """Fuse a receive and the send that forwards exactly what it received into one ``rcs`` (or
+    ``rrcs`` after a receive-reduce), in a threadblock that owns both connections. Within a
+    Program step, such a threadblock runs its sends before its receives (a send never waits for
+    a receive of its own step, and a receive that blocked a send of its step could deadlock a
+    ring); a forward fuses only where that keeps its connection's message order and waits for
+    nothing the receive does not. Returns the ops (in that order) and the merged connections."""
+    cand: dict[tuple[int, int, int], list[tuple[int, int]]] = defaultdict(list)
+    for si, x in enumerate(ops):
+        if x.kind != "s":
+            continue
+        for d in sorted(x.deps, reverse=True):
+            y = ops[d]
+            if y.kind in ("r", "rrc") and y.dst == x.src and y.cnt == x.cnt and y.channel == x.channel:
+                if all(e < d for e in x.deps if e != d):
+                    cand[(y.peer, x.peer, x.channel)].append((d, si))
+                break
+    original = [replace(x, deps=list(x.deps)) for x in ops]
+    forwards: dict[tuple[int, int], int] = {}
+    used_send: set[tuple[int, int]] = set()
+    for (q, p, c), pairs in sorted(cand.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        if (q, c) in forwards or (p, c) in used_send:
+            continue
+        forwards[(q, c)] = p
+        used_send.add((p, c))
+    if not forwards:
+        return ops, forwards
+    def key(i: int) -> tuple[int, int, int]:
+        x = ops[i]
+        return (x.step, 0 if x.kind == "s" else 1 if x.receives else 2, i)
+
+    fused: dict[int, int] = {}  # send -> receive it joins
+    for (q, p, c), pairs in sorted(cand.items()):
+        if forwards.get((q, c)) != p:
+            continue
+        # sends to p on c before the forward must not come after the receive in the threadblock
+        prefix, top = {}, -2
+        for i, x in enumerate(ops):
+            if x.kind == "s" and x.peer == p and x.channel == c:
+                prefix[i] = top
+                top = max(top, x.step)
+        mine = {si: d for d, si in pairs if prefix[si] <= ops[d].step and d not in fused.values()}
+        # and a send that stays a send must not queue behind a receive (it would wait for data it
+        # does not need): merge only where every other send comes before every receive
+        first_recv = min(key(i) for i, x in enumerate(ops) if x.receives and x.peer == q and x.channel == c)
+        others = [key(i) for i, x in enumerate(ops) if x.kind == "s" and x.peer == p and x.channel == c
+                  and i not in mine]
+        if not mine or (others and max(others) > first_recv):
+            del forwards[(q, c)]
+            continue
+        fused.update(mine)
+    if not fused:
+        return ops, {}
+    for si, d in fused.items():
+        y, x = ops[d], ops[si]
+        y.kind = "rcs" if y.kind == "r" else "rrcs"
+        y.to = x.peer
+        y.deps = sorted(set(y.deps) | {e for e in x.deps if e != d})
+    keep = [i for i in range(len(ops)) if i not in fused]
+    order = sorted(keep, key=key)
+    new_index = {i: k for k, i in enumerate(order)}
+    for si, d in fused.items():
+        new_index[si] = new_index[d]
+    out = []
+    for i in order:
+        x = replace(ops[i], deps=sorted({new_index[e] for e in ops[i].deps} - {new_index[i]}))
+        if x.deps and x.deps[-1] >= len(out):  # not expected for a well-leveled Program: do not fuse
+            return original, {}
+        out.append(x)
+    return out, forwards
+
+
+def _steps(rank: int, ops: list[_XOp], tb_of: list[int], n_tbs: int, partner) -> list[list[Step]]:
     """The steps of every threadblock of a rank, with waits (depid/deps and nops); hasdep is
     set afterwards."""
     steps: list[list[Step]] = [[] for _ in range(n_tbs)]
@@ -236,9 +329,13 @@ def _steps(rank: int, ops: list[_XOp], tb_of: list[int], n_tbs: int, peer_dst) -
         depid, deps = need[-1] if need else (-1, -1)
         src, dst = x.src, x.dst
         if x.kind == "s":
-            dst = peer_dst(rank, x)
-        elif x.kind == "r":
-            src = peer_dst(rank, x)
+            dst = partner(rank, "s", x.peer, x.channel)
+        if x.receives:
+            came_from = partner(rank, "r", x.peer, x.channel)
+            if x.kind in ("r", "rcs"):
+                src = came_from
+        if x.kind in ("rcs", "rrcs"):
+            partner(rank, "s", x.to, x.channel)
         here = len(steps[t])
         steps[t].append(Step(here, x.kind, src[0], src[1], dst[0], dst[1], x.cnt, depid, deps, 0))
         have[t] = here
@@ -249,8 +346,10 @@ def _steps(rank: int, ops: list[_XOp], tb_of: list[int], n_tbs: int, peer_dst) -
 
 
 def export(program: Program, tgt: Target, *, name: str | None = None, proto: str = "Simple",
-           in_place: bool, out_of_place: bool, min_bytes: int = 0, max_bytes: int = 0) -> Algo:
-    """The Algo of a verified Program for ``tgt``; BackendError when it cannot fit the target."""
+           in_place: bool, out_of_place: bool, min_bytes: int = 0, max_bytes: int = 0, forward: bool = True) -> Algo:
+    """The Algo of a verified Program for ``tgt``; BackendError when it cannot fit the target.
+    ``forward``: fuse receives with the sends forwarding them (rcs, rrcs) where the target runs
+    fused steps."""
     coll = program.collective
     kind = coll.kind
     if kind not in tgt.coll:
@@ -286,7 +385,7 @@ def export(program: Program, tgt: Target, *, name: str | None = None, proto: str
         for spread in range(first, tgt.max_channels // program.channels + 1):
             ranks = [[replace(x, deps=list(x.deps)) for x in ops] for ops in base]
             algo = _build(program, ranks, tgt, name or program.name, proto, in_place, out_of_place, min_bytes,
-                          max_bytes, nchunks, spread, merge)
+                          max_bytes, nchunks, spread, merge, forward)
             problems = [v for v in check(algo, tgt)]
             if not problems:
                 return algo
@@ -298,42 +397,46 @@ def export(program: Program, tgt: Target, *, name: str | None = None, proto: str
 
 
 def _build(program: Program, ranks: list[list[_XOp]], tgt: Target, name: str, proto: str, in_place: bool,
-           out_of_place: bool, min_bytes: int, max_bytes: int, nchunks: int, spread: int, merge: bool) -> Algo:
+           out_of_place: bool, min_bytes: int, max_bytes: int, nchunks: int, spread: int, merge: bool,
+           forward: bool) -> Algo:
     coll = program.collective
     n = coll.n_ranks
     _channels(ranks, program.channels, spread)
-    # the receiver's destination of every message, for the sender's dstbuf/dstoff (informational)
-    recv_at: dict[tuple[int, int, int, int], tuple[str, int]] = {}
-    send_at: dict[tuple[int, int, int, int], tuple[str, int]] = {}
+    forwards: list[dict[tuple[int, int], int]] = [{} for _ in ranks]
+    if tgt.fused and forward and not merge:
+        for r in range(n):
+            ranks[r], forwards[r] = _forward(ranks[r])
+    # where every message comes from and lands, for the other end's srcbuf/dstbuf (informational)
+    ends: dict[tuple[str, int, int, int, int], tuple[str, int]] = {}
     for r, ops in enumerate(ranks):
         counter: dict[tuple[str, int, int], int] = defaultdict(int)
         for x in ops:
-            if x.kind == "s":
-                key = ("s", x.peer, x.channel)
-                send_at[(r, x.peer, x.channel, counter[key])] = x.src
-                counter[key] += 1
-            elif x.kind in ("r", "rrc"):
+            if x.receives:
                 key = ("r", x.peer, x.channel)
-                recv_at[(x.peer, r, x.channel, counter[key])] = x.dst
+                ends[("r", x.peer, r, x.channel, counter[key])] = x.dst
+                counter[key] += 1
+            if x.sends:
+                to = x.to if x.kind != "s" else x.peer
+                key = ("s", to, x.channel)
+                ends[("s", r, to, x.channel, counter[key])] = x.src if x.kind == "s" else x.dst
                 counter[key] += 1
     seq: dict[tuple[int, str, int, int], int] = defaultdict(int)
 
-    def peer_dst(rank: int, x: _XOp) -> tuple[str, int]:
-        if x.kind == "s":
-            key = (rank, "s", x.peer, x.channel)
-            k = seq[key]
-            seq[key] += 1
-            return recv_at.get((rank, x.peer, x.channel, k), ("o", -1))
-        key = (rank, "r", x.peer, x.channel)
+    def partner(rank: int, role: str, peer: int, chan: int) -> tuple[str, int]:
+        """The other end of this rank's next message on a connection: for a send ("s"), where
+        the receiver puts it; for a receive ("r"), where the sender takes it from."""
+        key = (rank, role, peer, chan)
         k = seq[key]
         seq[key] += 1
-        return send_at.get((x.peer, rank, x.channel, k), ("i", -1))
+        if role == "s":
+            return ends.get(("r", rank, peer, chan, k), ("o", -1))
+        return ends.get(("s", peer, rank, chan, k), ("i", -1))
 
     gpus = []
     for r, ops in enumerate(ranks):
         spread_local = spread
-        tb_of, shape = _threadblocks(ops, spread_local, merge)
-        steps = _steps(r, ops, tb_of, len(shape), peer_dst)
+        tb_of, shape = _threadblocks(ops, spread_local, merge, forwards[r])
+        steps = _steps(r, ops, tb_of, len(shape), partner)
         waited = {(s.depid, s.deps) for tb in steps for s in tb if s.depid != -1}
         tbs = []
         for t, (send, recv, chan) in enumerate(shape):

@@ -340,6 +340,7 @@ class _Builder:
         # threadblock have handed their data over, and the receives of a run of plain receives
         # before it are done (the threadblock ran them first)
         extra: dict[tuple[int, int, int], frozenset[int]] = {}
+        receive_waits: dict[tuple[int, int, int], frozenset] = {}  # r, rcs: what the receive itself waits for
 
         for g in algo.gpus:
             for tb in g.tbs:
@@ -349,22 +350,23 @@ class _Builder:
                 for s in tb.steps:
                     key = (g.id, tb.id, s.s)
                     ids, _ = per_step[key]
-                    # a plain receive need not wait for the receives just before it (the connection
+                    # a receive need not wait for the receives just before it (the connection
                     # delivers in order and its buffer fills while they run); anything else does
-                    waits = set(base) if s.type == "r" else set(base) | set(run)
+                    hazards = set()
                     if ids:
                         writes = set().union(*(self.ops[i].writes() for i in ids))
-                        for j in sent:
-                            if self.ops[j].reads() & writes:
-                                waits.add(j)
+                        hazards = {j for j in sent if self.ops[j].reads() & writes}
+                    waits = set(base) | set(run) | hazards
                     before[key] = frozenset(waits)
+                    if s.type in ("r", "rcs"):
+                        receive_waits[key] = frozenset(set(base) | hazards)
                     sent.extend(i for i in ids if self.ops[i].kind == SEND)
                     extra[key] = frozenset(sent) | frozenset(run)
                     if not ids:  # a nop (or a copy onto itself, in place)
                         base, run = frozenset(waits) | {("dep", *key)}, []
-                    elif s.type == "r":
-                        run.append(ids[-1])
-                        base = frozenset(waits) | {("waited", *key)}  # the next step starts after this one did
+                    elif s.type in ("r", "rcs"):
+                        run.append(ids[0])
+                        base = receive_waits[key] | {("waited", *key)}  # the next step starts after this one did
                     elif self.ops[ids[-1]].kind == SEND:
                         # the threadblock moved on once the send started: after what it waited for
                         nonsend = [i for i in ids if self.ops[i].kind != SEND]
@@ -416,9 +418,17 @@ class _Builder:
             if s.depid != -1:
                 waits |= done((key[0], s.depid, s.deps))
             # a fused receive lands in its own staging chunks: the connection delivers into its
-            # buffer before the threadblock reaches the step, so only the reduction waits
+            # buffer before the threadblock reaches the step, so only the reduction waits; the
+            # receive of r and rcs waits for what the threadblock did before, not its receives
             first = self.ops[ids[1]] if s.type in ("rrc", "rrs", "rrcs") else self.ops[ids[0]]
             first.deps |= waits
+            if s.type in ("r", "rcs"):
+                first.deps -= waits
+                first.deps |= resolve(key, receive_waits[key])
+                if s.depid != -1:
+                    first.deps |= done((key[0], s.depid, s.deps))
+                if s.type == "rcs":
+                    self.ops[ids[1]].deps |= waits
             for a, b in zip(ids, ids[1:]):
                 self.ops[b].deps.add(a)
             for i in ids:

@@ -56,7 +56,7 @@ def cmd_msccl(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         sizes[name] = 0 if value is None else int(parse_size(value))
     text, summary = export_xml(schedule, target=args.target, protocol=args.protocol, instances=args.instances,
-                               mode=args.mode, name=args.name, **sizes, **lowering(args))
+                               mode=args.mode, name=args.name, forward=args.forward, **sizes, **lowering(args))
     summary = {"ok": True, "output": args.output, **summary}
     if _printed(args, summary, "xml", text):
         return 0
@@ -101,5 +101,8 @@ def register(sub: Any) -> None:
     m.add_argument("--mode", choices=("auto", "both", "inplace", "outofplace"), default="auto",
                    help="the calls it serves: auto = out of place, and in place too when correct in place")
     m.add_argument("--name", help="the <algo> name (default: the schedule's)")
+    m.add_argument("--forward", choices=("auto", "on", "off"), default="auto",
+                   help="fuse a receive and the send forwarding it into rcs/rrcs steps (msccl target): auto keeps "
+                        "them where the simulator finds the file no slower at --max-bytes (64MiB when unlimited)")
     m.add_argument("--topology", "-t", help="for an XML file: the machine (default: every pair of gpus linked)")
     add_lowering_options(m)

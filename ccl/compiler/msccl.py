@@ -89,10 +89,13 @@ def load_schedule(path: str | os.PathLike[str], *, topology: str | Topology | No
 
 def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple", instances: int = 1,
                min_bytes: int = 0, max_bytes: int = 0, mode: str = "auto", name: str | None = None,
-               channels: int = 1, fuse: bool = True) -> tuple[str, dict[str, Any]]:
+               forward: str = "auto", channels: int = 1, fuse: bool = True) -> tuple[str, dict[str, Any]]:
     """The XML text of a schedule (file path, Algorithm, SynthesisResult or Program) and a
     summary. ``mode``: ``auto`` (in place too when the Program is correct in place),
-    ``both``, ``inplace``, ``outofplace``."""
+    ``both``, ``inplace``, ``outofplace``. ``forward``: fuse a receive and the send forwarding
+    it into rcs/rrcs steps (targets that run them): ``on``, ``off``, or ``auto``, where the
+    simulator keeps them only if the file is no slower at ``max_bytes`` (64 MiB when
+    unlimited)."""
     from backends.msccl import export, instances as copies, interpret, limits, model
 
     tgt = limits.target(target)
@@ -126,15 +129,35 @@ def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple"
     in_place, out_of_place = modes[mode]
     if in_place and not in_place_ok:
         raise BackendError(f"the schedule is not correct in place ({why}); export it with --mode outofplace")
-    algo = export.export(program, tgt, name=name, proto=protocol, in_place=in_place, out_of_place=out_of_place,
-                         min_bytes=min_bytes, max_bytes=max_bytes)
-    text = model.dumps(algo)
-    # read the file back: what the runtime will run must be what was verified
-    again = interpret.read_program(model.parse(text, "<exported>"), program.topology, path="<exported>")
-    try:
-        verify_imported(again)
-    except VerificationError as exc:  # a defect of the exporter, never the user's
-        raise BackendError(f"internal error: the exported file does not verify: {exc.message}") from None
+    def build(forward: bool) -> tuple[Any, str, Any]:
+        algo = export.export(program, tgt, name=name, proto=protocol, in_place=in_place,
+                             out_of_place=out_of_place, min_bytes=min_bytes, max_bytes=max_bytes, forward=forward)
+        text = model.dumps(algo)
+        # read the file back: what the runtime will run must be what was verified
+        again = interpret.read_program(model.parse(text, "<exported>"), program.topology, path="<exported>")
+        try:
+            verify_imported(again)
+        except VerificationError as exc:  # a defect of the exporter, never the user's
+            raise BackendError(f"internal error: the exported file does not verify: {exc.message}") from None
+        return algo, text, again
+
+    if forward not in ("auto", "on", "off"):
+        raise InputError(f"forward must be auto, on or off, got {forward!r}")
+    algo, text, again = build(forward != "off")
+    judged = None
+    fused_forwards = sum(1 for g in algo.gpus for tb in g.tbs for s in tb.steps if s.type in ("rcs", "rrcs"))
+    if forward == "auto" and fused_forwards:
+        # a threadblock holding a receive and the send it forwards to runs them in one queue:
+        # keep that only where the simulator finds it no slower than separate queues
+        from .timing import simulate
+
+        size = max_bytes or 64 << 20
+        plain = build(False)
+        fused_us = simulate(again.program, size, bound=False, baselines=False).time_us
+        plain_us = simulate(plain[2].program, size, bound=False, baselines=False).time_us
+        judged = {"size": size, "forwards_fused_us": round(fused_us, 3), "separate_us": round(plain_us, 3)}
+        if plain_us < fused_us * (1 - 1e-9):
+            algo, text, again = plain
     steps = [len(tb.steps) for g in algo.gpus for tb in g.tbs]
     summary = {"name": algo.name, "target": tgt.name, "collective": algo.coll, "ngpus": algo.ngpus,
                "proto": algo.proto, "nchannels": algo.nchannels, "nchunksperloop": algo.nchunksperloop,
@@ -144,6 +167,7 @@ def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple"
                "max_steps": max(steps, default=0), "steps": sum(steps),
                "nops": sum(1 for g in algo.gpus for tb in g.tbs for s in tb.steps if s.type == "nop"),
                "fused": sum(1 for g in algo.gpus for tb in g.tbs for s in tb.steps if s.type in ("rrc", "rcs", "rrs", "rrcs")),
+               "forward": judged,
                "limits": {"threadblocks": tgt.max_tbs, "steps": tgt.max_steps, "channels": tgt.max_channels,
                           "cnt": tgt.max_cnt}}
     return text, summary

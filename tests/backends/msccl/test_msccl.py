@@ -58,7 +58,27 @@ def test_fused_receive_reduce_only_where_the_runtime_runs_it():
     program = _program("dgx1", "allreduce", "ring", 1)
     steps = {t: [s.type for g in model.parse(export_xml(program, target=t)[0]).gpus for tb in g.tbs for s in tb.steps]
              for t in ("msccl", "rccl")}
-    assert "rrc" in steps["msccl"] and "rrc" not in steps["rccl"] and "re" in steps["rccl"]
+    assert {"rrc", "rrcs"} & set(steps["msccl"]) and "re" in steps["rccl"]
+    assert not {"rrc", "rrcs", "rcs", "rrs"} & set(steps["rccl"])
+
+
+@pytest.mark.parametrize("topo,coll,solver,chunks", [
+    ("ring:4", "allgather", "ring", 1), ("dgx1", "allreduce", "ring", 1), ("ring:5", "reducescatter", "ring", 1),
+    ("amd8", "reduce", "ring", 2), ("dgx1", "allgather", "multi-ring", 2), ("ring:8", "broadcast", "ring", 4)])
+def test_forwards_fuse_into_rcs_and_keep_message_order(topo, coll, solver, chunks):
+    program = _program(topo, coll, solver, chunks)
+    text, summary = export_xml(program, target="msccl", forward="on")
+    algo = model.parse(text)
+    types = [s.type for g in algo.gpus for tb in g.tbs for s in tb.steps]
+    assert {"rcs", "rrcs"} & set(types)
+    for g in algo.gpus:  # a forwarding threadblock owns both connections
+        for tb in g.tbs:
+            if any(s.type in ("rcs", "rrcs") for s in tb.steps):
+                assert tb.send != -1 and tb.recv != -1
+    verify_imported(interpret.read_program(algo, program.topology))
+    _independent_check(text, "msccl")
+    auto = export_xml(program, target="msccl")[1]["forward"]
+    assert auto is None or auto["forwards_fused_us"] > 0 and auto["separate_us"] > 0
 
 
 def test_long_schedules_spread_over_channels_to_fit_64_steps():
