@@ -359,9 +359,6 @@ def export(program: Program, tgt: Target, *, name: str | None = None, proto: str
     n, k = coll.n_ranks, coll.chunk_factor
     blocked = kind in ("allgather", "reducescatter", "alltoall")
     nchunks = n * k if blocked else k
-    if coll.root not in (None, 0) and kind in ("broadcast", "reduce"):
-        raise BackendError(f"{tgt.name} calls {kind} with the root it is given at run time; export a schedule "
-                           f"for root 0 (this one is for root {coll.root})")
     last_error = ""
     base = [_cut(_ops_of(program, r, out_of_place, tgt.fused), tgt.max_cnt) for r in range(n)]
     per_conn: dict[tuple[int, str, int, int], int] = defaultdict(int)

@@ -46,8 +46,9 @@ from .model import BUFFER_NAMES, Algo, Step, Threadblock, where
 COLL_KINDS = {"allreduce": "allreduce", "allgather": "allgather", "reducescatter": "reducescatter",
               "reduce_scatter": "reducescatter", "alltoall": "alltoall", "broadcast": "broadcast",
               "reduce": "reduce", "gather": "gather", "scatter": "scatter"}
-# Kinds whose nchunksperloop counts the chunks of all ranks' blocks together.
-BLOCKED = ("allgather", "reducescatter", "alltoall", "gather", "scatter")
+# Kinds whose nchunksperloop counts the chunks of all ranks' blocks together (the runtimes'
+# size multiplier is ngpus for these; gather and scatter count one rank's part).
+BLOCKED = ("allgather", "reducescatter", "alltoall")
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ class Target:
 
 
 _COMMON = {"allreduce": "allreduce", "allgather": "allgather", "alltoall": "alltoall", "broadcast": "broadcast",
-           "reduce": "reduce"}
+           "reduce": "reduce", "gather": "gather", "scatter": "scatter"}
 
 # The executor's parser allows 1,024 threadblocks per gpu, but every threadblock of the kernel
 # must be resident at once (they spin on each other) and a waited-on threadblock's id is kept in
@@ -80,6 +80,13 @@ def check(algo: Algo, tgt: Target) -> list[Violation]:
             "(maxBytes 0: no upper limit)")
     if not (algo.inplace or algo.outofplace):
         bad("inplace=0 and outofplace=0: the runtime would never pick the algorithm")
+    if tgt.name == "rccl":  # its parser also checks the buffer sizes against nchunksperloop
+        for g in algo.gpus:
+            for what, have, times in (("i_chunks", g.i_chunks, algo.ngpus if algo.coll == "allgather" else 1),
+                                      ("o_chunks", g.o_chunks, algo.ngpus if algo.coll == "reducescatter" else 1)):
+                if have > 0 and have * times != algo.nchunksperloop and algo.coll not in ("gather", "scatter"):
+                    bad(f"{what}={have}: rccl requires {what} x {times} = nchunksperloop ({algo.nchunksperloop}) "
+                        "or 0", g.id)
     if algo.missing:
         bad(f"attribute(s) {', '.join(algo.missing)} missing from <algo>: {tgt.name} refuses the file or never "
             "picks the algorithm")

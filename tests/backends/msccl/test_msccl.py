@@ -95,10 +95,24 @@ def test_a_schedule_that_cannot_fit_is_refused_with_the_limit():
         export_xml(program, target="rccl")
 
 
-def test_gather_has_no_runtime_collective():
-    program = _program("ring:4", "gather", "direct", 1)
-    with pytest.raises(BackendError, match="no gather"):
-        export_xml(program)
+@pytest.mark.parametrize("coll,root", [("gather", 2), ("scatter", 1), ("broadcast", 3), ("reduce", 1)])
+def test_rooted_collectives_keep_their_root(coll, root):
+    result = compiler.synthesize(compiler.problem_from_options("ring:4", coll, solver="direct", root=root, chunks=2))
+    program = compiler.program(result)
+    text, summary = export_xml(program, target="rccl")
+    algo = model.parse(text)
+    assert algo.coll == coll and algo.nchunksperloop == 2  # gather/scatter: one rank's part, as the runtimes count
+    imported = interpret.read_program(algo, program.topology)
+    assert imported.program.collective.root == root
+    verify_imported(imported)
+
+
+def test_old_msccl_spelling_is_read_and_flagged():
+    program = _program("ring:4", "reducescatter", "ring", 1)
+    text = export_xml(program, target="msccl")[0].replace('coll="reducescatter"', 'coll="reduce_scatter"')
+    algo = model.parse(text)
+    verify_imported(interpret.read_program(algo, program.topology))
+    assert any("reduce_scatter" in str(v) for v in limits.check(algo, limits.TARGETS["rccl"]))
 
 
 @pytest.mark.skipif(not SHIPPED, reason="../shared/reference/msccl-xml not beside the repository")
