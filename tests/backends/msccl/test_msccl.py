@@ -350,7 +350,7 @@ def _every_template():
 def test_every_template_round_trips_through_xml(solver, kind, topo):
     program = _program(topo, kind, solver, 1)
     for target in ("msccl", "rccl"):
-        text, _ = export_xml(program, target=target)
+        text, _ = export_xml(program, target=target, forward="on")
         verify_imported(interpret.read_program(model.parse(text), program.topology))
 
 
