@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--output", default=os.path.join(HERE, "results", "msccl"))
+    parser.add_argument("--published", default=str(Path(HERE).parent.parent / "shared" / "reference" / "msccl-xml"),
+                        help="folder of published XML files to time (default: ../shared/reference/msccl-xml)")
     args = parser.parse_args(argv)
     rows = []
     for topo, kind, solver, size_text in QUICK if args.quick else CASES:
@@ -93,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"ring/xml {row['nccl_ring_over_xml']}  {seconds:.1f}s  ch {summary['nchannels']} "
                   f"tb {summary['threadblocks']} steps {summary['max_steps']}", flush=True)
     published = []
-    folder = Path(HERE).parent.parent / "shared" / "reference" / "msccl-xml"
+    folder = Path(args.published)
+    if not folder.is_dir():
+        print(f"no published files: {folder} is not a folder (--published DIR)", flush=True)
     for path in sorted(folder.glob("*.xml")):
         imported = read_xml(path, "amd8")
         algo = imported.algo
