@@ -373,3 +373,15 @@ def test_python_api(tmp_path):
     program = ccl.from_msccl(str(path), "ring:4")
     assert program.collective.kind == "allgather" and program.topology.name.startswith("ring")
     assert ccl.from_msccl(str(path), in_place=True).collective.aliases != program.collective.aliases
+
+
+@pytest.mark.parametrize("topo,coll,solver,options", [
+    ("dgx1", "allgather", "smt", {"steps": 2}), ("ring:4", "reducescatter", "smt", {"chunks": 2}),
+    ("ring:4", "allreduce", "milp", {"size": 1 << 20}), ("ring:4", "allgather", "teccl", {"size": 1 << 20}),
+])
+def test_searching_solvers_round_trip(topo, coll, solver, options):
+    result = compiler.synthesize(compiler.problem_from_options(topo, coll, solver=solver, **options))
+    program = compiler.program(result)
+    for target in ("msccl", "rccl"):
+        text, _ = export_xml(program, target=target)
+        verify_imported(interpret.read_program(model.parse(text), program.topology))
