@@ -385,3 +385,17 @@ def test_searching_solvers_round_trip(topo, coll, solver, options):
     for target in ("msccl", "rccl"):
         text, _ = export_xml(program, target=target)
         verify_imported(interpret.read_program(model.parse(text), program.topology))
+
+
+@pytest.mark.parametrize("topo,coll,solver,chunks,in_place", [
+    ("ring:4", "allreduce", "ring", 1, False), ("ring:4", "allreduce", "ring", 1, True),
+    ("ring:4", "allgather", "recursive-doubling", 2, False), ("ring:4", "alltoall", "direct", 1, False),
+    ("ring:4", "reducescatter", "ring", 1, True),
+])
+def test_exported_files_run_on_gloo_like_torch(tmp_path, topo, coll, solver, chunks, in_place):
+    pytest.importorskip("torch")
+    program = _program(topo, coll, solver, chunks)
+    path = tmp_path / "x.xml"
+    path.write_text(export_xml(program, target="msccl", forward="on")[0])
+    report = compiler.run_local(str(path), size=4096, repeat=0, in_place=in_place, topology=topo)
+    assert report.correct is True
