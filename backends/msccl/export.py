@@ -248,7 +248,7 @@ def _forward(ops: list[_XOp]) -> tuple[list[_XOp], dict[tuple[int, int], int]]:
     original = [replace(x, deps=list(x.deps)) for x in ops]
     forwards: dict[tuple[int, int], int] = {}
     used_send: set[tuple[int, int]] = set()
-    for (q, p, c), pairs in sorted(cand.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+    for (q, p, c), _pairs in sorted(cand.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         if (q, c) in forwards or (p, c) in used_send:
             continue
         forwards[(q, c)] = p

@@ -36,7 +36,7 @@ def replicate(program: Program, instances: int) -> Program:
 
     # cut points of every op: its own, its source's, and for messages the partner's
     own: list[list[set[int]]] = []
-    for r, ops in enumerate(ranks):
+    for ops in ranks:
         row = []
         for op in ops:
             c = cuts(op.buf, op.index, op.count)

@@ -570,7 +570,7 @@ def interpret(algo: Algo, topology: Topology, *, path: str = "<xml>", in_place: 
     scratch = _scratch_classes(ops, ranks, pairs, coll, b.scratch, path, origin_text)
     rows = []
     origins = []
-    for r, ids in enumerate(ranks):
+    for ids in ranks:
         local = {g: p for p, g in enumerate(ids)}
         row = []
         for g in ids:

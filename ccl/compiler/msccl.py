@@ -96,7 +96,8 @@ def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple"
     it into rcs/rrcs steps (targets that run them): ``on``, ``off``, or ``auto``, where the
     simulator keeps them only if the file is no slower at ``max_bytes`` (64 MiB when
     unlimited)."""
-    from backends.msccl import export, instances as copies, interpret, limits, model
+    from backends.msccl import export, interpret, limits, model
+    from backends.msccl import instances as copies
 
     tgt = limits.target(target)
     if protocol not in model.PROTOCOLS:
