@@ -295,10 +295,25 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 
 
 def load_schedule(path: str | os.PathLike[str]) -> Algorithm | Program:
-    """An algorithm file or a program file (by its "format")."""
+    """An algorithm file or a program file (by its "format"); a schedule set is refused with
+    a message saying which commands take sets."""
+    value = load_any(path)
+    if not isinstance(value, (Algorithm, Program)):
+        raise InputError(f"{os.fspath(path)}: a schedule set ({len(value.entries)} schedules by message size); "
+                         "this takes one schedule (verify, simulate, run and emit take sets)")
+    return value
+
+
+def load_any(path: str | os.PathLike[str]) -> Any:
+    """An algorithm, a program or a schedule set (``ccl.schedule_set``) from a JSON file, by
+    its "format" (sets are not verified here: ``verify_set``)."""
     data = read_json(path)
     if isinstance(data, dict) and data.get("format") == PROGRAM_FORMAT:
         return _from_json(path, data, program_from_json, "program")
+    from .schedule_set import is_set_data, set_from_json
+
+    if is_set_data(data):
+        return _from_json(path, data, set_from_json, "schedule set")
     return _from_json(path, data, algorithm_from_json, "algorithm")
 
 

@@ -63,6 +63,54 @@ def parse_size(text: str | int) -> int:
     return int(size)
 
 
+MAX_SWEEP = 256  # sizes one sweep may ask for
+
+
+def parse_sizes(text: str | int) -> list[int]:
+    """One size, a comma-separated list, or ranges ``A..B`` (A, 2A, 4A, ... up to B, as
+    nccl-tests steps with -f 2; ``A..B*F`` multiplies by F instead), in increasing order
+    without repeats: ``1KiB..1GiB``, ``4MiB,64MiB``, ``1KiB..1MiB*4,1GiB``. Every size is a
+    positive whole number of bytes; at most ``MAX_SWEEP`` sizes."""
+    if isinstance(text, int):
+        if text < 1:
+            raise InputError(f"size must be at least 1 byte, got {text}")
+        return [text]
+    out: set[int] = set()
+    for part in (p.strip() for p in str(text).split(",")):
+        if not part:
+            raise InputError(f"empty size in {text!r}")
+        if ".." not in part:
+            size = parse_size(part)
+            if size < 1:
+                raise InputError(f"size must be at least 1 byte, got {part!r}")
+            out.add(size)
+            continue
+        lo_text, _, hi_text = part.partition("..")
+        factor = 2
+        if "*" in hi_text:
+            hi_text, _, factor_text = hi_text.partition("*")
+            try:
+                factor = int(factor_text.strip())
+            except ValueError:
+                raise InputError(f"size range {part!r}: the step factor after '*' must be a whole number") from None
+            if factor < 2:
+                raise InputError(f"size range {part!r}: the step factor must be at least 2")
+        lo, hi = parse_size(lo_text.strip()), parse_size(hi_text.strip())
+        if lo < 1 or hi < lo:
+            raise InputError(f"size range {part!r}: need 1 byte <= start <= end")
+        size = lo
+        while size <= hi:
+            out.add(size)
+            if len(out) > MAX_SWEEP:
+                break
+            size *= factor
+        if len(out) > MAX_SWEEP:
+            break
+    if len(out) > MAX_SWEEP:
+        raise InputError(f"{text!r} asks for more than {MAX_SWEEP} sizes")
+    return sorted(out)
+
+
 def parse_time(text: str | float) -> float:
     """'2.6us' -> 2.6; '1ms' -> 1000.0. A bare number is microseconds."""
     if isinstance(text, (int, float)):

@@ -87,6 +87,23 @@ def load_schedule(path: str | os.PathLike[str], *, topology: str | Topology | No
     return schedule
 
 
+def load_any(path: str | os.PathLike[str], *, topology: str | Topology | None = None,
+             in_place: bool = False) -> Any:
+    """``load_schedule``, or a schedule set (``ccl.schedule_set.ScheduleSet``, every entry
+    verified) when the file holds one."""
+    if is_xml(path):
+        return load_schedule(path, topology=topology, in_place=in_place)
+    from ..schedule_set import ScheduleSet, verify_set
+    from ..serialize import load_any as load_json_any
+
+    value = load_json_any(path)
+    if topology is not None:
+        raise InputError("--topology only applies to MSCCL XML files (a schedule file carries its topology)")
+    if isinstance(value, ScheduleSet):
+        verify_set(value, in_place=in_place)
+    return value
+
+
 def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple", instances: int = 1,
                min_bytes: int = 0, max_bytes: int = 0, mode: str = "auto", name: str | None = None,
                forward: str = "auto", channels: int = 1, fuse: bool = True) -> tuple[str, dict[str, Any]]:

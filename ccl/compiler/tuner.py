@@ -1,0 +1,287 @@
+"""The tuner behind ``--solver auto``: every applicable solver within a time budget, each
+schedule simulated over a size sweep, the fastest kept per size, as a schedule set.
+
+Candidates, in the order they run:
+
+1. every template implementing the collective (instant constructions; always run, so a set
+   always exists and the baselines are always measured);
+2. size-aware solvers (``packing``: its pipeline depth is chosen for a size) at anchor sizes
+   spread over the sweep, the largest first (one schedule per 16x of size);
+3. the searching solvers named with ``solvers`` (``smt``, ``milp``, ``teccl``), each given the
+   remaining budget as its time limit (the MILPs at the anchor sizes).
+
+Each schedule is lowered once and simulated at every swept size (the simulator of
+``backends.sim``, as ``ccl simulate`` times it). Per size the fastest wins (ties: fewer
+messages, then the earlier candidate); a run of sizes with one winner becomes one entry, and
+ranges meet at the geometric midpoint of the swept sizes on either side. Identical schedules
+(same transfers) are kept once.
+
+The budget bounds the optional candidates: one that would start after it is spent is skipped
+and reported, and a solver's own time limit is what remains. Within the budget the result is
+deterministic (same input, same set); a budget that cuts a candidate makes it depend on the
+machine's speed, which the set's ``candidates`` record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..algorithm import Algorithm
+from ..collective import builtin
+from ..errors import CclError, InputError
+from ..problem import Problem, Request
+from ..schedule_set import Entry, ScheduleSet
+from ..topology import Topology
+from ..units import format_size, parse_sizes
+
+DEFAULT_SIZES = "1KiB..1GiB"
+DEFAULT_BUDGET = 30.0  # seconds
+SIZE_AWARE = ("packing",)  # solvers whose schedule depends on the size they are given
+SEARCHING = ("smt", "milp", "teccl")  # run only when named; they take the remaining budget
+ANCHOR_STEP = 16  # one size-aware schedule per this factor of size
+
+
+@dataclass
+class Candidate:
+    label: str
+    solver: str
+    size: int | None = None  # the size it was synthesized for (size-aware solvers)
+    algorithm: Algorithm | None = None
+    seconds: float | None = None
+    times_us: list[float] = field(default_factory=list)
+    messages: int = 0
+    error: str | None = None
+    same_as: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"label": self.label, "solver": self.solver, "size": self.size,
+                               "synthesis_seconds": None if self.seconds is None else round(self.seconds, 3)}
+        if self.error is not None:
+            out["error"] = self.error
+        elif self.same_as is not None:
+            out["same_as"] = self.same_as
+        else:
+            out["messages"] = self.messages
+            out["times_us"] = [round(t, 3) for t in self.times_us]
+        return out
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    schedule_set: ScheduleSet
+    seconds: float
+    cached: bool
+    cache_key: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.schedule_set
+        return {"status": "ok", "cached": self.cached, "seconds": round(self.seconds, 3), **s.summary(),
+                "table": list(s.table), "candidates": list(s.candidates)}
+
+
+def anchors(sizes: Sequence[int]) -> list[int]:
+    """Sizes a size-aware solver is run at: the largest swept size, then every ``ANCHOR_STEP``
+    times smaller one down the sweep (the smallest always included), largest first."""
+    ordered = sorted(set(sizes), reverse=True)
+    out = [ordered[0]]
+    for s in ordered[1:]:
+        if out[-1] / s >= ANCHOR_STEP - 1e-9:
+            out.append(s)
+    if ordered[-1] not in out:
+        out.append(ordered[-1])
+    return out
+
+
+def plan(kind: str, n_ranks: int, sizes: Sequence[int], solvers: Sequence[str] | None = None) -> list[tuple[str, int | None]]:
+    """(solver, size or None) in the order the tuner runs them (see module docstring). With
+    ``solvers``: just those (size-aware and MILP ones at the anchors)."""
+    import solvers as registry
+
+    names = list(dict.fromkeys(solvers or ()))
+    unknown = [x for x in names if x not in registry.SOLVERS and x != "auto"]
+    if unknown:
+        raise InputError(f"unknown solver {unknown[0]!r}; known: {', '.join(registry.SOLVERS)}")
+    names = [x for x in names if x != "auto"]
+    if not names:
+        names = [n for n, info in registry.SOLVERS.items() if info.template and kind in info.kinds]
+        names += [n for n in SIZE_AWARE if kind in registry.SOLVERS[n].kinds]
+    wrong = [x for x in names if kind not in registry.SOLVERS[x].kinds]
+    if wrong and len(wrong) == len(names):
+        raise InputError(f"no solver named implements {kind}: {', '.join(wrong)}")
+    out: list[tuple[str, int | None]] = []
+    for name in names:
+        if kind not in registry.SOLVERS[name].kinds:
+            continue
+        if name in SIZE_AWARE or name in ("milp", "teccl"):
+            out.extend((name, a) for a in anchors(sizes))
+        else:
+            out.append((name, None))
+    order = {n: i for i, n in enumerate(("template", "size", "search"))}
+
+    def rank(item: tuple[str, int | None]) -> int:
+        name = item[0]
+        return order["search" if name in SEARCHING else "size" if name in SIZE_AWARE else "template"]
+
+    return sorted(out, key=rank)
+
+
+def boundaries(sizes: Sequence[int], winners: Sequence[int]) -> list[tuple[int, int | None, int]]:
+    """Runs of one winner over the sorted sizes as (min_bytes, max_bytes, winner), covering
+    every size from 0 up; adjacent runs meet at the geometric midpoint of the sizes between
+    them."""
+    runs: list[tuple[int, int | None, int]] = []
+    lo = 0
+    for k, w in enumerate(winners):
+        last = k == len(winners) - 1
+        if not last and winners[k + 1] == w:
+            continue
+        hi = None if last else max(sizes[k] + 1, int(round(math.sqrt(sizes[k] * sizes[k + 1]))))
+        runs.append((lo, hi, w))
+        lo = hi if hi is not None else lo
+    return runs
+
+
+def _digest(alg: Algorithm) -> str:
+    h = hashlib.sha256()
+    for t in alg.transfers:
+        h.update(repr(tuple(t)).encode())
+    return h.hexdigest()
+
+
+def tune(
+    topology: Topology,
+    kind: str,
+    *,
+    root: int | None = None,
+    sizes: Sequence[int] | str | None = None,
+    solvers: Sequence[str] | None = None,
+    chunks: int = 1,
+    time_budget: float = DEFAULT_BUDGET,
+    channels: int = 1,
+    fuse: bool = True,
+    options: Sequence[tuple[str, Any]] = (),
+    progress: Callable[[str, float | None], None] | None = None,
+    cache: bool = True,
+) -> TuneResult:
+    """A schedule set for ``kind`` on ``topology`` (see module docstring). ``progress(message,
+    fraction)`` is told what runs and how far along the budget or the plan is. With
+    ``cache``, an identical earlier request is answered from the result cache
+    (``ccl.compiler.cache``)."""
+    from backends.sim import Simulator
+    from backends.sim.nccl import baselines
+    from solvers.bounds import lower_bound
+
+    from . import cache as result_cache
+    from .stages import program as program_stage
+    from .stages import synthesize
+
+    start = time.perf_counter()
+    sweep = parse_sizes(sizes) if isinstance(sizes, str) else sorted(set(int(s) for s in sizes or ()))
+    if not sweep:
+        sweep = parse_sizes(DEFAULT_SIZES)
+    if any(s < 1 for s in sweep):
+        raise InputError("sizes must be at least 1 byte")
+    if not (isinstance(time_budget, (int, float)) and time_budget > 0 and math.isfinite(time_budget)):
+        raise InputError(f"time budget must be a positive number of seconds, got {time_budget!r}")
+    collective = builtin(kind, topology.n_ranks, root)
+    kind = collective.kind
+    todo = plan(kind, topology.n_ranks, sweep, solvers)
+    if not todo:
+        raise InputError(f"no solver implements {kind}")
+    asked = {"sizes": [format_size(s) for s in sweep], "solvers": [f"{n}@{format_size(s)}" if s else n for n, s in todo],
+             "chunks": chunks, "time_budget_s": time_budget, "channels": channels, "fuse": fuse,
+             "options": {k: v for k, v in options}}
+    key = None
+    if cache:
+        key = result_cache.key("schedule-set", topology=topology, collective=collective, asked=asked)
+        hit = result_cache.load_set(key)
+        if hit is not None:
+            return TuneResult(hit, time.perf_counter() - start, True, key)
+    say = progress or (lambda message, fraction: None)
+    candidates: list[Candidate] = []
+    seen: dict[str, str] = {}
+    sims: dict[str, Any] = {}
+    for k, (name, size) in enumerate(todo):
+        label = name if size is None else f"{name}@{format_size(size)}"
+        cand = Candidate(label, name, size)
+        candidates.append(cand)
+        elapsed = time.perf_counter() - start
+        optional = name in SIZE_AWARE or name in SEARCHING
+        if optional and elapsed >= time_budget:
+            cand.error = f"skipped: the time budget ({time_budget:g} s) was spent"
+            continue
+        say(f"[{k + 1}/{len(todo)}] synthesizing {label}", min(1.0, max(k / len(todo), elapsed / time_budget)))
+        limit = None
+        if name in SEARCHING:
+            limit = max(1.0, time_budget - elapsed)
+        request = Request(solver=name, chunks=chunks, size=size, time_limit=limit,
+                          options=tuple(options) if name in SEARCHING else ())
+        t0 = time.perf_counter()
+        try:
+            result = synthesize(Problem(topology, collective, request))
+        except CclError as exc:
+            cand.error = exc.message
+            continue
+        cand.seconds = time.perf_counter() - t0
+        cand.algorithm = result.algorithm
+        digest = _digest(result.algorithm)
+        if digest in seen:
+            cand.same_as = seen[digest]
+            continue
+        seen[digest] = label
+        prog = program_stage(result.algorithm, channels=channels, fuse=fuse, check=False)
+        sim = Simulator(prog)
+        cand.messages = prog.n_messages
+        say(f"[{k + 1}/{len(todo)}] simulating {label} at {len(sweep)} sizes",
+            min(1.0, max((k + 0.5) / len(todo), (time.perf_counter() - start) / time_budget)))
+        try:
+            cand.times_us = [sim.run(s).report.time_us for s in sweep]
+        except CclError as exc:
+            cand.error = f"simulation failed: {exc.message}"
+            continue
+        sims[label] = sim
+    timed = [c for c in candidates if c.error is None and c.same_as is None and c.times_us]
+    if not timed:
+        reasons = "; ".join(f"{c.label}: {c.error}" for c in candidates if c.error)
+        raise InputError(f"no schedule for {kind} on {topology.name}: {reasons}")
+    winners = []
+    for i in range(len(sweep)):
+        best = min(range(len(timed)), key=lambda j: (round(timed[j].times_us[i], 6), timed[j].messages, j))
+        winners.append(best)
+    runs = boundaries(sweep, winners)
+    entries = []
+    index_of: dict[int, int] = {}
+    for lo, hi, w in runs:
+        cand = timed[w]
+        assert cand.algorithm is not None
+        index_of.setdefault(w, len(entries))
+        entries.append(Entry(cand.algorithm, lo, hi, cand.label, cand.seconds))
+    table = []
+    for i, size in enumerate(sweep):
+        cand = timed[winners[i]]
+        b = lower_bound(topology, collective, size)
+        row: dict[str, Any] = {"size": size, "winner": cand.label,
+                               "entry": next(e for e, (lo, hi, _) in enumerate(runs)
+                                             if lo <= size and (hi is None or size < hi)),
+                               "time_us": round(cand.times_us[i], 3), "bound_us": round(b.bound_us, 3),
+                               "bound_ratio": round(cand.times_us[i] / b.bound_us, 4) if b.bound_us > 0 else None}
+        templates = [c for c in timed if c.solver not in SIZE_AWARE and c.solver not in SEARCHING]
+        if templates:
+            best_t = min(templates, key=lambda c: c.times_us[i])
+            row["best_template"] = best_t.label
+            row["best_template_us"] = round(best_t.times_us[i], 3)
+        for model in baselines(kind, topology, size, b.bound_us):
+            row[f"{model.name}_us"] = round(model.time_us, 3)
+        table.append(row)
+    name = f"{kind}-{topology.name}-auto"
+    sset = ScheduleSet(name, topology, collective, tuple(entries), tuple(table),
+                       tuple(c.to_json() for c in candidates), asked)
+    if key is not None:
+        result_cache.store_set(key, sset)
+    say("done", 1.0)
+    return TuneResult(sset, time.perf_counter() - start, False, key)

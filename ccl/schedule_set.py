@@ -1,0 +1,209 @@
+"""Schedule sets: verified schedules of one collective on one machine, each serving a range of
+message sizes, with the tuner's table that chose them.
+
+A set is what ``ccl synthesize`` writes with ``--solver auto`` (the default): the tuner
+simulated every candidate schedule at every swept size and kept, per size, the fastest. Its
+entries cover every size from 1 byte up, without gaps or overlaps: entry ``i`` serves calls
+of ``min_bytes <= size < max_bytes`` (``max_bytes`` None: no upper limit). ``pick(size)`` is
+the dispatch every consumer uses (simulate, run, the torch script, the MSCCL files).
+
+The file (``"format": "ccl-schedule-set"``) stores the topology and collective once; each
+entry holds its algorithm without them. Files are deterministic except the timing fields
+(``synthesis_seconds``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from typing import Any
+
+from .algorithm import Algorithm
+from .collective import Collective
+from .errors import CclError, InputError
+from .topology import Topology
+
+SET_FORMAT = "ccl-schedule-set"
+SET_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One schedule of a set and the sizes it serves: ``min_bytes <= size < max_bytes``. Its
+    collective is the set's, maybe with another chunk factor."""
+
+    algorithm: Algorithm
+    min_bytes: int
+    max_bytes: int | None
+    label: str  # the candidate it came from, e.g. "packing@64MiB" or "ring"
+    synthesis_seconds: float | None = None
+
+    def serves(self, size: float) -> bool:
+        return self.min_bytes <= size and (self.max_bytes is None or size < self.max_bytes)
+
+    def range_text(self) -> str:
+        from .units import format_size
+
+        hi = "" if self.max_bytes is None else format_size(self.max_bytes)
+        return f"[{format_size(self.min_bytes)}, {hi or 'no limit'})"
+
+
+@dataclass(frozen=True)
+class ScheduleSet:
+    """Schedules of one collective on one topology by size range (see module docstring).
+    ``table``: per swept size the winner (its entry), time, bound and NCCL models;
+    ``candidates``: every schedule the tuner tried, with its times or why it is missing;
+    ``options``: what the tuner was asked (sizes, budget, solvers)."""
+
+    name: str
+    topology: Topology
+    collective: Collective
+    entries: tuple[Entry, ...]
+    table: tuple[dict[str, Any], ...] = ()
+    candidates: tuple[dict[str, Any], ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.entries:
+            raise InputError(f"schedule set {self.name!r} has no entries")
+        lo = 0
+        for k, e in enumerate(self.entries):
+            c = e.algorithm.collective
+            if (e.algorithm.topology != self.topology or c.kind != self.collective.kind
+                    or c.root != self.collective.root or c.n_ranks != self.collective.n_ranks):
+                raise InputError(f"schedule set {self.name!r}: entry {k} ({e.label}) is for another topology or "
+                                 "collective than the set")
+            if e.min_bytes != lo:
+                raise InputError(f"schedule set {self.name!r}: entry {k} ({e.label}) starts at {e.min_bytes} bytes, "
+                                 f"expected {lo} (ranges must follow each other without gaps or overlaps)")
+            if e.max_bytes is None:
+                if k != len(self.entries) - 1:
+                    raise InputError(f"schedule set {self.name!r}: only the last entry may have no upper limit "
+                                     f"(entry {k} of {len(self.entries)})")
+            elif e.max_bytes <= e.min_bytes:
+                raise InputError(f"schedule set {self.name!r}: entry {k} ({e.label}) has an empty range "
+                                 f"[{e.min_bytes}, {e.max_bytes})")
+            lo = e.max_bytes if e.max_bytes is not None else -1
+        if self.entries[-1].max_bytes is not None:
+            raise InputError(f"schedule set {self.name!r}: the last entry must have no upper limit (max_bytes null)")
+
+    def pick(self, size: float) -> Entry:
+        """The entry serving calls of ``size`` bytes."""
+        if isinstance(size, bool) or not isinstance(size, (int, float)) or not size > 0 or math.isinf(size):
+            raise InputError(f"size must be a positive number of bytes, got {size!r}")
+        starts = [e.min_bytes for e in self.entries]
+        return self.entries[bisect_right(starts, size) - 1]
+
+    def index(self, size: float) -> int:
+        return self.entries.index(self.pick(size))
+
+    def summary(self) -> dict[str, Any]:
+        return {"name": self.name, "collective": self.collective.kind, "topology": self.topology.name,
+                "n_ranks": self.topology.n_ranks,
+                "entries": [{"label": e.label, "solver": e.algorithm.solver, "min_bytes": e.min_bytes,
+                             "max_bytes": e.max_bytes, "transfers": len(e.algorithm.transfers),
+                             "steps": e.algorithm.n_steps} for e in self.entries]}
+
+
+# ---------------------------------------------------------------------- files
+def set_to_json(sset: ScheduleSet) -> dict[str, Any]:
+    from .serialize import (
+        FORMAT_VERSION,
+        TRANSFER_FIELDS,
+        _TransferRows,
+        collective_to_json,
+        topology_to_json,
+    )
+
+    return {
+        "format": SET_FORMAT,
+        "version": SET_VERSION,
+        "name": sset.name,
+        "options": sset.options,
+        "table": list(sset.table),
+        "candidates": list(sset.candidates),
+        "collective": collective_to_json(sset.collective),
+        "topology": topology_to_json(sset.topology),
+        "entries": [
+            {"label": e.label, "min_bytes": e.min_bytes, "max_bytes": e.max_bytes,
+             "synthesis_seconds": None if e.synthesis_seconds is None else round(e.synthesis_seconds, 3),
+             "algorithm": {"format": "ccl-algorithm", "version": FORMAT_VERSION, "name": e.algorithm.name,
+                           "solver": e.algorithm.solver, "collective": collective_to_json(e.algorithm.collective),
+                           "rounds": None if e.algorithm.rounds is None else list(e.algorithm.rounds),
+                           "transfer_fields": TRANSFER_FIELDS, "transfers": _TransferRows(e.algorithm.transfers)}}
+            for e in sset.entries
+        ],
+    }
+
+
+def set_from_json(data: dict[str, Any]) -> ScheduleSet:
+    from .serialize import algorithm_from_json, collective_from_json, topology_from_json
+
+    if not isinstance(data, dict) or data.get("format") != SET_FORMAT:
+        raise InputError(f"not a schedule set (expected \"format\": \"{SET_FORMAT}\")")
+    if data.get("version") != SET_VERSION:
+        raise InputError(f"schedule set version {data.get('version')!r} is not supported (this tool reads "
+                         f"version {SET_VERSION})")
+    topology = topology_from_json(data["topology"])
+    collective = collective_from_json(data["collective"])
+    entries = []
+    for k, e in enumerate(data["entries"]):
+        if not isinstance(e, dict):
+            raise InputError(f"entry {k}: expected an object")
+        try:
+            alg = algorithm_from_json({"collective": data["collective"], **e["algorithm"], "topology": data["topology"]})
+        except CclError as exc:
+            raise InputError(f"entry {k}: {exc.message}") from None
+        lo, hi = e["min_bytes"], e.get("max_bytes")
+        if type(lo) is not int or (hi is not None and type(hi) is not int):
+            raise InputError(f"entry {k}: min_bytes and max_bytes must be whole numbers of bytes (max_bytes null: "
+                             "no upper limit)")
+        seconds = e.get("synthesis_seconds")
+        entries.append(Entry(alg, lo, hi, str(e.get("label", alg.solver)),
+                             None if seconds is None else float(seconds)))
+    options = data.get("options") or {}
+    return ScheduleSet(str(data["name"]), topology, collective, tuple(entries),
+                       tuple(data.get("table") or ()), tuple(data.get("candidates") or ()),
+                       options if isinstance(options, dict) else {})
+
+
+def save_set(sset: ScheduleSet, path: str | os.PathLike[str]) -> None:
+    from .serialize import dumps, write_text_atomic
+
+    write_text_atomic(path, dumps(set_to_json(sset)) + "\n")
+
+
+def set_text(sset: ScheduleSet) -> str:
+    """The set's file text (what ``save_set`` writes)."""
+    from .serialize import dumps
+
+    return dumps(set_to_json(sset)) + "\n"
+
+
+def is_set_data(data: Any) -> bool:
+    return isinstance(data, dict) and data.get("format") == SET_FORMAT
+
+
+def load_set(path: str | os.PathLike[str]) -> ScheduleSet:
+    """A schedule set file (not verified: ``verify_set`` does that)."""
+    from .serialize import _from_json, read_json
+
+    return _from_json(path, read_json(path), set_from_json, "schedule set")
+
+
+def verify_set(sset: ScheduleSet, *, in_place: bool = False) -> list[Any]:
+    """Verify every entry (``ccl.verify``); VerificationError names the entry. Returns the
+    VerificationResults in entry order."""
+    from .errors import VerificationError
+    from .verify import verify
+
+    out = []
+    for k, e in enumerate(sset.entries):
+        try:
+            out.append(verify(e.algorithm, in_place=in_place))
+        except VerificationError as exc:
+            exc.message = f"schedule set {sset.name!r}, entry {k} ({e.label}, sizes {e.range_text()}): {exc.message}"
+            raise
+    return out
