@@ -205,5 +205,6 @@ def verify_set(sset: ScheduleSet, *, in_place: bool = False) -> list[Any]:
             out.append(verify(e.algorithm, in_place=in_place))
         except VerificationError as exc:
             exc.message = f"schedule set {sset.name!r}, entry {k} ({e.label}, sizes {e.range_text()}): {exc.message}"
+            exc.args = (exc.message,)
             raise
     return out

@@ -9,3 +9,18 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("default", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", deadline=None, max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_result_cache(tmp_path_factory):
+    """The tuner's result cache in a folder of this test session, never the user's."""
+    old = os.environ.get("CCL_CACHE_DIR")
+    os.environ["CCL_CACHE_DIR"] = str(tmp_path_factory.mktemp("ccl-cache"))
+    yield
+    if old is None:
+        os.environ.pop("CCL_CACHE_DIR", None)
+    else:
+        os.environ["CCL_CACHE_DIR"] = old

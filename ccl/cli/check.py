@@ -171,7 +171,8 @@ def synthesize_file(args: argparse.Namespace) -> int:
     from ..serialize import save_algorithm
     from .synthesize import summary
 
-    for flag, default in (("topology", None), ("collective", None), ("root", None), ("chunks", 1), ("solver", "ring")):
+    for flag, default in (("topology", None), ("collective", None), ("root", None), ("chunks", 1), ("solver", "auto"),
+                          ("sizes", None), ("time_budget", None), ("solvers", None), ("no_cache", False)):
         if getattr(args, flag, default) != default:
             raise InputError(f"--{flag} does not combine with a description file: set it in {args.file}")
     if args.emit == "ast":

@@ -28,8 +28,14 @@ def _printed(args: argparse.Namespace, summary: dict[str, Any], key: str, text: 
 
 def cmd_torch(args: argparse.Namespace) -> int:
     from .. import compiler
+    from ..compiler.msccl import is_xml, load_any
+    from ..schedule_set import ScheduleSet
     from ..serialize import write_text_atomic
 
+    if not is_xml(args.file):
+        sset = load_any(args.file, topology=args.topology)
+        if isinstance(sset, ScheduleSet):
+            return _torch_set(args, sset)
     program = compiler.runnable(args.file, topology=args.topology, **lowering(args))
     from backends.torch.codegen import emit_script
 
@@ -45,11 +51,40 @@ def cmd_torch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _torch_set(args: argparse.Namespace, sset: Any) -> int:
+    """A schedule set as one script that runs the schedule serving its --size."""
+    from backends.torch.codegen import emit_set_script
+
+    from .. import compiler
+    from ..serialize import write_text_atomic
+
+    entries = [(e.min_bytes, e.max_bytes, e.label, compiler.runnable(e.algorithm, **lowering(args)))
+               for e in sset.entries]
+    script = emit_set_script(sset.name, entries, source=args.file)
+    n = sset.topology.n_ranks
+    summary = {"ok": True, "output": args.output, "name": sset.name, "collective": sset.collective.kind,
+               "n_ranks": n, "entries": [{"label": lbl, "min_bytes": lo, "max_bytes": hi, **p.summary()}
+                                         for lo, hi, lbl, p in entries],
+               "bytes": len(script.encode())}
+    if _printed(args, summary, "script", script):
+        return 0
+    write_text_atomic(args.output, script)
+    emit(args, summary, f"ok: {sset.name}: {len(entries)} schedules by size -> {args.output} (the one serving "
+                        f"--size runs)\n  run: torchrun --nproc-per-node {n} {args.output} --size 16MiB --check "
+                        "--repeat 10")
+    return 0
+
+
 def cmd_msccl(args: argparse.Namespace) -> int:
-    from ..compiler.msccl import export_xml, load_schedule
+    from ..compiler.msccl import export_xml, is_xml, load_any, load_schedule
+    from ..schedule_set import ScheduleSet
     from ..serialize import write_text_atomic
     from ..units import parse_size
 
+    if not is_xml(args.file):
+        sset = load_any(args.file, topology=args.topology)
+        if isinstance(sset, ScheduleSet):
+            return _msccl_set(args, sset)
     schedule = load_schedule(args.file, topology=args.topology)
     sizes = {}
     for name in ("min_bytes", "max_bytes"):
@@ -75,6 +110,69 @@ def cmd_msccl(args: argparse.Namespace) -> int:
     return 0
 
 
+def _msccl_set(args: argparse.Namespace, sset: Any) -> int:
+    """A schedule set as one XML file per size range (minBytes/maxBytes from the ranges, in the
+    bytes the runtimes count) into the folder -o; every file or none."""
+    import os
+    import re
+
+    from ..compiler.msccl import export_xml, msccl_bytes
+    from ..errors import BackendError, InputError
+    from ..serialize import write_text_atomic
+
+    if args.min_bytes is not None or args.max_bytes is not None:
+        raise InputError("a schedule set carries its size ranges: --min-bytes/--max-bytes do not apply")
+    if args.name is not None:
+        raise InputError("--name does not apply to a schedule set (each file is named after its range)")
+    if not args.output:
+        raise InputError("a schedule set exports one file per size range: give -o FOLDER")
+    if os.path.exists(args.output) and not os.path.isdir(args.output):
+        raise InputError(f"-o {args.output!r} is a file; a schedule set needs a folder (one file per size range)")
+    kind, n = sset.collective.kind, sset.topology.n_ranks
+    files, skipped, rows = [], [], []
+    width = len(str(len(sset.entries) - 1))
+    for k, e in enumerate(sset.entries):
+        lo, hi = msccl_bytes(kind, n, e.min_bytes, e.max_bytes)
+        label = re.sub(r"[^A-Za-z0-9_.-]", "_", e.label)
+        name = f"{sset.name}-{k:0{width}d}-{label}"
+        try:
+            text, summary = export_xml(e.algorithm, target=args.target, protocol=args.protocol,
+                                       instances=args.instances, mode=args.mode, name=name, forward=args.forward,
+                                       min_bytes=lo, max_bytes=hi, **lowering(args))
+        except (BackendError, InputError) as exc:
+            if not args.skip_unfit:
+                raise BackendError(f"entry {k} ({e.label}, sizes {e.range_text()}): {exc.message} (--skip-unfit "
+                                   "writes the other ranges; calls in this one then fall back to NCCL)") from None
+            skipped.append({"entry": k, "label": e.label, "min_bytes": e.min_bytes, "max_bytes": e.max_bytes,
+                            "reason": exc.message})
+            continue
+        path = os.path.join(args.output, f"{name}.xml")
+        files.append((path, text))
+        rows.append({"entry": k, "label": e.label, "file": path, **summary})
+    if not files:
+        raise BackendError("no entry of the set fits the target: " + "; ".join(
+            f"{s['label']}: {s['reason']}" for s in skipped))
+    if not os.path.isdir(args.output):
+        parent = os.path.dirname(os.path.abspath(args.output))
+        if not os.path.isdir(parent):
+            raise InputError(f"cannot create {args.output!r}: folder {parent!r} does not exist")
+        os.mkdir(args.output)
+    for path, text in files:
+        write_text_atomic(path, text)
+    data = {"ok": True, "output": args.output, "name": sset.name, "target": args.target, "files": rows,
+            "skipped": skipped}
+    lines = [f"ok: {sset.name}: {len(files)} file{'s' if len(files) != 1 else ''} for {args.target} -> "
+             f"{args.output}/ (one per size range; deploy: MSCCL_ALGO_DIR={args.output})"]
+    for r in rows:
+        span = f"{r['minBytes']} bytes and up" if not r["maxBytes"] else f"{r['minBytes']} to {r['maxBytes']} bytes"
+        lines.append(f"  {os.path.basename(r['file'])}: calls of {span}, "
+                     f"{r['threadblocks']} threadblocks, {r['max_steps']} steps at most")
+    for s in skipped:
+        lines.append(f"  not written: entry {s['entry']} ({s['label']}): {s['reason']}; calls there fall back to NCCL")
+    emit(args, data, "\n".join(lines))
+    return 0
+
+
 def register(sub: Any) -> None:
     group = sub.add_parser("emit", help="write a schedule as a torch script or MSCCL XML",
                            description="write a schedule as a backend's output: a standalone torch script or an "
@@ -89,7 +187,8 @@ def register(sub: Any) -> None:
     add_lowering_options(p)
     m = command(targets, "msccl", "an MSCCL XML file for the msccl executor or RCCL", cmd_msccl)
     m.add_argument("file", help="schedule file: JSON written by `ccl synthesize` or `ccl import`, or MSCCL XML")
-    m.add_argument("-o", "--output", help="write here (default: standard output)")
+    m.add_argument("-o", "--output", help="write here (default: standard output); for a schedule set, a folder "
+                   "that gets one file per size range")
     m.add_argument("--target", choices=("msccl", "rccl"), default="msccl",
                    help="the runtime: its coll spelling and limits (default msccl)")
     m.add_argument("--protocol", choices=("Simple", "LL", "LL128"), default="Simple",
@@ -105,4 +204,7 @@ def register(sub: Any) -> None:
                    help="fuse a receive and the send forwarding it into rcs/rrcs steps (msccl target): auto keeps "
                         "them where the simulator finds the file no slower at --max-bytes (64MiB when unlimited)")
     m.add_argument("--topology", "-t", help="for an XML file: the machine (default: every pair of gpus linked)")
+    m.add_argument("--skip-unfit", action="store_true",
+                   help="schedule set: write the ranges that fit the target's limits and report the others (their "
+                        "calls fall back to NCCL) instead of writing nothing")
     add_lowering_options(m)

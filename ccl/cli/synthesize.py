@@ -29,6 +29,11 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     if args.emit == "ast":
         raise InputError("--emit ast prints the syntax tree of a description FILE.ccl")
     topo = compiler.load_topology(args.topology)
+    if args.solver == "auto":
+        return synthesize_auto(args, topo)
+    for flag in ("sizes", "time_budget", "solvers"):
+        if getattr(args, flag) is not None:
+            raise InputError(f"--{flag.replace('_', '-')} applies to --solver auto (the tuner), not {args.solver!r}")
     options = dict(parse_options(args.option))
     if args.backend is not None:
         options["backend"] = args.backend
@@ -58,6 +63,116 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     return 0
 
 
+def synthesize_auto(args: argparse.Namespace, topo: Any) -> int:
+    """``--solver auto``: the tuner (``ccl.compiler.tuner``): every applicable solver within
+    the budget, simulated over the sizes, the best per size range saved as a schedule set."""
+    from ..compiler.tuner import DEFAULT_BUDGET, DEFAULT_SIZES, tune
+    from ..errors import InputError
+    from ..schedule_set import save_set
+    from .pareto import parse_options
+
+    for flag in ("steps", "rounds", "sketch", "roots"):
+        if getattr(args, flag, None) is not None:
+            raise InputError(f"--{flag} applies to one solver: name it with --solver (auto runs them all)")
+    if args.emit is not None:
+        raise InputError(f"--emit {args.emit} applies to one solver: name it with --solver (auto writes a schedule set)")
+    if args.size is not None and args.sizes is not None:
+        raise InputError("give --size (one size) or --sizes (a sweep), not both")
+    sizes = args.sizes if args.sizes is not None else (args.size if args.size is not None else DEFAULT_SIZES)
+    budget = parse_seconds(args.time_budget) if args.time_budget is not None else DEFAULT_BUDGET
+    if args.time_limit is not None:
+        raise InputError("--time-limit applies to one solver; with --solver auto give --time-budget (all solvers)")
+    names = None
+    if args.solvers is not None:
+        names = [x.strip() for x in args.solvers.split(",") if x.strip()]
+        if not names:
+            raise InputError(f"no solver named in --solvers {args.solvers!r}")
+    options = parse_options(args.option)
+    if args.backend is not None:
+        options = (*options, ("backend", args.backend))
+    result = tune(topo, args.collective, root=args.root, sizes=sizes, solvers=names, chunks=args.chunks,
+                  time_budget=budget, channels=args.channels, fuse=not args.no_fuse, options=options,
+                  progress=tuner_progress(), cache=not args.no_cache)
+    sset = result.schedule_set
+    if args.output:
+        save_set(sset, args.output)
+    data = {**result.to_json(), "output": args.output}
+    where = f" -> {args.output}" if args.output else " (not written: no -o given)"
+    emit(args, data, set_summary(result, where))
+    return 0
+
+
+def tuner_progress() -> Any:
+    """The tuner's progress on stderr (``ccl.cli.progress`` when present)."""
+    try:
+        from .progress import Progress  # type: ignore[attr-defined]
+    except ImportError:
+        Progress = None
+    if Progress is not None:
+        bar = Progress()
+        return lambda message, fraction: bar.update(message, fraction)
+    import os
+    import sys
+
+    quiet = bool(os.environ.get("CCL_QUIET"))
+
+    def say(message: str, fraction: float | None) -> None:
+        if not quiet:
+            print(f"ccl: {message}", file=sys.stderr, flush=True)
+
+    return say
+
+
+def set_summary(result: Any, where: str) -> str:
+    """The readable report of a tuned schedule set: which schedule serves which sizes, the
+    table per swept size (time, distance to the bound, NCCL's ring model, the best template)
+    and what was tried."""
+    from ..report import format_us
+    from ..units import format_size
+
+    sset = result.schedule_set
+    how = "from the cache, " if result.cached else ""
+    lines = [f"ok: {sset.collective.kind} on {sset.topology.name} ({sset.topology.n_ranks} ranks): "
+             f"{len(sset.entries)} schedule{'s' if len(sset.entries) != 1 else ''} by size, verified, "
+             f"{how}{result.seconds:.1f} s{where}"]
+    for e in sset.entries:
+        lines.append(f"  {e.range_text():<26} {e.label}")
+    ref_key = next((k for k in ("nccl-ring_us", "nccl-tree_us", "nccl-p2p_us") if sset.table and k in sset.table[0]),
+                   None)
+    ref = ref_key[:-3] if ref_key else ""
+    lines.append(f"  {'size':>8}  {'winner':<22}{'time':>11}{'/bound':>8}  {('vs ' + ref) if ref else '':<16}"
+                 f"{'vs best template':<18}")
+    for row in sset.table:
+        versus = ""
+        if ref_key and row.get(ref_key):
+            x = row[ref_key] / row["time_us"]
+            versus = f"{x:.2f}x faster" if x >= 1 else f"{1 / x:.2f}x slower"
+        tmpl = ""
+        if row.get("best_template_us"):
+            x = row["best_template_us"] / row["time_us"]
+            tmpl = "is the best" if row["best_template"] == row["winner"] else f"{x:.2f}x faster"
+        ratio = "-" if row.get("bound_ratio") is None else f"{row['bound_ratio']:.3f}"
+        lines.append(f"  {format_size(row['size']):>8}  {row['winner']:<22}{format_us(row['time_us']):>11}"
+                     f"{ratio:>8}  {versus:<16}{tmpl:<18}")
+    tried = [c for c in sset.candidates if "times_us" in c]
+    dup = [c for c in sset.candidates if "same_as" in c]
+    failed = [c for c in sset.candidates if "error" in c]
+    skipped = [c for c in failed if c["error"].startswith("skipped")]
+    text = f"  tried {len(tried)} distinct schedule{'s' if len(tried) != 1 else ''}"
+    if dup:
+        text += f" ({len(dup)} duplicate{'s' if len(dup) != 1 else ''} dropped)"
+    if failed:
+        text += f"; {len(failed) - len(skipped)} solver{'s' if len(failed) - len(skipped) != 1 else ''} not applicable"
+    if skipped:
+        text += f"; {len(skipped)} skipped when the time budget ran out: " + ", ".join(c["label"] for c in skipped)
+    slow = max((c for c in sset.candidates if c.get("synthesis_seconds")), key=lambda c: c["synthesis_seconds"],
+               default=None)
+    if slow is not None:
+        text += f"; slowest synthesis {slow['label']} {slow['synthesis_seconds']:.1f} s"
+    lines.append(text)
+    return "\n".join(lines)
+
+
 def summary(result: Any, label: str, where: str) -> str:
     """The readable lines for one synthesis: status, size of the schedule, and what the solver
     reported (gap at a time limit, a template chosen instead, simulated time against the bound)."""
@@ -84,8 +199,20 @@ def register(sub: Any) -> None:
     add_emit(syn, STAGES, "solving (ast, problem) or the summary (algorithm, program)")
     add_problem_arguments(syn, required=False)
     syn.add_argument("--chunks", "-k", type=positive_int, default=1, help="chunk factor (pieces per rank's part)")
-    syn.add_argument("--solver", "-s", default="ring", help="solver name (see `ccl solvers`)")
-    syn.add_argument("--size", help="target buffer size for cost-aware solvers (nccl-tests convention: 1KiB, 64MiB)")
+    syn.add_argument("--solver", "-s", default="auto",
+                     help="solver name (see `ccl solvers`), or auto (default): run the applicable solvers, simulate "
+                          "each over --sizes and save the best per size range as a schedule set")
+    syn.add_argument("--size", help="target buffer size for cost-aware solvers (nccl-tests convention: 1KiB, 64MiB); "
+                     "with auto: tune for this one size")
+    syn.add_argument("--sizes", help="auto: the sizes to tune over (default 1KiB..1GiB: powers of two; also lists "
+                     "such as 4MiB,64MiB)")
+    syn.add_argument("--time-budget", help="auto: seconds for all solvers together (default 30; templates always "
+                     "run, slower solvers are skipped once it is spent)")
+    syn.add_argument("--solvers", help="auto: only these solvers (comma-separated; smt, milp and teccl run only when "
+                     "named here)")
+    syn.add_argument("--no-cache", action="store_true",
+                     help="auto: compute again instead of answering from the result cache (~/.cache/ccl, "
+                          "CCL_CACHE_DIR)")
     syn.add_argument("--sketch", help="a sketch JSON file for the MILP solvers (relays, internode, switch_policy, "
                      "symmetry, chunk_partition)")
     syn.add_argument("--backend", choices=("highs", "cbc"), help="MILP solver backend (default highs)")

@@ -12,14 +12,19 @@ from .stages import add_emit, emit_algorithms, emit_programs
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from ..algorithm import Algorithm
-    from ..compiler.msccl import is_xml, load_schedule
+    from ..compiler.msccl import is_xml
     from ..errors import InputError, VerificationError
     from ..verify import verify
     from ..verify_program import verify_program
 
     if is_xml(args.file):
         return _verify_xml(args)
-    schedule = load_schedule(args.file, topology=args.topology)
+    from ..compiler.msccl import load_any
+    from ..schedule_set import ScheduleSet
+
+    schedule = load_any(args.file, topology=args.topology)
+    if isinstance(schedule, ScheduleSet):
+        return _verify_set(args, schedule)
     if not isinstance(schedule, Algorithm):
         if args.emit == "algorithm":
             raise InputError(f"{args.file} is a program file: it has no algorithm stage (try --emit program)")
@@ -50,6 +55,33 @@ def cmd_verify(args: argparse.Namespace) -> int:
     text = (f"ok: {args.file}: {alg.name} implements {alg.collective} on {alg.topology.name}\n"
             f"  {alg.n_steps} steps, {len(alg.transfers)} transfers; {note}")
     emit(args, data, text)
+    return 0
+
+
+def _verify_set(args: argparse.Namespace, sset: Any) -> int:
+    """Every entry of a schedule set verified (``load_any`` did it; here in place too)."""
+    from ..errors import InputError
+    from ..verify import verify
+
+    if args.emit == "algorithm":
+        return emit_algorithms(args, [e.algorithm for e in sset.entries])
+    if args.emit == "program":
+        return emit_programs(args, [e.algorithm for e in sset.entries])
+    if args.emit is not None:
+        raise InputError(f"--emit {args.emit} does not apply to a schedule set")
+    rows, lines = [], []
+    for k, e in enumerate(sset.entries):
+        in_place = _in_place(lambda alg=e.algorithm: verify(alg, in_place=True))
+        rows.append({"entry": k, "label": e.label, "min_bytes": e.min_bytes, "max_bytes": e.max_bytes,
+                     **e.algorithm.summary(), "in_place_ok": in_place[0], "in_place_reason": in_place[1]})
+        lines.append(f"  {k}: {e.range_text():<26} {e.label}: {e.algorithm.n_steps} steps, "
+                     f"{len(e.algorithm.transfers)} transfers; {_note(in_place)}")
+    data = {"ok": True, "file": args.file, "name": sset.name, "collective": sset.collective.kind,
+            "topology": sset.topology.name, "n_ranks": sset.topology.n_ranks, "entries": rows}
+    head = (f"ok: {args.file}: schedule set {sset.name}: {len(sset.entries)} schedule"
+            f"{'s' if len(sset.entries) != 1 else ''} of {sset.collective.kind} on {sset.topology.name}, every one "
+            f"verified")
+    emit(args, data, "\n".join([head, *lines]))
     return 0
 
 

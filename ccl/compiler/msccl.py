@@ -104,6 +104,18 @@ def load_any(path: str | os.PathLike[str], *, topology: str | Topology | None = 
     return value
 
 
+def msccl_bytes(kind: str, n_ranks: int, lo: int, hi: int | None) -> tuple[int, int]:
+    """A half-open range of call sizes in this tool's convention (``ccl.report.SIZE_MEANING``)
+    as the runtimes' (minBytes, maxBytes): both inclusive, maxBytes 0 for no limit, in the
+    bytes they count (one rank's part for gather and scatter, else the same)."""
+    per = n_ranks if kind in ("gather", "scatter") else 1
+    lo_x = -(-lo // per)
+    if hi is None:
+        return lo_x, 0
+    hi_x = -(-hi // per) - 1
+    return lo_x, max(hi_x, lo_x)
+
+
 def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple", instances: int = 1,
                min_bytes: int = 0, max_bytes: int = 0, mode: str = "auto", name: str | None = None,
                forward: str = "auto", channels: int = 1, fuse: bool = True) -> tuple[str, dict[str, Any]]:
