@@ -13,6 +13,8 @@ first use so ``import ccl`` stays cheap.
     report = ccl.simulate(result, "64MiB")    # time, busbw, lower bound, NCCL baselines
     allreduce = ccl.executor("ar.json")       # on a live torch.distributed process group
     xml = ccl.to_msccl(result, target="rccl") # MSCCL XML for the msccl executor or RCCL
+    tuned = ccl.tune("dgx1", "allreduce")     # every solver, the best per size: a ScheduleSet
+    tuned.pick(64 << 20).algorithm            # the schedule serving 64 MiB calls
     program = ccl.from_msccl("algo.xml")      # a published XML file, verified, as a Program
 """
 
@@ -40,6 +42,8 @@ from .lower import lower
 from .problem import Problem, Request, Sketch, SynthesisResult
 from .program import Op, Program
 from .report import Report
+from .schedule_set import ScheduleSet
+from .schedule_set import load_set as load_set
 from .serialize import load_algorithm as load
 from .serialize import save_algorithm as save
 from .topology import Link, SharedLimit, Switch, Topology
@@ -71,6 +75,7 @@ __all__ = [
     "SolverTimeout",
     "Span",
     "Switch",
+    "ScheduleSet",
     "SynthesisResult",
     "Topology",
     "TopologyError",
@@ -82,6 +87,7 @@ __all__ = [
     "executor",
     "from_msccl",
     "load",
+    "load_set",
     "lower",
     "problem",
     "save",
@@ -89,6 +95,7 @@ __all__ = [
     "synthesize",
     "to_msccl",
     "topology",
+    "tune",
     "verify",
     "verify_program",
 ]
@@ -146,6 +153,19 @@ def to_msccl(schedule: Any, **options: Any) -> str:
     from .compiler.msccl import export_xml
 
     return export_xml(schedule, **options)[0]
+
+
+def tune(topology: str | Topology, collective: str, **options: Any) -> ScheduleSet:
+    """The best verified schedule per message size: every applicable solver within a time
+    budget, each simulated over the sizes, kept per size range (what ``ccl synthesize`` does by
+    default). Options: ``root``, ``sizes`` (text such as ``"1KiB..1GiB"`` or a list of bytes),
+    ``solvers``, ``chunks``, ``time_budget`` (seconds), ``channels``, ``fuse``, ``cache`` (the
+    result cache; default on). ``ScheduleSet.pick(size)`` is the entry serving a size; save it
+    with ``ccl.schedule_set.save_set``."""
+    from .compiler import load_topology
+    from .compiler.tuner import tune as run
+
+    return run(load_topology(topology), collective, **options).schedule_set
 
 
 def from_msccl(path: str, topology: str | Topology | None = None, *, in_place: bool = False) -> Program:

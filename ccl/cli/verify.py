@@ -77,7 +77,8 @@ def _verify_set(args: argparse.Namespace, sset: Any) -> int:
         lines.append(f"  {k}: {e.range_text():<26} {e.label}: {e.algorithm.n_steps} steps, "
                      f"{len(e.algorithm.transfers)} transfers; {_note(in_place)}")
     data = {"ok": True, "file": args.file, "name": sset.name, "collective": sset.collective.kind,
-            "topology": sset.topology.name, "n_ranks": sset.topology.n_ranks, "entries": rows}
+            "topology": sset.topology.name, "n_ranks": sset.topology.n_ranks,
+            "in_place_ok": all(r["in_place_ok"] for r in rows), "entries": rows}
     head = (f"ok: {args.file}: schedule set {sset.name}: {len(sset.entries)} schedule"
             f"{'s' if len(sset.entries) != 1 else ''} of {sset.collective.kind} on {sset.topology.name}, every one "
             f"verified")

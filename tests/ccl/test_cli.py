@@ -48,7 +48,7 @@ def test_synthesize_json_fields(capsys, tmp_path):
 
 def test_verify_json(capsys, tmp_path):
     path = tmp_path / "a.json"
-    assert run(capsys, "synthesize", "-t", "ring:4", "-c", "reducescatter", "-o", str(path))[0] == 0
+    assert run(capsys, "synthesize", "-t", "ring:4", "-c", "reducescatter", "-s", "ring", "-o", str(path))[0] == 0
     code, out, _ = run(capsys, "verify", str(path), "--json")
     data = json.loads(out)
     assert code == 0 and data["ok"] is True and data["in_place_ok"] is True

@@ -15,7 +15,7 @@ def test_public_names_are_pinned():
         "SolverTimeout", "Span", "Switch", "Topology", "TopologyError", "Transfer", "VerificationError",
         "VerificationResult", "Z3Error", "collectives", "load", "problem", "save", "simulate", "synthesize", "topology", "verify",
         "Op", "Program", "ProgramVerification", "lower", "verify_program", "SynthesisResult", "executor",
-        "to_msccl", "from_msccl",
+        "to_msccl", "from_msccl", "tune", "ScheduleSet", "load_set",
     ])
     for name in ccl.__all__:
         assert hasattr(ccl, name), name
