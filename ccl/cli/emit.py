@@ -161,8 +161,9 @@ def _msccl_set(args: argparse.Namespace, sset: Any) -> int:
         write_text_atomic(path, text)
     data = {"ok": True, "output": args.output, "name": sset.name, "target": args.target, "files": rows,
             "skipped": skipped}
+    folder = os.path.normpath(args.output)
     lines = [f"ok: {sset.name}: {len(files)} file{'s' if len(files) != 1 else ''} for {args.target} -> "
-             f"{args.output}/ (one per size range; deploy: MSCCL_ALGO_DIR={args.output})"]
+             f"{folder}/ (one per size range; deploy: MSCCL_ALGO_DIR={os.path.abspath(folder)})"]
     for r in rows:
         span = f"{r['minBytes']} bytes and up" if not r["maxBytes"] else f"{r['minBytes']} to {r['maxBytes']} bytes"
         lines.append(f"  {os.path.basename(r['file'])}: calls of {span}, "

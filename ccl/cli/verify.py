@@ -11,6 +11,30 @@ from .stages import add_emit, emit_algorithms, emit_programs
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    """One file, or several one after the other (the first that fails stops with its error)."""
+    if len(args.files) == 1:
+        args.file = args.files[0]
+        return verify_one(args)
+    import contextlib
+    import io
+    import json
+
+    from ..errors import InputError
+
+    if args.emit is not None:
+        raise InputError("--emit takes one file")
+    reports = []
+    for path in args.files:
+        args.file = path
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            verify_one(args)
+        reports.append(json.loads(buffer.getvalue()) if args.json else buffer.getvalue().rstrip("\n"))
+    emit(args, {"ok": True, "files": reports}, "\n".join(reports) if not args.json else "")
+    return 0
+
+
+def verify_one(args: argparse.Namespace) -> int:
     from ..algorithm import Algorithm
     from ..compiler.msccl import is_xml
     from ..errors import InputError, VerificationError
@@ -138,6 +162,8 @@ def _verify_xml(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     ver = command(sub, "verify", "check that a schedule implements its collective", cmd_verify)
-    ver.add_argument("file", help="schedule file: JSON written by `ccl synthesize` or `ccl import`, or MSCCL XML")
+    ver.add_argument("files", nargs="+", metavar="file",
+                     help="schedule file(s): JSON written by `ccl synthesize` (one schedule or a set) or `ccl import`, "
+                          "or MSCCL XML; several are checked one after the other")
     ver.add_argument("--topology", "-t", help="for an XML file: the machine (default: every pair of gpus linked)")
     add_emit(ver, ("algorithm", "program"), "the verdict")

@@ -221,3 +221,20 @@ def test_emitted_set_script_runs_the_schedule_serving_the_size(capsys, ring4_all
         line = [x for x in proc.stdout.splitlines() if x.startswith("{")][-1]
         data = json.loads(line)
         assert data["correct"] is True and data["name"] == entry.algorithm.name
+
+
+def test_verify_takes_several_files_and_stops_at_the_first_bad_one(capsys, ring4_allreduce, tmp_path):
+    src, out_dir = tmp_path / "set.json", tmp_path / "xml"
+    save_set(ring4_allreduce.schedule_set, src)
+    assert run(capsys, "emit", "msccl", src, "-o", out_dir)[0] == 0
+    files = sorted(out_dir.iterdir())
+    code, out, err = run(capsys, "verify", src, *files)
+    assert code == 0, err
+    assert out.count("\nok: ") + out.startswith("ok: ") == 1 + len(files)
+    code, out, _ = run(capsys, "verify", src, *files, "--json")
+    data = json.loads(out)
+    assert code == 0 and data["ok"] is True and len(data["files"]) == 1 + len(files)
+    bad = tmp_path / "bad.xml"
+    bad.write_text(files[0].read_text().replace('type="s"', 'type="r"', 1))
+    code, out, err = run(capsys, "verify", src, bad)
+    assert code in (2, 4) and out == "" and "bad.xml" in err
