@@ -7,7 +7,9 @@ Candidates, in the order they run:
    always exists and the baselines are always measured);
 2. size-aware solvers (``packing``: its pipeline depth is chosen for a size) at anchor sizes
    spread over the sweep, the largest first (one schedule per 16x of size);
-3. the searching solvers named with ``solvers`` (``smt``, ``milp``, ``teccl``), each given the
+3. the exact solver ``smt`` (fewest steps: the latency-optimal schedule small messages want) on
+   machines of up to ``SMT_UP_TO`` ranks, with at most ``SMT_LIMIT`` seconds; the searching
+   solvers named with ``solvers`` (``smt``, ``milp``, ``teccl``) elsewhere, each given the
    remaining budget as its time limit (the MILPs at the anchor sizes).
 
 Each schedule is lowered once and simulated at every swept size (the simulator of
@@ -42,8 +44,10 @@ from ..units import format_size, parse_sizes
 DEFAULT_SIZES = "1KiB..1GiB"
 DEFAULT_BUDGET = 30.0  # seconds
 SIZE_AWARE = ("packing",)  # solvers whose schedule depends on the size they are given
-SEARCHING = ("smt", "milp", "teccl")  # run only when named; they take the remaining budget
+SEARCHING = ("smt", "milp", "teccl")  # they take the remaining budget as their time limit
 ANCHOR_STEP = 16  # one size-aware schedule per this factor of size
+SMT_UP_TO = 8  # ranks up to which auto runs smt unnamed
+SMT_LIMIT = 10.0  # seconds smt gets when it runs unnamed
 
 
 @dataclass
@@ -110,6 +114,8 @@ def plan(kind: str, n_ranks: int, sizes: Sequence[int], solvers: Sequence[str] |
     if not names:
         names = [n for n, info in registry.SOLVERS.items() if info.template and kind in info.kinds]
         names += [n for n in SIZE_AWARE if kind in registry.SOLVERS[n].kinds]
+        if n_ranks <= SMT_UP_TO and kind in registry.SOLVERS["smt"].kinds:
+            names.append("smt")
     wrong = [x for x in names if kind not in registry.SOLVERS[x].kinds]
     if wrong and len(wrong) == len(names):
         raise InputError(f"no solver named implements {kind}: {', '.join(wrong)}")
@@ -219,6 +225,8 @@ def tune(
         limit = None
         if name in SEARCHING:
             limit = max(1.0, time_budget - elapsed)
+            if name == "smt" and not solvers:
+                limit = min(limit, SMT_LIMIT)
         request = Request(solver=name, chunks=chunks, size=size, time_limit=limit,
                           options=tuple(options) if name in SEARCHING else ())
         t0 = time.perf_counter()

@@ -53,7 +53,8 @@ def test_plan_orders_templates_then_size_aware_then_named_search():
     assert names[0] == "ring" and "packing" in names
     assert names.index("packing") > names.index("blueconnect")
     assert [s for n, s in order if n == "packing"] == [2**30, 2**20, 1024]
-    assert "smt" not in names and "milp" not in names
+    assert names[-1] == "smt" and "milp" not in names  # exact synthesis unnamed on small machines
+    assert "smt" not in [n for n, _ in plan("allreduce", 16, [1024])]
     named = plan("allgather", 4, [1024], ["ring", "smt"])
     assert named == [("ring", None), ("smt", None)]
     with pytest.raises(InputError, match="unknown solver"):
