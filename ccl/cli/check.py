@@ -191,12 +191,19 @@ def synthesize_file(args: argparse.Namespace) -> int:
         return _emit_problems(args, module, requests)
     if args.output and len(requests) > 1 and not os.path.isdir(args.output):
         raise InputError(f"{len(requests)} requests write {len(requests)} schedules: -o must be an existing folder")
-    results = []
+    tuned = [r.name for r in requests if r.problem.request.solver == "auto"]
+    if tuned and args.emit is not None:
+        raise InputError(f"request {tuned[0]!r} uses the tuner (auto), which writes a schedule set: --emit "
+                         f"{args.emit} applies to requests naming one solver")
+    results: list[Any] = []
     for k, request in enumerate(requests):
         if sys.stderr.isatty():
             print(f"ccl: [{k + 1}/{len(requests)}] {request.name}: {request.problem.request.solver} ...",
                   file=sys.stderr, flush=True)
-        results.append(compiler.synthesize(request.problem))
+        if request.problem.request.solver == "auto":
+            results.append(_tune_request(request))
+        else:
+            results.append(compiler.synthesize(request.problem))
     if args.emit == "algorithm":
         return emit_algorithms(args, [r.algorithm for r in results])
     if args.emit == "program":
@@ -208,17 +215,39 @@ def synthesize_file(args: argparse.Namespace) -> int:
             safe = re.sub(r"[^A-Za-z0-9_.()=,+-]", "_", request.name)
             target = os.path.join(args.output, f"{safe}.json") if len(requests) > 1 else args.output
         outputs.append(target)
+    from ..schedule_set import save_set
+    from .synthesize import set_summary
+
     for result, target in zip(results, outputs):
         if target:
-            save_algorithm(result.algorithm, target)
+            if hasattr(result, "schedule_set"):
+                save_set(result.schedule_set, target)
+            else:
+                save_algorithm(result.algorithm, target)
     rows, lines = [], []
     for request, result, target in zip(requests, results, outputs):
         rows.append({"request": request.name, **result.to_json(), "output": target})
-        lines.append(summary(result, request.name, f" -> {target}" if target else ""))
+        where = f" -> {target}" if target else ""
+        if hasattr(result, "schedule_set"):
+            lines.append(f"{request.name}: " + set_summary(result, where))
+        else:
+            lines.append(summary(result, request.name, where))
     if not args.output:
         lines.append("(not written: no -o given)")
     emit(args, {"status": "ok", "file": args.file, "requests": rows}, "\n".join(lines))
     return 0
+
+
+def _tune_request(request: Any) -> Any:
+    """A request `with auto`: the tuner over its `size` (one size) or the default sweep, its
+    `time_limit` as the budget, its `chunks` and solver options."""
+    from ..compiler.tuner import DEFAULT_BUDGET, DEFAULT_SIZES, tune
+    from .synthesize import tuner_progress
+
+    req, problem = request.problem.request, request.problem
+    return tune(problem.topology, problem.collective.kind, root=problem.collective.root,
+                sizes=[req.size] if req.size else DEFAULT_SIZES, chunks=req.chunks,
+                time_budget=req.time_limit or DEFAULT_BUDGET, options=req.options, progress=tuner_progress())
 
 
 def register(sub: Any) -> None:

@@ -239,3 +239,20 @@ def test_verify_takes_several_files_and_stops_at_the_first_bad_one(capsys, ring4
     bad.write_text(files[0].read_text().replace('type="s"', 'type="r"', 1))
     code, out, err = run(capsys, "verify", src, bad)
     assert code in (2, 4) and out == "" and "bad.xml" in err
+
+
+def test_description_requests_with_auto_write_sets(capsys, tmp_path):
+    source = tmp_path / "req.ccl"
+    source.write_text("from basic import ring\n"
+                      "synthesize allgather on ring(4) with auto as \"ag\" { size 1 MiB }\n"
+                      "synthesize allgather on ring(4) with ring as \"plain\"\n")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    code, out, err = run(capsys, "synthesize", source, "-o", out_dir)
+    assert code == 0, err
+    sset = load_set(out_dir / "ag.json")
+    verify_set(sset)
+    assert [r["size"] for r in sset.table] == [1 << 20]
+    assert json.loads((out_dir / "plain.json").read_text())["format"] == "ccl-algorithm"
+    code, _, err = run(capsys, "synthesize", source, "--emit", "algorithm")
+    assert code == 2 and "uses the tuner" in err
