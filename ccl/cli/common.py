@@ -3,13 +3,36 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
 from collections.abc import Callable
 from typing import Any
 
+from .examples import epilog
+from .progress import QUIET_ENV, erase_all
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, except that text written with line breaks (the examples) is kept
+    line for line; one-line descriptions are still wrapped to the terminal."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "\n".join(indent + line if line else line for line in text.splitlines())
+        return super()._fill_text(text, width, indent)
+
 
 class Parser(argparse.ArgumentParser):
-    """argparse that reports option errors as bad input (exit 2) in the project's words."""
+    """argparse that reports option errors as bad input (exit 2) in the project's words, and
+    ends every ``--help`` with the examples of its command (``ccl.cli.examples``), found by the
+    command path in ``prog`` (``ccl emit msccl`` -> ``emit msccl``), wherever it is created."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+        if self.epilog is None:
+            self.epilog = epilog(self.prog.partition(" ")[2])
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: bad input: {message} (see `{self.prog} --help`)\n")
@@ -24,11 +47,38 @@ def emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
 
 
 def command(parent: Any, name: str, help: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
-    """Add a subcommand with the --json flag every command has."""
+    """Add a subcommand with the flags every command has (--json, --quiet); its --help ends
+    with its examples (see ``Parser``)."""
     p = parent.add_parser(name, help=help, description=help)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    p.set_defaults(func=func)
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help=f"no progress lines on stderr (errors still print; also {QUIET_ENV}=1)")
+    p.set_defaults(func=_quietly(func))
     return p
+
+
+def _quietly(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Run a command with CCL_QUIET=1 in the environment under --quiet (the solvers read it:
+    they never import the CLI), restored afterwards, and erase any progress line left on the
+    terminal before the report or an error is printed."""
+
+    @functools.wraps(func)
+    def run(args: argparse.Namespace) -> int:
+        quiet = getattr(args, "quiet", False)
+        saved = os.environ.get(QUIET_ENV)
+        if quiet:
+            os.environ[QUIET_ENV] = "1"
+        try:
+            return func(args)
+        finally:
+            erase_all()
+            if quiet:
+                if saved is None:
+                    os.environ.pop(QUIET_ENV, None)
+                else:
+                    os.environ[QUIET_ENV] = saved
+
+    return run
 
 
 def positive_int(text: str) -> int:

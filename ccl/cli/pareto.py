@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 import time
 from typing import Any
 
 from .common import add_problem_arguments, command, emit, positive_int
+from .progress import Progress
 
 DEFAULT_SIZES = ("64KiB", "256MiB")
 
@@ -74,41 +74,36 @@ def collective_from_args(args: argparse.Namespace, n_ranks: int):
     return builtin(args.collective, n_ranks, args.root)
 
 
-class Progress(logging.Handler):
-    """Progress of exact searches on stderr (never stdout), from the first second on: quick
-    runs stay silent, long ones say which instance ran and how long it took."""
+class SolverLog(logging.Handler):
+    """The exact solvers' log records (``solvers.smt``) as progress lines (``ccl.cli.progress``):
+    quick runs stay silent, long ones say which instance ran and how long it took."""
 
-    def __init__(self, after: float = 1.0) -> None:
+    def __init__(self, progress: Progress) -> None:
         super().__init__(logging.INFO)
-        self.start = time.monotonic()
-        self.after = after
-        self.held: list[str] = []
+        self.progress = progress
 
     def emit(self, record: logging.LogRecord) -> None:
-        line = f"ccl: smt: {record.getMessage()}"
-        if time.monotonic() - self.start < self.after:
-            self.held.append(line)
-            return
-        for old in self.held:
-            print(old, file=sys.stderr)
-        self.held = []
-        print(line, file=sys.stderr, flush=True)
+        self.progress.update(f"smt: {record.getMessage()}")
 
 
 class progress_on_stderr:
-    """Context manager attaching ``Progress`` to the solvers' logger."""
+    """Context manager: the ``solvers.smt`` logger's records as progress on stderr, none with
+    --quiet (CCL_QUIET); yields the ``Progress``."""
 
     def __enter__(self) -> Progress:
-        self.handler = Progress()
+        self.progress = Progress()
+        self.handler = SolverLog(self.progress)
         self.logger = logging.getLogger("solvers.smt")
         self.level = self.logger.level
-        self.logger.addHandler(self.handler)
-        self.logger.setLevel(logging.INFO)
-        return self.handler
+        if not self.progress.quiet:
+            self.logger.addHandler(self.handler)
+            self.logger.setLevel(logging.INFO)
+        return self.progress
 
     def __exit__(self, *exc: object) -> None:
         self.logger.removeHandler(self.handler)
         self.logger.setLevel(self.level)
+        self.progress.close()
 
 
 # ---------------------------------------------------------------------- ccl pareto
@@ -222,14 +217,10 @@ def _packing_set(args: argparse.Namespace) -> int:
     from solvers.bounds import lower_bound
 
     start = time.monotonic()
-
-    def progress(message: str) -> None:
-        if time.monotonic() - start > 1.0:
-            print(f"ccl: pareto: {message}", file=sys.stderr, flush=True)
-
     problem = Problem(topo, coll, Request("packing", chunks=args.chunks))
     judge = compiler.SimulationJudge()
-    members = pareto.frontier(problem, judge, sizes, progress)
+    with Progress() as progress:
+        members = pareto.frontier(problem, judge, sizes, lambda message: progress.update(f"pareto: {message}"))
     bound_at = {s: lower_bound(topo, coll, s).bound_us for s in sorted(set(sizes))}
     rows = []
     table = [["wins from", "wins to", "construction", "trees/root", "height", "stages", "taper",

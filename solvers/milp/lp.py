@@ -3,6 +3,8 @@ progress lines on stderr, and translation of solver failures into the project's 
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -45,8 +47,33 @@ class Solved:
 
 
 def progress(message: str) -> None:
-    """One progress line on stderr (never stdout: --json output stays clean)."""
-    print(f"ccl: {message}", file=sys.stderr, flush=True)
+    """One progress line on stderr (never stdout: --json output stays clean); none when
+    ``CCL_QUIET`` is set (``ccl ... --quiet``)."""
+    if os.environ.get("CCL_QUIET", "") in ("", "0"):
+        print(f"ccl: {message}", file=sys.stderr, flush=True)
+
+
+@functools.cache
+def _highs_banner_to_stderr() -> None:
+    """HiGHS writes a banner ("Running HiGHS ...") to the process's stdout, from C++, when the
+    first ``Highs`` object is made: that would break ``--json`` output. Make that first one with
+    file descriptor 1 pointed at stderr (at /dev/null when ``CCL_QUIET`` is set)."""
+    import highspy
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        if os.environ.get("CCL_QUIET", "") in ("", "0"):
+            sys.stderr.flush()
+            os.dup2(2, 1)
+        else:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.close(devnull)
+        highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _cbc_path() -> str:
@@ -99,6 +126,7 @@ def solve(model, name: str, backend: str, time_limit: float, *, verbose: bool = 
         for var, value in start.items():
             var.setInitialValue(value)
     if backend == "highs":
+        _highs_banner_to_stderr()
         solver = _warm_highs(pulp)(msg=False, timeLimit=limit, threads=1)
     else:
         solver = pulp.COIN_CMD(msg=False, timeLimit=limit, threads=1, warmStart=bool(start), path=_cbc_path())

@@ -23,11 +23,13 @@ chunks). With ``--size`` the cost judge times every construction over pipeline s
 keeps the fastest; otherwise the best-rate construction with 4 stages.
 
 The details report the rate the trees reach, the bound it meets, the construction, the trees
-per root and every shape tried.
+per root and every shape tried. Once a synthesis has taken a second, progress lines go to
+stderr, none when ``CCL_QUIET`` is set (``ccl ... --quiet``).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -56,8 +58,10 @@ def synthesize(problem: Problem, judge: CostJudge | None = None):
         raise InputError("solver 'packing' does not take --steps or --rounds: it optimizes throughput")
     start = time.perf_counter()
 
+    quiet = os.environ.get("CCL_QUIET", "") not in ("", "0")
+
     def progress(message: str) -> None:  # on stderr, once the synthesis has taken a second
-        if time.perf_counter() - start > 1.0:
+        if not quiet and time.perf_counter() - start > 1.0:
             print(f"ccl: packing: {message}", file=sys.stderr, flush=True)
 
     kind = problem.collective.kind
