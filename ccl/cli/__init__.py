@@ -20,6 +20,7 @@ from . import (
     bounds,
     check,
     compare,
+    completion,
     emit,
     importer,
     pareto,
@@ -33,7 +34,8 @@ from . import (
 from .common import Parser
 
 # Command groups in the order `ccl --help` lists them.
-COMMANDS = (topology, solvers, check, synthesize, verify, simulate, bounds, compare, emit, importer, run, pareto)
+COMMANDS = (topology, solvers, check, synthesize, verify, simulate, bounds, compare, emit, importer, run, pareto,
+            completion)
 
 
 def build_parser() -> argparse.ArgumentParser:
