@@ -4,7 +4,7 @@
   coloured by step) above a link-utilization heatmap (rank x rank: bytes a link carried over
   what its capacity could carry in the whole run, like the traffic heatmaps papers show);
 * ``plot_sizes``: time-vs-size curves of several schedules and models against the lower bound,
-  with bus bandwidth below.
+  with bus bandwidth below and the fastest curve per size marked.
 
 Files are written whole or not at all.
 """
@@ -149,30 +149,117 @@ def plot_simulation(sim: Simulation, path: str | os.PathLike[str]) -> None:
     _save(fig, path)
 
 
+LINE_STYLES = ("-", "--", "-.", ":")
+MARKERS = "os^vDPX*<>ph"
+
+
+def curve_styles(names: Sequence[str]) -> dict[str, tuple[Any, str, str]]:
+    """A (colour, line style, marker) per curve name, in the order given: colours from the
+    qualitative tab20 palette without its greys and black (black is the bound's), dark shades
+    first; line styles and markers cycle on different periods, so no two curves look alike
+    even when there are more curves than colours."""
+    import matplotlib as mpl
+
+    palette = mpl.colormaps["tab20"].colors
+    colours = [palette[i] for i in list(range(0, 20, 2)) + list(range(1, 20, 2)) if i not in (14, 15)]
+    out = {}
+    for i, name in enumerate(names):
+        out[name] = (colours[i % len(colours)], LINE_STYLES[(i + i // len(colours)) % len(LINE_STYLES)],
+                     MARKERS[i % len(MARKERS)])
+    return out
+
+
+def size_ticks(ax: Any, lo: float, hi: float) -> None:
+    """Log-2 size axis with ticks at powers of two labelled 1KiB, 4MiB, 1GiB, at most ~12."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    from ccl.units import format_size
+
+    first, last = int(np.floor(np.log2(max(lo, 1)))), int(np.ceil(np.log2(max(hi, 1))))
+    step = next(s for s in (1, 2, 4, 5, 10, 20) if (last - first) // s <= 11)
+    first = first - first % step
+    ticks = [2.0**k for k in range(first, last + 1, step) if lo / 1.5 <= 2.0**k <= hi * 1.5]
+    if not ticks:
+        ticks = [float(lo)]
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(NullLocator())
+
+    def label(x: float, _pos: int) -> str:
+        return format_size(int(x)) if x >= 1 and x == int(x) else f"{x:g}B"
+
+    ax.xaxis.set_major_formatter(FuncFormatter(label))
+
+
+def winners(curves: Mapping[str, Sequence[tuple[float, float]]]) -> list[tuple[float, str, float]]:
+    """Per size: (size, name of the fastest curve there, its time); ties go to the first name
+    in sorted order."""
+    best: dict[float, tuple[float, str]] = {}
+    for name in sorted(curves):
+        for x, y in curves[name]:
+            if x not in best or y < best[x][0]:
+                best[x] = (y, name)
+    return [(x, best[x][1], best[x][0]) for x in sorted(best)]
+
+
 def plot_sizes(curves: Mapping[str, Sequence[tuple[float, float]]], bound: Sequence[tuple[float, float]],
                path: str | os.PathLike[str], *, title: str = "", bus_factor: float = 1.0) -> None:
-    """Time (log-log) and bus bandwidth against size, one curve per name, plus the bound."""
-    fig = _figure(10, 8)
-    top, bottom = fig.subplots(2, 1, sharex=True)
-    markers = "os^vDPX*<>"
-    for i, (name, points) in enumerate(sorted(curves.items())):
-        if not points:
-            continue
-        xs, ys = zip(*points)
-        style = ("--" if name.startswith("nccl-") else "-") + markers[i % len(markers)]
-        top.loglog(xs, ys, style, label=name, markersize=3)
-        bottom.semilogx(xs, [x / y / 1e3 * bus_factor for x, y in zip(xs, ys)], style, label=name, markersize=3)
+    """Time (log-log) and bus bandwidth against size, one curve per name, plus the bound
+    (black, dashed). Every curve has its own colour, line style and marker; the fastest curve
+    at each size is ringed, and a strip under the plots shows the winner's colour per size.
+    The size axis is in powers of two labelled 1KiB, 1MiB, 1GiB."""
+    fig = _figure(10, 8.6)
+    grid = fig.add_gridspec(3, 1, height_ratios=[4.0, 3.0, 0.45])
+    top = fig.add_subplot(grid[0])
+    bottom = fig.add_subplot(grid[1], sharex=top)
+    strip = fig.add_subplot(grid[2], sharex=top)
+    names = [name for name in sorted(curves) if curves[name]]
+    styles = curve_styles(names)
+    for name in names:
+        xs, ys = zip(*sorted(curves[name]))
+        colour, line, marker = styles[name]
+        kw = dict(color=colour, linestyle=line, marker=marker, markersize=4, linewidth=1.4, label=name)
+        top.plot(xs, ys, **kw)
+        bottom.plot(xs, [x / y / 1e3 * bus_factor for x, y in zip(xs, ys)], **kw)
     if bound:
-        xs, ys = zip(*bound)
-        top.loglog(xs, ys, "k-", linewidth=2.5, alpha=0.5, label="lower bound")
-        bottom.semilogx(xs, [x / y / 1e3 * bus_factor for x, y in zip(xs, ys)], "k-", linewidth=2.5, alpha=0.5,
-                        label="lower bound")
+        xs, ys = zip(*sorted(bound))
+        kw = dict(color="black", linestyle=(0, (6, 3)), linewidth=2.2, label="lower bound")
+        top.plot(xs, ys, **kw)
+        bottom.plot(xs, [x / y / 1e3 * bus_factor for x, y in zip(xs, ys)], **kw)
+    best = winners({name: curves[name] for name in names})
+    if best:
+        top.scatter([x for x, _, _ in best], [y for _, _, y in best], s=110, facecolors="none", linewidths=1.6,
+                    edgecolors=[styles[name][0] for _, name, _ in best], zorder=5, label="fastest at the size")
+        xs = sorted({x for x, _, _ in best})
+        edges = [xs[0] / 1.4] + [float(np.sqrt(a * b)) for a, b in zip(xs, xs[1:])] + [xs[-1] * 1.4]
+        for k, (_x, name, _y) in enumerate(best):
+            strip.axvspan(edges[k], edges[k + 1], color=styles[name][0], linewidth=0)
+        k = 0
+        while k < len(best):  # the winner's name over each run of sizes it wins
+            end = k
+            while end + 1 < len(best) and best[end + 1][1] == best[k][1]:
+                end += 1
+            strip.text(float(np.sqrt(edges[k] * edges[end + 1])), 0.5, best[k][1], ha="center", va="center",
+                       fontsize=7, clip_on=True, bbox=dict(facecolor="white", alpha=0.7, linewidth=0, pad=1))
+            k = end + 1
+        lo, hi = edges[0], edges[-1]
+    else:
+        lo, hi = 1.0, 2.0
+    if bound:
+        lo, hi = min(lo, min(x for x, _ in bound)), max(hi, max(x for x, _ in bound))
+    top.set_yscale("log")
     top.set_ylabel("time (us)")
     top.grid(True, which="both", alpha=0.3)
-    top.legend(fontsize=7)
+    top.legend(fontsize=7, ncol=2 if len(names) > 8 else 1)
+    top.tick_params(labelbottom=False)
     bottom.set_ylabel("bus bandwidth (GB/s)")
-    bottom.set_xlabel("size (bytes, nccl-tests convention)")
     bottom.grid(True, which="both", alpha=0.3)
+    bottom.tick_params(labelbottom=False)
+    strip.set_yticks([])
+    strip.set_ylabel("fastest", fontsize=8, rotation=0, ha="right", va="center")
+    strip.set_xlabel("size (nccl-tests convention)")
+    size_ticks(strip, min(x for x, _, _ in best) if best else lo, max(x for x, _, _ in best) if best else hi)
+    strip.set_xlim(lo, hi)
     if title:
         fig.suptitle(title, fontsize=10)
     _save(fig, path)
