@@ -2,7 +2,7 @@
 
 ``run_jobs(n, jobs)`` runs a batch of jobs in one spawned process group (process start-up is
 the expensive part, so tests and benchmarks batch many checks per group); ``run_local`` is the
-one-schedule form behind ``ccl run``. Every rank checks its output against torch's own
+one-schedule form behind ``ccl run``, ``run_local_sizes`` its sweep (every size in one launch). Every rank checks its output against torch's own
 collective on the same random data (bit for bit for integers, to a tolerance for floats), then
 the two are timed in alternation, iteration by iteration, after a barrier each; an iteration's
 time is the slowest rank's.
@@ -19,6 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -359,12 +360,33 @@ def run_local(program: Program, *, size: int, ranks: int | None = None, repeat: 
     """Run a Program on local gloo processes: check it against torch's collective on random
     data and time both. ``size`` is in bytes, counted as nccl-tests does (the largest buffer of
     any rank)."""
+    [report] = run_local_sizes([program], [size], ranks=ranks, repeat=repeat, warmup=warmup, dtype=dtype, op=op,
+                               in_place=in_place, timeout=timeout, check=check)
+    return report
+
+
+def run_local_sizes(programs: Sequence[Program], sizes: Sequence[int], *, ranks: int | None = None,
+                    repeat: int = 5, warmup: int = 1, dtype: str = "float32", op: str = "sum",
+                    in_place: bool = False, timeout: float = 60.0, check: bool = True) -> list[RunReport]:
+    """``run_local`` at several sizes in one launch of processes: ``programs[i]`` is checked
+    and timed at ``sizes[i]`` (the same Program may serve several sizes), in order; one
+    RunReport per size. Every Program must be for the same number of ranks."""
     from .plain import to_plain
 
-    spec = to_plain(program)
-    n = spec["n_ranks"]
+    if len(programs) != len(sizes) or not sizes:
+        raise InputError(f"need one program per size, got {len(programs)} programs for {len(sizes)} sizes")
+    specs: dict[int, dict] = {}  # one plain spec per distinct Program (jobs share it: pickled once)
+    for program in programs:
+        if id(program) not in specs:
+            specs[id(program)] = to_plain(program)
+    first = specs[id(programs[0])]
+    n = first["n_ranks"]
+    for spec in specs.values():
+        if spec["n_ranks"] != n:
+            raise InputError(f"the schedules {first['name']!r} and {spec['name']!r} are for {n} and "
+                             f"{spec['n_ranks']} ranks: one launch runs one number of ranks")
     if ranks is not None and ranks != n:
-        raise InputError(f"the schedule {spec['name']!r} is for {n} ranks, not {ranks}")
+        raise InputError(f"the schedule {first['name']!r} is for {n} ranks, not {ranks}")
     from . import require_torch
 
     require_torch()
@@ -381,15 +403,18 @@ def run_local(program: Program, *, size: int, ranks: int | None = None, repeat: 
         raise InputError(exc.message) from None
     if repeat < 0 or warmup < 0:
         raise InputError("repeat and warmup must not be negative")
-    unit = unit_for_size(spec, size, torch_dtype)
-    [result] = run_jobs(n, [Job(spec, unit, dtype, op, in_place, repeat, warmup, check)], timeout=timeout)
+    jobs = []
+    for program, size in zip(programs, sizes):
+        spec = specs[id(program)]
+        jobs.append(Job(spec, unit_for_size(spec, size, torch_dtype), dtype, op, in_place, repeat, warmup, check,
+                        label=f"{spec['name']} at {size} bytes" if len(sizes) > 1 else ""))
+    results = run_jobs(n, jobs, timeout=timeout)
     esize = torch.empty((), dtype=torch_dtype).element_size()
-    return RunReport(
-        name=spec["name"], collective=spec["collective"], ranks=n, dtype=dtype, op=op, in_place=in_place,
-        elements_per_part=unit, size_bytes=unit * base_slots(spec) * esize, repeat=repeat,
+    return [RunReport(
+        name=job.spec["name"], collective=job.spec["collective"], ranks=n, dtype=dtype, op=op, in_place=in_place,
+        elements_per_part=job.unit, size_bytes=job.unit * base_slots(job.spec) * esize, repeat=repeat,
         correct=result.correct, max_error=result.max_error,
         ours_seconds=statistics.median(result.ours) if result.ours else None,
         native_seconds=statistics.median(result.native) if result.native and any(result.native) else None,
         ours_iterations=result.ours, native_iterations=result.native,
-    )
-
+    ) for job, result in zip(jobs, results)]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
-from .bounds import sizes_arg
+from .bounds import SIZE_COLUMNS, fixed, nccl_columns, size_cells, sizes_arg, table
 from .common import add_problem_arguments, command, emit, positive_int
 from .stages import add_lowering_options, lowering
 
@@ -17,6 +18,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from ..compiler import compare, load_topology
     from ..errors import InputError
 
+    if args.save_dir and os.path.exists(args.save_dir) and not os.path.isdir(args.save_dir):
+        raise InputError(f"--save-dir {args.save_dir}: exists and is not a folder")
     topo = load_topology(args.topology)
     from solvers import SOLVERS
 
@@ -29,31 +32,124 @@ def cmd_compare(args: argparse.Namespace) -> int:
     def progress(message: str) -> None:
         print(f"ccl: {message}", file=sys.stderr, flush=True)
 
-    slow = bool(names) and any(not SOLVERS[x].template for x in names if x in SOLVERS)
-    results = compare(topo, args.collective, args.size, root=args.root, chunks=args.chunks, solvers=names,
-                      only=args.only, mode=args.mode, slices=args.slices, time_limit=args.time_limit,
-                      progress=progress if slow else None, **lowering(args))
-    plot_note = ""
-    if args.plot:
-        sweep = args.size if len(args.size) > 1 else SWEEP
-        curves_src = results if len(args.size) > 1 else compare(
-            topo, args.collective, sweep, root=args.root, chunks=args.chunks, solvers=names, only=args.only,
-            mode=args.mode, slices=args.slices, time_limit=args.time_limit, progress=progress if slow else None,
-            **lowering(args))
-        _plot(curves_src, args.plot)
-        plot_note = f"\ntime-vs-size plot ({len(sweep)} sizes) written to {args.plot}"
+    from .progress import quiet_from_env
+
+    slow = bool(names) and any(not SOLVERS[x].template for x in names if x in SOLVERS) and not quiet_from_env()
+    options = dict(root=args.root, chunks=args.chunks, solvers=names, only=args.only, mode=args.mode,
+                   slices=args.slices, time_limit=args.time_limit, progress=progress if slow else None,
+                   **lowering(args))
+    sizes = args.size
+    if args.plot and len(sizes) == 1:
+        # one size: its table, and a sweep for the plot where every schedule is the one
+        # synthesized for that size (slow solvers run once, not once per plotted size)
+        plotted = compare(topo, args.collective, sorted(set(SWEEP) | set(sizes)), synthesis_size=sizes[0],
+                          **options)
+        results = [c for c in plotted if c.size == sizes[0]]
+    else:
+        results = compare(topo, args.collective, sizes, **options)
+        plotted = results
     first = results[0]
-    data = {"topology": first.topology, "collective": first.collective, "n_ranks": first.n_ranks,
-            "comparisons": [c.to_json() for c in results], "plot": args.plot}
-    text = "\n\n".join(c.text() for c in results) + plot_note
+    data: dict[str, Any] = {"topology": first.topology, "collective": first.collective, "n_ranks": first.n_ranks,
+                            "comparisons": [c.to_json() for c in results], "plot": args.plot}
+    if len(results) > 1:
+        rows, text = _sweep_table(results)
+        data["rows"] = rows
+    else:
+        text = results[0].text()
+    if args.plot:
+        _plot(plotted, args.plot)
+        data["plot_sizes"] = [c.size for c in plotted]
+        text += f"\ntime-vs-size plot ({len(plotted)} sizes) written to {args.plot}"
+        if len(sizes) == 1 and any(r.synthesis_size is not None for r in results[0].rows):
+            text += f" (size-specific solvers synthesized for {_size(sizes[0])} only)"
+    if args.save_dir:
+        saved = _save(plotted, args.save_dir)
+        data["saved"] = saved
+        text += f"\n{len(saved)} schedule{'' if len(saved) == 1 else 's'} written to {args.save_dir}"
     emit(args, data, text)
     return 0
+
+
+def _size(size: float) -> str:
+    from ..report import format_bytes
+
+    return format_bytes(size)
+
+
+def _sweep_table(results: list) -> tuple[list[dict[str, Any]], str]:
+    """Several sizes: the fastest schedule per size as an nccl-tests row, then every schedule's
+    time over the bound per size (``*``: the fastest)."""
+    from ..report import SIZE_MEANING, bus_factor
+
+    first = results[0]
+    factor = bus_factor(first.collective, first.n_ranks)
+    schedules = list(dict.fromkeys(r.name for c in results for r in c.rows
+                                   if r.source == "schedule" and r.error is None))
+    rows, cells, matrix = [], [], []
+    reference = None
+    for c in results:
+        best, ref = c.best, c.reference
+        bound = c.bound.get("bound_us") or 0.0
+        reference = reference or (ref.name if ref else None)
+        time_us = best.time_us if best else None
+        row = {**nccl_columns(c.size, time_us, factor), "best": best.name if best else None,
+               "bound_us": bound or None,
+               "bound_ratio": time_us / bound if time_us and bound > 0 else None,
+               "reference": ref.name if ref else None, "reference_us": ref.time_us if ref else None,
+               "speedup_vs_reference": ref.time_us / time_us if ref and ref.time_us and time_us else None,
+               "schedules": {r.name: r.time_us for r in c.rows if r.source == "schedule"}}
+        rows.append(row)
+        cells.append(size_cells(row) + [row["best"] or "-", fixed(time_us), fixed(row["algbw_GBps"]),
+                                        fixed(row["busbw_GBps"]), fixed(row["bound_us"]),
+                                        fixed(row["bound_ratio"], 3), fixed(row["reference_us"]),
+                                        fixed(row["speedup_vs_reference"])])
+        times = row["schedules"]
+        matrix.append(size_cells(row)[:1]
+                      + [("-" if times.get(n) is None or bound <= 0 else f"{times[n] / bound:.3f}")
+                         + ("*" if best and n == best.name else " ") for n in schedules])
+    columns = SIZE_COLUMNS + (("best", "(schedule)", "<"), ("time", "(us)", ">"), ("algbw", "(GB/s)", ">"),
+                              ("busbw", "(GB/s)", ">"), ("bound", "(us)", ">"), ("/bound", "", ">"),
+                              (reference or "nccl", "(us)", ">"), ("speedup", "(x)", ">"))
+    head = (f"{first.collective} on {first.topology} ({first.n_ranks} ranks), {first.mode} mode, chunks "
+            f"{first.chunks}, {len(results)} sizes (size: {SIZE_MEANING.get(first.collective, '')})")
+    lines = [head] + table(columns, cells)
+    lines += ["", "every schedule's time / bound (* the fastest at the size):"]
+    lines += table((("size", "(B)", ">"),) + tuple((n, "", ">") for n in schedules), matrix)
+    failed = dict.fromkeys((r.name, r.error) for c in results for r in c.rows if r.error is not None)
+    lines += [f"  n/a {name}: {error}" for name, error in failed]
+    return rows, "\n".join(lines)
+
+
+def _save(results: list, folder: str) -> list[dict[str, Any]]:
+    """Every schedule ranked, as an algorithm file: ``NAME.json`` for a schedule made
+    without a size, ``NAME@SIZE.json`` for one synthesized for a size."""
+    from ..errors import InputError
+    from ..serialize import save_algorithm
+    from ..units import format_size
+
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"--save-dir {folder}: cannot create it ({exc.strerror})") from None
+    saved: dict[str, dict[str, Any]] = {}
+    for c in results:
+        for r in c.rows:
+            if r.algorithm is None:
+                continue
+            stem = r.name if r.synthesis_size is None else f"{r.name}@{format_size(r.synthesis_size)}"
+            if stem in saved:
+                continue
+            path = os.path.join(folder, f"{stem}.json")
+            save_algorithm(r.algorithm, path)
+            saved[stem] = {"solver": r.name, "synthesis_size": r.synthesis_size, "path": path}
+    return [saved[k] for k in sorted(saved)]
 
 
 def _plot(results: list, path: str) -> None:
     from backends.sim.plots import plot_sizes
 
     from ..report import bus_factor
+    from ..units import format_size
 
     curves: dict[str, list[tuple[float, float]]] = {}
     bound = []
@@ -63,11 +159,21 @@ def _plot(results: list, path: str) -> None:
                 continue
             if row.source == "bound":
                 bound.append((c.size, row.time_us))
-            else:
-                curves.setdefault(row.name, []).append((c.size, row.time_us))
+                continue
+            name = row.name + (" (model)" if row.source == "model" else "")
+            if row.synthesis_size is not None and _fixed_size(results, row):
+                name = f"{row.name}@{format_size(row.synthesis_size)}"
+            curves.setdefault(name, []).append((c.size, row.time_us))
     first = results[0]
     plot_sizes(curves, bound, path, title=f"{first.collective} on {first.topology} ({first.n_ranks} ranks)",
                bus_factor=bus_factor(first.collective, first.n_ranks))
+
+
+def _fixed_size(results: list, row: Any) -> bool:
+    """Whether the row's solver was given one size for the whole sweep (its curve is then
+    named after that size); a solver synthesizing per size keeps one curve under its name."""
+    given = {r.synthesis_size for c in results for r in c.rows if r.name == row.name and r.source == "schedule"}
+    return len(given) == 1
 
 
 def register(sub: Any) -> None:
@@ -75,15 +181,19 @@ def register(sub: Any) -> None:
                 cmd_compare)
     add_problem_arguments(p)
     p.add_argument("--size", required=True, type=sizes_arg,
-                   help="size(s), comma-separated, nccl-tests convention (64MiB or 1KiB,1MiB,1GiB)")
+                   help="size(s), nccl-tests convention: 64MiB, 1KiB,1MiB,1GiB or a sweep 1KiB..1GiB (powers of "
+                        "two; *4 for powers of four); several sizes print one row per size")
     p.add_argument("--chunks", "-k", type=positive_int, default=1, help="chunk factor given to every solver")
     p.add_argument("--solvers", help="comma-separated solvers to add to the templates (every template that "
-                   "implements the collective always runs; slow solvers such as smt or milp run only when named)")
+                   "implements the collective always runs; slow solvers such as smt or milp run only when named, "
+                   "once per size)")
     p.add_argument("--only", action="store_true", help="compare just the solvers named in --solvers")
     p.add_argument("--mode", choices=("dependency", "step"), default="dependency", help="simulation mode")
     p.add_argument("--slices", type=positive_int, default=1,
                    help="run every rank's program this many times side by side on 1/slices of the data each")
     add_lowering_options(p)
     p.add_argument("--time-limit", type=float, default=None, help="seconds per slow solver")
-    p.add_argument("--plot", help="write a PNG of time and bus bandwidth against size (a sweep 1KiB..1GiB when "
-                   "one size is given)")
+    p.add_argument("--plot", help="write a PNG of time and bus bandwidth against size (one size given: a sweep "
+                   "1KiB..1GiB of the schedules made for that size)")
+    p.add_argument("--save-dir", help="write every schedule compared to this folder: NAME.json, or NAME@SIZE.json "
+                   "for a solver given the size")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .bounds import sizes_arg
 from .common import command, emit, positive_int
 from .stages import add_emit, emit_programs, lowering
 
@@ -19,20 +20,28 @@ def _bw(value: float | None) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .. import compiler
+    from ..compiler.runtimes import run_local_sizes
     from ..errors import EXIT_BACKEND, InputError
-    from ..units import format_size, parse_size
+    from ..units import format_size
 
     if args.emit == "program":
-        return emit_programs(args, [compiler.runnable(args.file, topology=args.topology, in_place=args.in_place,
-                                                      **lowering(args))])
+        from ..compiler.msccl import load_any
+        from ..schedule_set import ScheduleSet
+
+        loaded = load_any(args.file, topology=args.topology, in_place=args.in_place)
+        if isinstance(loaded, ScheduleSet):
+            return emit_programs(args, [e.algorithm for e in loaded.entries])
+        return emit_programs(args, [compiler.runnable(loaded, **lowering(args))])
     if args.size is None:
         raise InputError("--size is required (the message size, as nccl-tests counts it, e.g. 16MiB)")
-    size = parse_size(args.size)
-    if size < 1:
-        raise InputError("--size must be at least 1 byte")
-    report = compiler.run_local(args.file, size=size, ranks=args.ranks, repeat=args.repeat, warmup=args.warmup,
-                                dtype=args.dtype, op=args.op, in_place=args.in_place, timeout=args.timeout,
-                                topology=args.topology, **lowering(args))
+    runs = run_local_sizes(args.file, sizes=args.size, ranks=args.ranks, repeat=args.repeat, warmup=args.warmup,
+                           dtype=args.dtype, op=args.op, in_place=args.in_place, timeout=args.timeout,
+                           topology=args.topology, **lowering(args))
+    ok = all(r.report.correct is not False for r in runs)
+    if len(runs) > 1:
+        _sweep(args, runs, ok)
+        return 0 if ok else EXIT_BACKEND
+    [(_, entry, report)] = runs
     data = {"ok": report.correct is not False, "file": args.file, **report.to_json()}
     algbw, busbw = report.bandwidth(report.ours_seconds)
     nalgbw, nbusbw = report.bandwidth(report.native_seconds)
@@ -44,6 +53,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"  check: {'matches' if report.correct else 'DIFFERS from'} torch's {report.collective} "
         f"(largest difference {report.max_error:.3g})" if report.correct is not None else "  check: skipped",
     ]
+    if entry is not None:
+        data["entry"] = _entry_json(entry)
+        lines.insert(1, f"  served by {entry.label!r}, the set's entry for sizes {entry.range_text()}")
     if report.repeat:
         lines.append(f"  {'':<6} {'time':>12} {'algbw GB/s':>11} {'busbw GB/s':>11}   (median of {report.repeat})")
         lines.append(f"  {'ours':<6} {_ms(report.ours_seconds):>12} {_bw(algbw):>11} {_bw(busbw):>11}")
@@ -54,12 +66,64 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if report.correct is not False else EXIT_BACKEND
 
 
+def _entry_json(entry: Any) -> dict[str, Any]:
+    return {"label": entry.label, "algorithm": entry.algorithm.name, "min_bytes": entry.min_bytes,
+            "max_bytes": entry.max_bytes}
+
+
+def _us(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e6
+
+
+def _sweep(args: argparse.Namespace, runs: list, ok: bool) -> None:
+    """Several sizes: one nccl-tests row per size, ours against torch, and the check."""
+    from ..report import bus_factor
+    from .bounds import SIZE_COLUMNS, fixed, nccl_columns, size_cells, table
+
+    first = runs[0].report
+    is_set = any(r.entry is not None for r in runs)
+    rows, cells = [], []
+    for size, entry, rep in runs:
+        factor = bus_factor(rep.collective, rep.ranks)
+        row = {**nccl_columns(rep.size_bytes, _us(rep.ours_seconds), factor, dtype=rep.dtype),
+               "requested_size": size, "name": rep.name}
+        if is_set:
+            row["entry"] = entry.label
+        native = nccl_columns(rep.size_bytes, _us(rep.native_seconds), factor, dtype=rep.dtype)
+        row.update({"native_time_us": native["time_us"], "native_algbw_GBps": native["algbw_GBps"],
+                    "native_busbw_GBps": native["busbw_GBps"], "ratio": rep.ratio, "correct": rep.correct,
+                    "max_error": rep.max_error, "elements_per_part": rep.elements_per_part,
+                    "ours_iterations": list(rep.ours_iterations), "native_iterations": list(rep.native_iterations)})
+        rows.append(row)
+        check = "skipped" if rep.correct is None else ("ok" if rep.correct else "WRONG")
+        cells.append(size_cells(row) + ([entry.label] if is_set else [])
+                     + [fixed(row["time_us"]), fixed(row["algbw_GBps"], 3), fixed(row["busbw_GBps"], 3),
+                        fixed(row["native_time_us"]), fixed(row["native_busbw_GBps"], 3), fixed(rep.ratio),
+                        check, f"{rep.max_error:.3g}" if rep.correct is not None else "-"])
+    columns = SIZE_COLUMNS + ((("entry", "(of the set)", "<"),) if is_set else ()) + (
+        ("time", "(us)", ">"), ("algbw", "(GB/s)", ">"), ("busbw", "(GB/s)", ">"), ("torch", "(us)", ">"),
+        ("busbw", "(GB/s)", ">"), ("ratio", "(/torch)", ">"), ("check", "", "<"), ("max error", "", ">"))
+    wrong = sum(1 for r in runs if r.report.correct is False)
+    place = "in place" if first.in_place else "out of place"
+    timing = (f"medians of {first.repeat} iterations, ours and torch's timed alternately" if first.repeat
+              else "not timed (--repeat 0)")
+    head = (f"{'ok' if ok else f'WRONG at {wrong} of {len(runs)} sizes'}: "
+            f"{'the set' if is_set else first.name}: {first.collective} on {first.ranks} local gloo ranks, "
+            f"{len(runs)} sizes, {first.dtype}, {first.op}, {place}; {timing}")
+    data = {"ok": ok, "file": args.file, "collective": first.collective, "ranks": first.ranks, "dtype": first.dtype,
+            "op": first.op, "in_place": first.in_place, "repeat": first.repeat, "rows": rows}
+    emit(args, data, "\n".join([head] + table(columns, cells)))
+
+
 def register(sub: Any) -> None:
     run = command(sub, "run", "run a schedule on local gloo processes, check it against torch and time it",
                   cmd_run)
-    run.add_argument("file", help="schedule file: JSON written by `ccl synthesize` or `ccl import`, or MSCCL XML")
+    run.add_argument("file", help="schedule file: JSON written by `ccl synthesize` or `ccl import` (a schedule "
+                                  "set: each size runs the entry for it), or MSCCL XML")
     run.add_argument("--topology", "-t", help="for an XML file: the machine (default: every pair of gpus linked)")
-    run.add_argument("--size", help="message size, as nccl-tests counts it (e.g. 16MiB); required unless --emit")
+    run.add_argument("--size", type=sizes_arg,
+                     help="message size, as nccl-tests counts it (16MiB), or a sweep (1KiB,16MiB or 1KiB..16MiB: "
+                          "one row per size, all in one launch of the ranks); required unless --emit")
     run.add_argument("--ranks", "-n", type=positive_int, default=None,
                      help="number of processes (must equal the schedule's ranks; default: the schedule's)")
     run.add_argument("--repeat", "-r", type=int, default=5, help="timed iterations (default 5; 0: check only)")

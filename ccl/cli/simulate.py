@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .bounds import size_arg
+from .bounds import SIZE_HELP, sizes_arg
 from .common import command, emit
 from .stages import add_emit, emit_programs, lowering
 
@@ -26,23 +26,28 @@ def bandwidth_arg(text: str) -> float:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from .. import compiler
     from ..algorithm import Algorithm
-    from ..compiler.msccl import load_schedule
+    from ..compiler.msccl import load_any
     from ..errors import InputError
+    from ..schedule_set import ScheduleSet
     from ..verify import verify
     from ..verify_program import verify_program
 
-    alg = load_schedule(args.file, topology=args.topology, in_place=args.in_place)
+    alg = load_any(args.file, topology=args.topology, in_place=args.in_place)
     if isinstance(alg, Algorithm):
         verify(alg, in_place=args.in_place)
-    else:
+    elif not isinstance(alg, ScheduleSet):  # a set's entries were verified as it was read
         verify_program(alg, in_place=args.in_place)
     if args.emit == "program":
-        return emit_programs(args, [alg])
+        return emit_programs(args, [e.algorithm for e in alg.entries] if isinstance(alg, ScheduleSet) else [alg])
     if args.size is None:
         raise InputError("--size is required (the bytes the collective is called with, e.g. 64MiB)")
-    sim = compiler.simulation(alg, args.size, mode=args.mode, slices=args.slices, in_place=args.in_place,
-                              overlap_latency=args.overlap_latency, local_bandwidth=args.local_bandwidth,
-                              **lowering(args))
+    if len(args.size) > 1:
+        return _sweep(args, alg)
+    [size] = args.size
+    entry = alg.pick(size) if isinstance(alg, ScheduleSet) else None
+    sim = compiler.simulation(alg if entry is None else entry.algorithm, size, mode=args.mode, slices=args.slices,
+                              in_place=args.in_place, overlap_latency=args.overlap_latency,
+                              local_bandwidth=args.local_bandwidth, **lowering(args))
     if args.trace:
         sim.write_trace(args.trace)
     if args.plot:
@@ -51,6 +56,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     data = {"file": args.file, "verified": True, **report.to_json(links=not args.summary),
             "trace": args.trace, "plot": args.plot}
     text = report.text()
+    if entry is not None:
+        data["set"] = alg.name
+        data["entry"] = _entry_json(entry)
+        text += f"\n  served by {entry.label!r}, the entry of set {alg.name!r} for sizes {entry.range_text()}"
     for what, path in (("trace", args.trace), ("plot", args.plot)):
         if path:
             text += f"\n  {what} written to {path}"
@@ -58,16 +67,108 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _entry_json(entry: Any) -> dict[str, Any]:
+    return {"label": entry.label, "algorithm": entry.algorithm.name, "min_bytes": entry.min_bytes,
+            "max_bytes": entry.max_bytes}
+
+
+def _sweep(args: argparse.Namespace, schedule: Any) -> int:
+    """Several sizes: one nccl-tests row per size (a set: the entry serving each size); with
+    --plot, time and bus bandwidth against size."""
+    from ..compiler.compare import sweep
+    from ..errors import InputError
+    from ..report import SIZE_MEANING
+    from ..schedule_set import ScheduleSet
+    from .bounds import SIZE_COLUMNS, fixed, nccl_columns, size_cells, table
+
+    if args.trace:
+        raise InputError(f"--trace writes the timeline of one call: give one size, not {len(args.size)}")
+    points = sweep(schedule, args.size, mode=args.mode, slices=args.slices, in_place=args.in_place,
+                   overlap_latency=args.overlap_latency, local_bandwidth=args.local_bandwidth, **lowering(args))
+    is_set = isinstance(schedule, ScheduleSet)
+    first = points[0].report
+    reference = _reference(first)
+    rows, cells = [], []
+    for p in points:
+        rep = p.report
+        row = {**nccl_columns(p.size, rep.time_us, rep.bus_factor), "bound_us": rep.bound_us,
+               "bound_ratio": rep.bound_ratio if rep.bound_us > 0 else None, "bound_binding": rep.bound_binding,
+               "algorithm": rep.algorithm, "steps": rep.steps, "messages": rep.messages,
+               "baselines": [{"name": b.name, "time_us": b.time_us, "speedup": rep.speedup(b.name)}
+                             for b in rep.baselines],
+               "simulation_seconds": None if rep.simulation_seconds is None else round(rep.simulation_seconds, 6)}
+        if is_set:
+            row["entry"] = p.entry.label
+        rows.append(row)
+        model = rep.baseline(reference) if reference else None
+        speedup = rep.speedup(reference) if reference else None
+        cells.append(size_cells(row) + [fixed(rep.time_us), fixed(row["algbw_GBps"]), fixed(row["busbw_GBps"]),
+                                        fixed(rep.bound_us), fixed(row["bound_ratio"], 3)]
+                     + ([fixed(None if model is None else model.time_us), fixed(speedup)] if reference else [])
+                     + ([p.entry.label] if is_set else []))
+    columns = SIZE_COLUMNS + (("time", "(us)", ">"), ("algbw", "(GB/s)", ">"), ("busbw", "(GB/s)", ">"),
+                              ("bound", "(us)", ">"), ("/bound", "", ">"))
+    if reference:
+        columns += ((reference, "(us)", ">"), ("speedup", "(x)", ">"))
+    if is_set:
+        columns += (("entry", "(of the set)", "<"),)
+    what = (f"set {schedule.name!r} ({len(schedule.entries)} schedules by size)" if is_set
+            else f"{first.algorithm}: solver {first.solver or '-'}, {first.steps} steps, {first.messages} messages")
+    head = (f"{what}; {first.collective} on {first.topology} ({first.n_ranks} ranks), {first.mode} mode, "
+            f"{len(points)} sizes (size: {SIZE_MEANING.get(first.collective, SIZE_MEANING['custom'])})")
+    data: dict[str, Any] = {"file": args.file, "verified": True, "collective": first.collective,
+                            "topology": first.topology, "n_ranks": first.n_ranks, "mode": first.mode,
+                            "bus_factor": first.bus_factor, "options": dict(first.options)}
+    if is_set:
+        data["set"] = schedule.summary()
+    else:
+        data["algorithm"] = first.algorithm
+        data["solver"] = first.solver
+    data["rows"] = rows
+    data["plot"] = args.plot
+    text = "\n".join([head] + table(columns, cells))
+    if args.plot:
+        _plot_sweep(points, args.plot, what)
+        text += f"\n  time-vs-size plot written to {args.plot}"
+    emit(args, data, text)
+    return 0
+
+
+def _reference(report: Any) -> str | None:
+    """The NCCL model a sweep's rows are compared with: ring where NCCL has it, else the first."""
+    names = [b.name for b in report.baselines]
+    return "nccl-ring" if "nccl-ring" in names else (names[0] if names else None)
+
+
+def _plot_sweep(points: list, path: str, what: str) -> None:
+    """Time and bus bandwidth against size: the schedule (a set: one curve per entry, over the
+    sizes it serves), NCCL's models and the bound."""
+    from backends.sim.plots import plot_sizes
+
+    curves: dict[str, list[tuple[float, float]]] = {}
+    bound = []
+    for p in points:
+        rep = p.report
+        name = rep.algorithm if p.entry is None else f"entry {p.entry.label}"
+        curves.setdefault(name, []).append((p.size, rep.time_us))
+        for b in rep.baselines:
+            curves.setdefault(f"{b.name} (model)", []).append((p.size, b.time_us))
+        if rep.bound_us > 0:
+            bound.append((p.size, rep.bound_us))
+    first = points[0].report
+    plot_sizes(curves, bound, path, title=f"{what}: {first.collective} on {first.topology} ({first.n_ranks} ranks)",
+               bus_factor=first.bus_factor)
+
+
 def register(sub: Any) -> None:
     p = command(sub, "simulate", "verify, lower and simulate a schedule: time, bandwidth, bound, trace, plots",
                 cmd_simulate)
-    p.add_argument("file", help="schedule file: JSON written by `ccl synthesize` or `ccl import`, or MSCCL XML")
+    p.add_argument("file", help="schedule file: JSON written by `ccl synthesize` or `ccl import` (a schedule set: "
+                                "each size served by the entry for it), or MSCCL XML")
     p.add_argument("--topology", "-t", help="for an XML file: the machine to time it on (default: every pair of "
                                             "gpus linked)")
     add_emit(p, ("program",), "the report (the Program the simulator times)")
-    p.add_argument("--size", type=size_arg,
-                   help="bytes the collective is called with, nccl-tests convention (64MiB, 1GB, 4096); "
-                        "required unless --emit")
+    p.add_argument("--size", type=sizes_arg, help=SIZE_HELP + "; required unless --emit")
     p.add_argument("--mode", choices=("dependency", "step"), default="dependency",
                    help="dependency: every rank runs on as its dependencies allow (default); step: a barrier "
                         "after every step")
@@ -78,8 +179,9 @@ def register(sub: Any) -> None:
                    help="a lane is busy for bytes/bandwidth only; latency overlaps the next transfer")
     p.add_argument("--local-bandwidth", type=bandwidth_arg, default=None,
                    help="charge local copies at this bandwidth (e.g. 1500GB/s); free by default")
-    p.add_argument("--trace", help="write a Chrome trace (open in https://ui.perfetto.dev)")
-    p.add_argument("--plot", help="write a PNG: timeline and link-utilization heatmap")
+    p.add_argument("--trace", help="write a Chrome trace (open in https://ui.perfetto.dev); one size only")
+    p.add_argument("--plot", help="write a PNG: timeline and link-utilization heatmap (several sizes: time and "
+                                  "bus bandwidth against size, with NCCL's models and the bound)")
     p.add_argument("--summary", action="store_true", help="with --json: leave out the per-link and per-rank lists")
 
 

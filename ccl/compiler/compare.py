@@ -3,9 +3,13 @@
 ``compare(topology, kind, sizes)`` synthesizes (and verifies) one schedule per solver: every
 template that implements the collective (instant) plus the solvers named (``only``: just
 those). Solvers whose ``SolverInfo.template`` is False are slow and run only when named; they get the
-size in their request and run once per size. Each schedule is lowered once and its Program
-simulated at every size; NCCL's ring/tree (and p2p) models and the lower bound are added, and
-every row says how it compares to NCCL's ring (or the best NCCL model the collective has).
+size in their request and run once per size (or once, for ``synthesis_size``, whose schedule is
+then simulated at every size). Each schedule is lowered once and its Program simulated at every
+size; NCCL's ring/tree (and p2p) models and the lower bound are added, and every row says how it
+compares to NCCL's ring (or the best NCCL model the collective has).
+
+``sweep(schedule, sizes)`` times one schedule, or a schedule set (each size served by the entry
+the set picks for it), at every size: the rows of ``ccl simulate --size 1KiB..1GiB``.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ class Row:
     detail: str = ""
     error: str | None = None
     report: Report | None = field(default=None, compare=False, repr=False)
+    algorithm: Any = field(default=None, compare=False, repr=False)  # the schedule simulated (an Algorithm)
+    synthesis_size: int | None = None  # the size its solver was given (size-specific solvers)
 
     def to_json(self, size: float, factor: float, reference: float | None, bound: float) -> dict[str, Any]:
         ok = self.time_us is not None and self.time_us > 0
@@ -164,10 +170,14 @@ def compare(
     channels: int = 1,
     fuse: bool = True,
     time_limit: float | None = None,
+    synthesis_size: float | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[Comparison]:
     """One Comparison per size (see module docstring). Simulator options: ``mode``,
-    ``slices``; lowering options: ``channels``, ``fuse``."""
+    ``slices``; lowering options: ``channels``, ``fuse``. ``synthesis_size``: synthesize the
+    size-specific (slow) solvers once, for this size, and simulate their schedules at every
+    size, instead of once per size. ``progress`` is told what runs, and first how many runs a
+    solver synthesizing per size will take."""
     from backends.sim import Simulator
     from backends.sim.nccl import baselines
     from solvers import SOLVERS
@@ -177,35 +187,41 @@ def compare(
         raise InputError("compare needs at least one size")
     collective = builtin(kind, topology.n_ranks, root)
     kind = collective.kind
-    names = solver_names(kind, solvers, only=only, n_ranks=topology.n_ranks, n_sizes=len(sizes))
+    once = synthesis_size is not None
+    names = solver_names(kind, solvers, only=only, n_ranks=topology.n_ranks, n_sizes=1 if once else len(sizes))
     say = progress or (lambda _: None)
-    # name -> (simulator of its Program, synthesis seconds, error); per size for slow solvers
-    fixed: dict[str, tuple[Any, float | None, str | None]] = {}
+    # name -> (simulator of its Program, synthesis seconds, error, algorithm, size given); per size for slow solvers
+    fixed: dict[str, tuple[Any, float | None, str | None, Any, int | None]] = {}
 
-    def build(name: str, size: float | None) -> tuple[Any, float | None, str | None]:
+    def build(name: str, size: float | None) -> tuple[Any, float | None, str | None, Any, int | None]:
         info = SOLVERS[name]
         if kind not in info.kinds:
-            return None, None, f"does not implement {kind}"
-        request = Request(solver=name, chunks=chunks, size=None if size is None else int(math.ceil(size)),
-                          time_limit=time_limit)
-        say(f"synthesizing {kind} with {name}...")
+            return None, None, f"does not implement {kind}", None, None
+        given = None if size is None else int(math.ceil(size))
+        request = Request(solver=name, chunks=chunks, size=given, time_limit=time_limit)
+        say(f"synthesizing {kind} with {name}" + ("" if given is None else f" for {format_bytes(given)}") + "...")
         start = time.perf_counter()
         try:
             result = synthesize(Problem(topology, collective, request))
         except CclError as exc:
-            return None, None, exc.message
+            return None, None, exc.message, None, given
         lowered = program(result, channels=channels, fuse=fuse, check=False)
-        return Simulator(lowered), time.perf_counter() - start, None
+        return Simulator(lowered), time.perf_counter() - start, None, result.algorithm, given
 
     for name in names:
         if SOLVERS[name].template:
             fixed[name] = build(name, None)
+        elif once:
+            fixed[name] = build(name, synthesis_size)
+        elif len(sizes) > 1 and kind in SOLVERS[name].kinds:
+            limit = "" if time_limit is None else f" of up to {time_limit:g} s each"
+            say(f"{name} synthesizes a schedule per size: {len(sizes)} runs{limit}")
     out = []
     for size in sizes:
         bounds = lower_bound(topology, collective, size)
         rows: list[Row] = []
         for name in names:
-            sim, seconds, error = fixed[name] if name in fixed else build(name, size)
+            sim, seconds, error, alg, given = fixed[name] if name in fixed else build(name, size)
             if sim is None:
                 rows.append(Row(name, "schedule", None, error=error))
                 continue
@@ -215,7 +231,7 @@ def compare(
                                  bounds.method)
             prog = sim.program
             rows.append(Row(name, "schedule", rep.time_us, prog.steps, prog.n_messages, seconds,
-                            f"{rep.bound_ratio:.3f}x bound", report=rep))
+                            f"{rep.bound_ratio:.3f}x bound", report=rep, algorithm=alg, synthesis_size=given))
         for b in baselines(kind, topology, size, bounds.bound_us):
             rows.append(Row(b.name, "model", b.time_us, detail=b.detail))
         rows.append(Row("lower bound", "bound", bounds.bound_us, steps=bounds.steps,
@@ -223,4 +239,40 @@ def compare(
         rows.sort(key=lambda r: (r.error is not None, math.inf if r.time_us is None else r.time_us, r.name))
         out.append(Comparison(topology.name, kind, topology.n_ranks, size, mode, chunks, tuple(rows),
                               bounds.to_json()))
+    return out
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One size of a sweep: the report of the schedule that serves it (with the bound and
+    NCCL's models) and, for a schedule set, the entry that served it."""
+
+    size: float
+    report: Report
+    entry: Any = None  # a ccl.schedule_set.Entry, or None for a single schedule
+
+
+def sweep(schedule: Any, sizes: Sequence[float], *, channels: int = 1, fuse: bool = True,
+          **options: Any) -> list[SweepPoint]:
+    """Simulate a schedule (Algorithm, SynthesisResult or Program, verified) or a
+    ``ScheduleSet`` (each size served by ``pick(size)``) at every size, with the lower bound
+    and NCCL's models; every Program is lowered once. ``options``: the simulator's (``mode``,
+    ``slices``, ``in_place``, ``overlap_latency``, ``local_bandwidth``)."""
+    from backends.sim import Simulator
+
+    from ..schedule_set import ScheduleSet
+    from .timing import complete
+
+    if not sizes:
+        raise InputError("a sweep needs at least one size")
+    simulators: dict[int, tuple[Any, Any]] = {}  # id of the schedule -> (its Simulator, the schedule)
+    out = []
+    for size in sizes:
+        entry = schedule.pick(size) if isinstance(schedule, ScheduleSet) else None
+        which = schedule if entry is None else entry.algorithm
+        if id(which) not in simulators:
+            simulators[id(which)] = (Simulator(program(which, channels=channels, fuse=fuse, check=False)), which)
+        sim, _ = simulators[id(which)]
+        report = complete(sim.run(size, **options).report, sim.program, size, which)
+        out.append(SweepPoint(size, report, entry))
     return out

@@ -3,16 +3,20 @@ runs the Program.
 
 * ``executor(schedule, group)``: a collective on a live process group (training scripts);
 * ``torch_script(schedule)``: a standalone torchrun script;
-* ``run_local(schedule, size=...)``: local gloo processes, checked against torch and timed.
+* ``run_local(schedule, size=...)``: local gloo processes, checked against torch and timed;
+* ``run_local_sizes(schedule, sizes=[...])``: the same at several sizes in one launch.
 
 ``schedule`` is a schedule file (JSON written by ``ccl synthesize``), an Algorithm, a
-SynthesisResult or a Program; ``channels`` and ``fuse`` are the lowering's options.
+SynthesisResult or a Program; ``channels`` and ``fuse`` are the lowering's options. The local
+runs also take a schedule set (a file holding one, or a ``ScheduleSet``): each size runs the
+entry ``pick(size)`` chooses.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from ..algorithm import Algorithm
 from ..program import Program
@@ -51,12 +55,43 @@ def torch_script(schedule: Any, *, channels: int = 1, fuse: bool = True, source:
     return emit_script(runnable(schedule, channels=channels, fuse=fuse), source=source)
 
 
+class SizeRun(NamedTuple):
+    """One size of a local run: the size asked for, the schedule set's entry that served it
+    (None for a single schedule) and the ``backends.torch.launch.RunReport``."""
+
+    size: int
+    entry: Any
+    report: Any
+
+
 def run_local(schedule: Any, *, size: int, channels: int = 1, fuse: bool = True, topology: Any = None,
               **options: Any) -> Any:
     """Run on local gloo processes, check against torch's collective, time both
     (``backends.torch.launch.run_local`` for the options); returns its RunReport."""
-    from backends.torch.launch import run_local as launch
+    [run] = run_local_sizes(schedule, sizes=[size], channels=channels, fuse=fuse, topology=topology, **options)
+    return run.report
 
-    program = runnable(schedule, channels=channels, fuse=fuse, topology=topology,
-                       in_place=bool(options.get("in_place")))
-    return launch(program, size=size, **options)
+
+def run_local_sizes(schedule: Any, *, sizes: Sequence[int], channels: int = 1, fuse: bool = True,
+                    topology: Any = None, **options: Any) -> list[SizeRun]:
+    """``run_local`` at every size, in one launch of processes (see
+    ``backends.torch.launch.run_local_sizes``); a schedule set serves each size with the entry
+    it picks. Every Program is verified before anything runs."""
+    from backends.torch.launch import run_local_sizes as launch
+
+    from ..schedule_set import ScheduleSet
+
+    in_place = bool(options.get("in_place"))
+    if isinstance(schedule, (str, os.PathLike)):
+        from .msccl import load_any
+
+        schedule = load_any(schedule, topology=topology, in_place=in_place)
+    sizes = list(sizes)
+    entries = [schedule.pick(size) if isinstance(schedule, ScheduleSet) else None for size in sizes]
+    programs: dict[int, Program] = {}
+    for entry in entries:
+        which = schedule if entry is None else entry.algorithm
+        if id(which) not in programs:
+            programs[id(which)] = runnable(which, channels=channels, fuse=fuse)
+    reports = launch([programs[id(schedule if e is None else e.algorithm)] for e in entries], sizes, **options)
+    return [SizeRun(size, entry, report) for size, entry, report in zip(sizes, entries, reports)]
