@@ -60,19 +60,20 @@ ccl verify ag.xml -t dgx1           # an MSCCL XML file, on the machine it targe
 """,
     "simulate": """
 ccl simulate ag.json --size 64MiB
-ccl simulate ag.json --size 1GiB --json
+ccl simulate ag.json --size 1KiB..1GiB        # a sweep over powers of two
+ccl simulate ag.json --size 1KiB,64MiB,1GiB --json
 ccl simulate ag.json --size 64MiB --mode step --slices 4
 ccl simulate ar.json --size 1GiB --trace ar.trace.json --plot ar.png   # Perfetto trace, PNG
 """,
     "bounds": """
 ccl bounds -t dgx1 -c allgather --size 64MiB   # latency, bandwidth and the bound
-ccl bounds -t ndv2:2 -c allreduce --size 1GiB --json
+ccl bounds -t ndv2:2 -c allreduce --size 1KiB..1GiB --json
 ccl bounds -t dgx-h100:2 -c broadcast --root 3 --size 1GiB
 """,
     "compare": """
 ccl compare -t ndv2:2 -c allreduce --size 1KiB,64MiB
 ccl compare -t dgx1 -c allgather --size 64MiB --solvers ring,multi-ring,packing --only
-ccl compare -t amd8 -c allreduce --size 64MiB --plot sizes.png   # and a time-vs-size plot
+ccl compare -t amd8 -c allreduce --size 1KiB..1GiB --plot sizes.png   # and a time-vs-size plot
 """,
     "emit": """
 ccl emit torch ag.json -o ag_torch.py
@@ -96,6 +97,7 @@ ccl simulate ag-program.json --size 64MiB
 """,
     "run": """
 ccl run ag.json --size 1MiB             # 8 gloo processes, checked against torch
+ccl run ag.json --size 1KiB..1MiB -r 2  # a sweep
 ccl run ag.json --size 16MiB -r 10 --in-place --json
 ccl run ag.xml -t dgx1 --size 1MiB      # an MSCCL XML file
 """,

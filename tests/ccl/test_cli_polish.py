@@ -91,6 +91,7 @@ def test_a_chain_of_examples_runs(tmp_path, capsys, monkeypatch):
     (tmp_path / "dsl").symlink_to(ROOT / "dsl")
     chain = [("synthesize", "ccl synthesize -t dgx1 -c allgather -s multi-ring -o ag.json"),
              ("verify", "ccl verify ag.json "), ("simulate", "ccl simulate ag.json --size 64MiB"),
+             ("simulate", "ccl simulate ag.json --size 1KiB..1GiB "),
              ("emit msccl", "ccl emit msccl ag.json -o ag.xml"),
              ("import msccl", "ccl import msccl ag.xml -t dgx1 -o ag-program.json"),
              ("import msccl", "ccl simulate ag-program.json --size 64MiB"),
