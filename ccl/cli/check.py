@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import sys
 from typing import Any
 
 from .common import command, emit
@@ -196,10 +195,12 @@ def synthesize_file(args: argparse.Namespace) -> int:
         raise InputError(f"request {tuned[0]!r} uses the tuner (auto), which writes a schedule set: --emit "
                          f"{args.emit} applies to requests naming one solver")
     results: list[Any] = []
+    from .progress import Progress
+
+    bar = Progress()
     for k, request in enumerate(requests):
-        if sys.stderr.isatty():
-            print(f"ccl: [{k + 1}/{len(requests)}] {request.name}: {request.problem.request.solver} ...",
-                  file=sys.stderr, flush=True)
+        bar.update(f"[{k + 1}/{len(requests)}] {request.name}: {request.problem.request.solver} ...",
+                   k / len(requests))
         if request.problem.request.solver == "auto":
             results.append(_tune_request(request))
         else:

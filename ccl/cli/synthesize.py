@@ -103,24 +103,11 @@ def synthesize_auto(args: argparse.Namespace, topo: Any) -> int:
 
 
 def tuner_progress() -> Any:
-    """The tuner's progress on stderr (``ccl.cli.progress`` when present)."""
-    try:
-        from .progress import Progress  # type: ignore[attr-defined]
-    except ImportError:
-        Progress = None
-    if Progress is not None:
-        bar = Progress()
-        return lambda message, fraction: bar.update(message, fraction)
-    import os
-    import sys
+    """The tuner's progress on stderr: a bar with the time left on a terminal, lines in a pipe,
+    nothing with --quiet."""
+    from .progress import Progress
 
-    quiet = bool(os.environ.get("CCL_QUIET"))
-
-    def say(message: str, fraction: float | None) -> None:
-        if not quiet:
-            print(f"ccl: {message}", file=sys.stderr, flush=True)
-
-    return say
+    return Progress()
 
 
 def set_summary(result: Any, where: str) -> str:
