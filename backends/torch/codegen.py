@@ -122,20 +122,22 @@ from __future__ import annotations
 
 '''
     header = header.replace("{script}", "prog.py")
+    parts = [header, "# " + "-" * 70 + " the schedule\n", _schedule_literal(spec), *_machinery(),
+             '\n\nif __name__ == "__main__":\n    sys.exit(main(SCHEDULE))\n']
+    return "".join(parts)
+
+
+def _machinery() -> list[str]:
+    """The script's code after its schedules: the runtime, the checks and the driver."""
     have: set[str] = set()
-    parts = [
-        header,
-        "# " + "-" * 70 + " the schedule\n",
-        _schedule_literal(spec),
+    return [
         "\n\n# " + "-" * 70 + " the runtime (runs any schedule in this form)\n",
         _embedded("runtime.py", have),
         "\n\n# " + "-" * 70 + " checks: random data, torch's collective, comparison, bandwidth\n",
         _embedded("harness.py", have),
         "\n\n# " + "-" * 70 + " the driver: check, time, report\n",
         _embedded("script.py", have),
-        '\n\nif __name__ == "__main__":\n    sys.exit(main(SCHEDULE))\n',
     ]
-    return "".join(parts)
 
 
 def emit_set_script(name: str, entries: list[tuple[int, int | None, str, Program]], *,
@@ -172,7 +174,6 @@ Options: --size, --dtype, --op, --check, --compare, --repeat, --warmup, --in-pla
 from __future__ import annotations
 
 '''
-    have: set[str] = set()
     parts = [header, "# " + "-" * 70 + " the schedules\n"]
     for k, spec in enumerate(specs):
         parts.append(_schedule_literal(spec).replace("SCHEDULE = {", f"SCHEDULE_{k} = {{", 1))
@@ -182,12 +183,7 @@ from __future__ import annotations
         parts.append(f"    ({lo}, {hi}, {label!r}, SCHEDULE_{k}),\n")
     parts.append("]\n")
     parts += [
-        "\n\n# " + "-" * 70 + " the runtime (runs any schedule in this form)\n",
-        _embedded("runtime.py", have),
-        "\n\n# " + "-" * 70 + " checks: random data, torch's collective, comparison, bandwidth\n",
-        _embedded("harness.py", have),
-        "\n\n# " + "-" * 70 + " the driver: check, time, report\n",
-        _embedded("script.py", have),
+        *_machinery(),
         '''
 
 def pick(size: int) -> dict:
