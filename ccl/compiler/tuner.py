@@ -4,7 +4,8 @@ schedule simulated over a size sweep, the fastest kept per size, as a schedule s
 Candidates, in the order they run:
 
 1. every template implementing the collective (instant constructions; always run, so a set
-   always exists and the baselines are always measured);
+   always exists and the baselines are always measured); on machines of up to 16 ranks with
+   multi-lane links also with a piece per lane (label ``NAME/kL``);
 2. size-aware solvers (``packing``: its pipeline depth is chosen for a size) at anchor sizes
    spread over the sweep, the largest first (one schedule per 16x of size);
 3. the exact solver ``smt`` (fewest steps: the latency-optimal schedule small messages want) on
@@ -49,6 +50,7 @@ SIZE_AWARE = ("packing",)  # solvers whose schedule depends on the size they are
 SEARCHING = ("smt", "milp", "teccl")  # they take the remaining budget as their time limit
 ANCHOR_STEP = 16  # one size-aware schedule per this factor of size
 SMT_UP_TO = 8  # ranks up to which auto runs smt unnamed
+LANE_VARIANTS_UP_TO = 16  # ranks up to which templates also run with a piece per lane
 SMT_LIMIT = 10.0  # seconds smt gets when it runs unnamed
 
 
@@ -138,6 +140,27 @@ def plan(kind: str, n_ranks: int, sizes: Sequence[int], solvers: Sequence[str] |
     return sorted(out, key=rank)
 
 
+def with_lane_variants(planned: Sequence[tuple[str, int | None]], topology: Topology,
+                       chunks: int) -> list[tuple[str, int | None, int]]:
+    """(solver, size, chunk factor) to run: the plan at ``chunks``, and on machines of up to
+    ``LANE_VARIANTS_UP_TO`` ranks whose links have several lanes, each template once more with
+    as many pieces per part as the widest link has lanes (one message uses one lane: a template
+    sending one piece per pair leaves the other lanes idle)."""
+    lanes = max((link.lanes for link in topology.links), default=1)
+    out: list[tuple[str, int | None, int]] = []
+    for name, size in planned:
+        out.append((name, size, chunks))
+        template = size is None and name not in SEARCHING
+        if template and lanes > chunks and topology.n_ranks <= LANE_VARIANTS_UP_TO:
+            out.append((name, None, lanes))
+    return out
+
+
+def _label(name: str, size: int | None, factor: int, chunks: int) -> str:
+    label = name if size is None else f"{name}@{format_size(size)}"
+    return label if factor == chunks else f"{label}/k{factor}"
+
+
 def boundaries(sizes: Sequence[int], winners: Sequence[int]) -> list[tuple[int, int | None, int]]:
     """Runs of one winner over the sorted sizes as (min_bytes, max_bytes, winner), covering
     every size from 0 up; adjacent runs meet at the geometric midpoint of the sizes between
@@ -198,10 +221,11 @@ def tune(
         raise InputError(f"time budget must be a positive number of seconds, got {time_budget!r}")
     collective = builtin(kind, topology.n_ranks, root)
     kind = collective.kind
-    todo = plan(kind, topology.n_ranks, sweep, solvers)
-    if not todo:
+    planned = plan(kind, topology.n_ranks, sweep, solvers)
+    if not planned:
         raise InputError(f"no solver implements {kind}")
-    asked = {"sizes": [format_size(s) for s in sweep], "solvers": [f"{n}@{format_size(s)}" if s else n for n, s in todo],
+    todo = with_lane_variants(planned, topology, chunks)
+    asked = {"sizes": [format_size(s) for s in sweep], "solvers": [_label(*item, chunks) for item in todo],
              "chunks": chunks, "time_budget_s": time_budget, "channels": channels, "fuse": fuse,
              "options": {k: v for k, v in options}}
     key = None
@@ -215,8 +239,8 @@ def tune(
     seen: dict[str, str] = {}
     sims: dict[str, Any] = {}
     optional_start: float | None = None  # the budget counts from the first optional candidate
-    for k, (name, size) in enumerate(todo):
-        label = name if size is None else f"{name}@{format_size(size)}"
+    for k, (name, size, factor) in enumerate(todo):
+        label = _label(name, size, factor, chunks)
         cand = Candidate(label, name, size)
         candidates.append(cand)
         optional = name in SIZE_AWARE or name in SEARCHING
@@ -234,7 +258,7 @@ def tune(
             limit = max(1.0, time_budget - elapsed)
             if name == "smt" and not solvers:
                 limit = min(limit, SMT_LIMIT)
-        request = Request(solver=name, chunks=chunks, size=size, time_limit=limit,
+        request = Request(solver=name, chunks=factor, size=size, time_limit=limit,
                           options=tuple(options) if name in SEARCHING else ())
         t0 = time.perf_counter()
         try:

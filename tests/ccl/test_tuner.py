@@ -257,3 +257,17 @@ def test_description_requests_with_auto_write_sets(capsys, tmp_path):
     assert json.loads((out_dir / "plain.json").read_text())["format"] == "ccl-algorithm"
     code, _, err = run(capsys, "synthesize", source, "--emit", "algorithm")
     assert code == 2 and "uses the tuner" in err
+
+
+def test_templates_also_run_with_a_piece_per_lane_on_multi_lane_machines():
+    from ccl.compiler.tuner import with_lane_variants
+
+    amd8 = load_topology("amd8")  # fully connected, 5 or 6 lanes per pair
+    todo = with_lane_variants([("direct", None), ("packing", 1 << 30), ("smt", None)], amd8, 1)
+    assert todo == [("direct", None, 1), ("direct", None, 6), ("packing", 1 << 30, 1), ("smt", None, 1)]
+    assert with_lane_variants([("direct", None)], load_topology("ring:4"), 1) == [("direct", None, 1)]
+    result = tune(amd8, "alltoall", sizes="1GiB", solvers=["direct"], cache=False)
+    sset = result.schedule_set
+    assert sset.table[0]["winner"] == "direct/k6"  # one piece per pair leaves five lanes of six idle
+    times = {c["label"]: c["times_us"][0] for c in sset.candidates if "times_us" in c}
+    assert times["direct"] > 2.5 * times["direct/k6"]
