@@ -242,13 +242,13 @@ def synthesize_file(args: argparse.Namespace) -> int:
 def _tune_request(request: Any) -> Any:
     """A request `with auto`: the tuner over its `size` (one size) or the default sweep, its
     `time_limit` as the budget, its `chunks` and solver options."""
-    from ..compiler.tuner import DEFAULT_BUDGET, DEFAULT_SIZES, tune
+    from ..compiler.tuner import DEFAULT_SIZES, tune
     from .synthesize import tuner_progress
 
     req, problem = request.problem.request, request.problem
     return tune(problem.topology, problem.collective.kind, root=problem.collective.root,
                 sizes=[req.size] if req.size else DEFAULT_SIZES, chunks=req.chunks,
-                time_budget=req.time_limit or DEFAULT_BUDGET, options=req.options, progress=tuner_progress())
+                time_budget=req.time_limit or None, options=req.options, progress=tuner_progress())
 
 
 def register(sub: Any) -> None:

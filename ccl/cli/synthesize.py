@@ -66,7 +66,7 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
 def synthesize_auto(args: argparse.Namespace, topo: Any) -> int:
     """``--solver auto``: the tuner (``ccl.compiler.tuner``): every applicable solver within
     the budget, simulated over the sizes, the best per size range saved as a schedule set."""
-    from ..compiler.tuner import DEFAULT_BUDGET, DEFAULT_SIZES, tune
+    from ..compiler.tuner import DEFAULT_SIZES, tune
     from ..errors import InputError
     from ..schedule_set import save_set
     from .pareto import parse_options
@@ -79,7 +79,7 @@ def synthesize_auto(args: argparse.Namespace, topo: Any) -> int:
     if args.size is not None and args.sizes is not None:
         raise InputError("give --size (one size) or --sizes (a sweep), not both")
     sizes = args.sizes if args.sizes is not None else (args.size if args.size is not None else DEFAULT_SIZES)
-    budget = parse_seconds(args.time_budget) if args.time_budget is not None else DEFAULT_BUDGET
+    budget = parse_seconds(args.time_budget) if args.time_budget is not None else None
     if args.time_limit is not None:
         raise InputError("--time-limit applies to one solver; with --solver auto give --time-budget (all solvers)")
     names = None
@@ -193,8 +193,9 @@ def register(sub: Any) -> None:
                      "with auto: tune for this one size")
     syn.add_argument("--sizes", help="auto: the sizes to tune over (default 1KiB..1GiB: powers of two; also lists "
                      "such as 4MiB,64MiB)")
-    syn.add_argument("--time-budget", help="auto: seconds for all solvers together (default 30; templates always "
-                     "run, slower solvers are skipped once it is spent)")
+    syn.add_argument("--time-budget", help="auto: seconds for the solvers beyond the templates (default 30, or a second "
+                     "per rank above 30 ranks; templates always run, slower solvers are skipped once it is "
+                     "spent)")
     syn.add_argument("--solvers", help="auto: only these solvers (comma-separated; smt, milp and teccl run only when "
                      "named here)")
     syn.add_argument("--no-cache", action="store_true",

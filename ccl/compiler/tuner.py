@@ -45,7 +45,13 @@ from ..topology import Topology
 from ..units import format_size, parse_sizes
 
 DEFAULT_SIZES = "1KiB..1GiB"
-DEFAULT_BUDGET = 30.0  # seconds
+DEFAULT_BUDGET = 30.0  # seconds; a second per rank on machines of more than 30 ranks
+
+
+def default_budget(n_ranks: int) -> float:
+    """The default time budget: 30 s, or a second per rank on larger machines (where one tree
+    packing takes tens of seconds and each schedule's simulations longer)."""
+    return max(DEFAULT_BUDGET, float(n_ranks))
 SIZE_AWARE = ("packing",)  # solvers whose schedule depends on the size they are given
 SEARCHING = ("smt", "milp", "teccl")  # they take the remaining budget as their time limit
 ANCHOR_STEP = 16  # one size-aware schedule per this factor of size
@@ -192,7 +198,7 @@ def tune(
     sizes: Sequence[int] | str | None = None,
     solvers: Sequence[str] | None = None,
     chunks: int = 1,
-    time_budget: float = DEFAULT_BUDGET,
+    time_budget: float | None = None,
     channels: int = 1,
     fuse: bool = True,
     options: Sequence[tuple[str, Any]] = (),
@@ -217,6 +223,8 @@ def tune(
         sweep = parse_sizes(DEFAULT_SIZES)
     if any(s < 1 for s in sweep):
         raise InputError("sizes must be at least 1 byte")
+    if time_budget is None:
+        time_budget = default_budget(topology.n_ranks)
     if not (isinstance(time_budget, (int, float)) and time_budget > 0 and math.isfinite(time_budget)):
         raise InputError(f"time budget must be a positive number of seconds, got {time_budget!r}")
     collective = builtin(kind, topology.n_ranks, root)
