@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from ..errors import EXIT_INTERNAL, CclError, InfeasibleError, SolverTimeout
 from . import (
     bounds,
+    cache,
     check,
     compare,
     completion,
@@ -35,7 +36,7 @@ from .common import Parser
 
 # Command groups in the order `ccl --help` lists them.
 COMMANDS = (topology, solvers, check, synthesize, verify, simulate, bounds, compare, emit, importer, run, pareto,
-            completion)
+            cache, completion)
 
 
 def build_parser() -> argparse.ArgumentParser:

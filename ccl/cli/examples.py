@@ -105,6 +105,17 @@ ccl run ag.xml -t dgx1 --size 1MiB      # an MSCCL XML file
 ccl pareto -t ring:4 -c allgather --max-chunks 2   # exact steps/rounds frontier (z3)
 ccl pareto -t dgx1 -c allgather -s packing --sizes 1KiB,1MiB,1GiB --save-dir frontier
 """,
+    "cache": """
+ccl cache info                          # where the tuner's answers are kept, how many, how big
+ccl cache clear
+""",
+    "cache info": """
+ccl cache info
+ccl cache info --json
+""",
+    "cache clear": """
+ccl cache clear                         # the next `ccl synthesize` (auto) computes afresh
+""",
     "completion": """
 ccl completion bash > ~/.local/share/bash-completion/completions/ccl
 ccl completion fish > ~/.config/fish/completions/ccl.fish

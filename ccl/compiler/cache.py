@@ -96,3 +96,25 @@ def store_set(key: str, sset: Any) -> None:
         save_set(sset, path)
     except (OSError, CclError):
         pass
+
+
+def entries() -> list[Path]:
+    """The cached files, oldest first (empty when the cache is off or empty)."""
+    folder = cache_dir()
+    if folder is None or not (folder / "sets").is_dir():
+        return []
+    files = [p for p in (folder / "sets").iterdir() if p.is_file() and p.suffix == ".json"]
+    return sorted(files, key=lambda p: (p.stat().st_mtime, p.name))
+
+
+def clear() -> tuple[int, int]:
+    """Remove every cached file; returns (files, bytes) removed."""
+    n = size = 0
+    for path in entries():
+        try:
+            size += path.stat().st_size
+            path.unlink()
+            n += 1
+        except OSError:
+            pass
+    return n, size

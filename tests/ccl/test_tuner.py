@@ -271,3 +271,18 @@ def test_templates_also_run_with_a_piece_per_lane_on_multi_lane_machines():
     assert sset.table[0]["winner"] == "direct/k6"  # one piece per pair leaves five lanes of six idle
     times = {c["label"]: c["times_us"][0] for c in sset.candidates if "times_us" in c}
     assert times["direct"] > 2.5 * times["direct/k6"]
+
+
+def test_cache_info_and_clear(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("CCL_CACHE_DIR", str(tmp_path / "cache"))
+    tune(load_topology("ring:4"), "allgather", sizes="1KiB", solvers=["ring"])
+    code, out, _ = run(capsys, "cache", "info", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["entries"] == 1 and data["bytes"] > 0 and data["folder"] == str(tmp_path / "cache")
+    code, out, _ = run(capsys, "cache", "clear")
+    assert code == 0 and out.startswith("removed 1 cached schedule set")
+    assert json.loads(run(capsys, "cache", "info", "--json")[1])["entries"] == 0
+    assert not tune(load_topology("ring:4"), "allgather", sizes="1KiB", solvers=["ring"]).cached
+    monkeypatch.setenv("CCL_CACHE_DIR", "off")
+    code, out, _ = run(capsys, "cache", "info")
+    assert code == 0 and "off" in out
