@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -245,7 +246,6 @@ def tune(
     say = progress or (lambda message, fraction: None)
     candidates: list[Candidate] = []
     seen: dict[str, str] = {}
-    sims: dict[str, Any] = {}
     optional_start: float | None = None  # the budget counts from the first optional candidate
     for k, (name, size, factor) in enumerate(todo):
         label = _label(name, size, factor, chunks)
@@ -292,7 +292,6 @@ def tune(
         except CclError as exc:
             cand.error = f"simulation failed: {exc.message}"
             continue
-        sims[label] = sim
     timed = [c for c in candidates if c.error is None and c.same_as is None and c.times_us]
     if not timed:
         reasons = "; ".join(f"{c.label}: {c.error}" for c in candidates if c.error)
@@ -303,22 +302,20 @@ def tune(
         winners.append(best)
     runs = boundaries(sweep, winners)
     entries = []
-    index_of: dict[int, int] = {}
     for lo, hi, w in runs:
         cand = timed[w]
         assert cand.algorithm is not None
-        index_of.setdefault(w, len(entries))
         entries.append(Entry(cand.algorithm, lo, hi, cand.label, cand.seconds))
+    starts = [e.min_bytes for e in entries]
+    templates = [c for c in timed if c.solver not in SIZE_AWARE and c.solver not in SEARCHING]
     table = []
     for i, size in enumerate(sweep):
         cand = timed[winners[i]]
         b = lower_bound(topology, collective, size)
         row: dict[str, Any] = {"size": size, "winner": cand.label,
-                               "entry": next(e for e, (lo, hi, _) in enumerate(runs)
-                                             if lo <= size and (hi is None or size < hi)),
+                               "entry": bisect_right(starts, size) - 1,
                                "time_us": round(cand.times_us[i], 3), "bound_us": round(b.bound_us, 3),
                                "bound_ratio": round(cand.times_us[i] / b.bound_us, 4) if b.bound_us > 0 else None}
-        templates = [c for c in timed if c.solver not in SIZE_AWARE and c.solver not in SEARCHING]
         if templates:
             best_t = min(templates, key=lambda c: c.times_us[i])
             row["best_template"] = best_t.label
