@@ -286,17 +286,31 @@ _SPELLINGS = {"reduce_scatter": "reducescatter", "reduce-scatter": "reducescatte
 
 
 def builtin(kind: str, n: int, root: int | None = None, chunks: int = 1) -> Collective:
-    """A built-in collective by name; rooted kinds take ``root`` (default 0)."""
+    """A built-in collective by name; rooted kinds take ``root`` (default 0). The last few are
+    kept: solvers that try many pipeline shapes ask for the same ones again."""
     kind = _SPELLINGS.get(kind, kind)
     if kind not in _BUILDERS:
         raise CollectiveError(f"unknown collective {kind!r}; known: {', '.join(BUILTIN_KINDS)}")
     if kind in ROOTED_KINDS:
-        base = _BUILDERS[kind](n, 0 if root is None else root)
-    else:
-        if root is not None:
-            raise CollectiveError(f"{kind} has no root (only {', '.join(ROOTED_KINDS)} do)")
-        base = _BUILDERS[kind](n)
-    return base.chunk_up(chunks)
+        root = 0 if root is None else root
+    elif root is not None:
+        raise CollectiveError(f"{kind} has no root (only {', '.join(ROOTED_KINDS)} do)")
+    key = (kind, n, root, chunks)
+    if all(type(x) is int for x in key[1:] if x is not None):
+        hit = _RECENT.get(key)
+        if hit is None:
+            hit = _RECENT[key] = _build(kind, n, root).chunk_up(chunks)
+            while len(_RECENT) > 8:
+                del _RECENT[next(iter(_RECENT))]
+        return hit
+    return _build(kind, n, root).chunk_up(chunks)
+
+
+_RECENT: dict[tuple, Collective] = {}
+
+
+def _build(kind: str, n: int, root: int | None) -> Collective:
+    return _BUILDERS[kind](n, root) if kind in ROOTED_KINDS else _BUILDERS[kind](n)
 
 
 def custom(

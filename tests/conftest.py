@@ -16,11 +16,14 @@ import pytest  # noqa: E402
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_result_cache(tmp_path_factory):
-    """The tuner's result cache in a folder of this test session, never the user's."""
-    old = os.environ.get("CCL_CACHE_DIR")
+    """The tuner's result cache in a folder of this test session, never the user's; progress
+    lines on, whatever the caller's CCL_QUIET (tests read them)."""
+    old = {name: os.environ.get(name) for name in ("CCL_CACHE_DIR", "CCL_QUIET")}
     os.environ["CCL_CACHE_DIR"] = str(tmp_path_factory.mktemp("ccl-cache"))
+    os.environ.pop("CCL_QUIET", None)
     yield
-    if old is None:
-        os.environ.pop("CCL_CACHE_DIR", None)
-    else:
-        os.environ["CCL_CACHE_DIR"] = old
+    for name, value in old.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

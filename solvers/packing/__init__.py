@@ -29,6 +29,7 @@ stderr, none when ``CCL_QUIET`` is set (``ccl ... --quiet``).
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -123,8 +124,7 @@ def _synthesize_routes(problem: Problem, judge: CostJudge | None, progress, star
     tried: list[dict] = []
 
     def slots_of(rt: routes.Routing, shape: tuple[int, float]) -> int:
-        stages, taper = shape
-        want = rt.routes_per_piece() * max(8, stages * max(lanes, 4 if taper < 1 else 1))
+        want = rt.routes_per_piece() * _per_share(shape, lanes)
         target = min(want, max(1, MAX_TRANSFERS // max(1, routes.transfers_per_slot(rt))))
         return base * max(1, target // base)
 
@@ -244,20 +244,37 @@ def _proxy(problem: Problem, packing: Packing):
 def slot_count(packing: Packing, base: int, n: int, shape: tuple[int, float] = (DEFAULT_STAGES, 1.0),
                lanes: int = 1) -> int:
     """Slots per part: fine enough that shares follow the trees' rates (8 per tree of the root
-    with most trees) and that every tree's share has the pipeline's stages, each stage as many
-    slots as the widest link has lanes (a message takes one lane: a stage of one slot would
-    leave the others idle) and four when tapered; within a budget of transfers; a multiple of
-    the request's chunks."""
-    stages, taper = shape
+    with most trees) and that every tree's share has the pipeline's stages (``_per_share``);
+    within a budget of transfers; a multiple of the request's chunks."""
     per_slot = _per_slot(packing, n)
-    want = packing.trees_per_root() * max(8, stages * max(lanes, 4 if taper < 1 else 1))
+    want = packing.trees_per_root() * _per_share(shape, lanes)
     target = min(want, max(1, MAX_TRANSFERS // per_slot))
     return base * max(1, target // base)
 
 
+def _per_share(shape: tuple[int, float], lanes: int) -> int:
+    """Slots of one tree's share: at least 8, and per stage as many as ``lanes`` (a message
+    takes one lane, and the lowering cuts a pair's slots of a step into one message per lane:
+    a stage of one slot would leave the others idle) and four when tapered. Uniform stages are
+    a multiple of ``lanes`` slots each, so every lane of a link gets the same bytes: 8 slots
+    over 5 lanes would go as 2, 2, 2, 1, 1 and take 1.25x the time of 8/5 per lane."""
+    stages, taper = shape
+    want = max(8, stages * max(lanes, 4 if taper < 1 else 1))
+    if lanes > 1 and taper >= 1:
+        unit = stages * lanes
+        want = -(-want // unit) * unit
+    return want
+
+
 def _lanes(problem: Problem) -> int:
-    """Lanes of the widest flattened link (at most 8)."""
-    return min(8, max((link.lanes for link in problem.topology.flat().links), default=1))
+    """Slots per stage the links' lanes ask for: the least common multiple of the lane counts of
+    the flattened links (5 and 6 lanes: 30, which splits evenly over either), or the widest
+    link's lanes when that multiple exceeds 64; at most 64."""
+    counts = {link.lanes for link in problem.topology.flat().links}
+    multiple = 1
+    for c in counts:
+        multiple = multiple * c // math.gcd(multiple, c)
+    return multiple if multiple <= 64 else min(64, max(counts, default=1))
 
 
 def _per_slot(packing: Packing, n: int) -> int:
