@@ -175,3 +175,13 @@ def from_msccl(path: str, topology: str | Topology | None = None, *, in_place: b
     from .compiler.msccl import load_schedule
 
     return load_schedule(path, topology=topology, in_place=in_place)
+
+
+def __getattr__(name: str) -> Any:
+    """``ccl.torch`` (drop-in collectives for training code) is loaded on first use, so ``import
+    ccl`` stays cheap and never imports torch."""
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module(f"{__name__}.torch")
+    raise AttributeError(f"module 'ccl' has no attribute {name!r}")

@@ -11,7 +11,9 @@ package                                         may import (of ours)
 ``topologies``                                  the core and ``dsl`` (the library is .ccl files)
 ``solvers``                                     the core
 ``backends``                                    the core
-the driver (``ccl.compiler``, ``ccl.cli``)      everything
+the driver (``ccl.compiler``, ``ccl.cli``,     everything
+``ccl.torch``: the training job's entry point,
+loaded on first use)
 ==============================================  ==============================================
 """
 
@@ -36,7 +38,7 @@ ALLOWED = {
 
 def area(module: str) -> str:
     """Which side of the rule a module is on."""
-    if module == "ccl.compiler" or module.startswith(("ccl.compiler.", "ccl.cli")):
+    if module in ("ccl.compiler", "ccl.torch") or module.startswith(("ccl.compiler.", "ccl.cli")):
         return "driver"
     top = module.split(".")[0]
     return "core" if top == "ccl" else top

@@ -8,6 +8,8 @@ Everything here runs the Program ``ccl.lower`` made (the driver, ``ccl.compiler`
 verifies; this package never lowers):
 
 * ``Executor`` (executor.py): a Program as a collective on a live process group;
+* ``Collectives`` (dropin.py): torch.distributed's calling conventions with ``async_op`` over
+  one schedule or a set picked by size, and ``allreduce_hook`` for DDP (``ccl.torch``);
 * ``emit_script`` (codegen.py): a standalone torchrun script with no dependency on this project;
 * ``run_local`` (launch.py): spawn local gloo processes, check against torch's collective, time
   both side by side (``ccl run``).
@@ -28,6 +30,9 @@ INSTALL_HINT = ("torch is not installed; install the CPU build with `pip install
 
 _LAZY = {
     "Executor": "executor",
+    "Collectives": "dropin",
+    "Work": "dropin",
+    "allreduce_hook": "dropin",
     "to_plain": "plain",
     "emit_script": "codegen",
     "run_local": "launch",

@@ -12,7 +12,7 @@ torch backend. This package and ``ccl.cli`` are the only parts of ``ccl`` that i
 from __future__ import annotations
 
 from .compare import Comparison, Row, compare, solver_names
-from .runtimes import executor, run_local, runnable, torch_script
+from .runtimes import collectives, executor, run_local, runnable, torch_script
 from .stages import (
     describe,
     load_sketch,
@@ -29,6 +29,7 @@ __all__ = [
     "Comparison",
     "Row",
     "SimulationJudge",
+    "collectives",
     "compare",
     "complete",
     "describe",

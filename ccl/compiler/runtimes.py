@@ -48,6 +48,34 @@ def executor(schedule: Any, group: Any = None, *, channels: int = 1, fuse: bool 
     return Executor(runnable(schedule, channels=channels, fuse=fuse), group, timeout=timeout, validate=validate)
 
 
+def collectives(schedule: Any, group: Any = None, *, channels: int = 1, fuse: bool = True,
+                timeout: float | None = None, validate: str = "first", topology: Any = None) -> Any:
+    """A ``backends.torch.Collectives``: torch.distributed's calling conventions (``async_op``
+    included) on ``group`` over a schedule, or over a schedule set whose entries are lowered and
+    verified on first use (a file holding either, an Algorithm, a SynthesisResult, a Program or a
+    ``ScheduleSet``)."""
+    from backends.torch import Collectives
+
+    from ..schedule_set import ScheduleSet
+
+    if isinstance(schedule, (str, os.PathLike)):
+        from .msccl import load_any
+
+        schedule = load_any(schedule, topology=topology)
+    if isinstance(schedule, ScheduleSet):
+        def maker(algorithm: Algorithm):
+            return lambda: runnable(algorithm, channels=channels, fuse=fuse)
+
+        coll = schedule.collective
+        entries = [(e.min_bytes, e.max_bytes, e.label, maker(e.algorithm)) for e in schedule.entries]
+        return Collectives(schedule.name, coll.kind, coll.n_ranks, coll.root, entries, group, timeout=timeout,
+                           validate=validate)
+    program = runnable(schedule, channels=channels, fuse=fuse)
+    coll = program.collective
+    return Collectives(program.name, coll.kind, coll.n_ranks, coll.root, [(0, None, program.name, lambda: program)],
+                       group, timeout=timeout, validate=validate)
+
+
 def torch_script(schedule: Any, *, channels: int = 1, fuse: bool = True, source: str | None = None) -> str:
     """The text of a standalone torchrun script running the schedule (needs torch only)."""
     from backends.torch.codegen import emit_script
