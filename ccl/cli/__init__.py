@@ -25,6 +25,7 @@ from . import (
     emit,
     importer,
     pareto,
+    probe,
     run,
     simulate,
     solvers,
@@ -36,7 +37,7 @@ from .common import Parser
 
 # Command groups in the order `ccl --help` lists them.
 COMMANDS = (topology, solvers, check, synthesize, verify, simulate, bounds, compare, emit, importer, run, pareto,
-            cache, completion)
+            probe, cache, completion)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -105,6 +105,12 @@ ccl run ag.xml -t dgx1 --size 1MiB      # an MSCCL XML file
 ccl pareto -t ring:4 -c allgather --max-chunks 2   # exact steps/rounds frontier (z3)
 ccl pareto -t dgx1 -c allgather -s packing --sizes 1KiB,1MiB,1GiB --save-dir frontier
 """,
+    "probe": """
+ccl probe --local 4 -o probed.ccl        # 4 local gloo processes: pairs, fan-out/in, disjoint pairs
+ccl probe --local 4 --measurements m.json --json
+ccl probe --from m.json -o probed.ccl    # refit saved measurements
+ccl synthesize -t probed.ccl -c allreduce -o ar.json   # synthesis on what was measured
+""",
     "cache": """
 ccl cache info                          # where the tuner's answers are kept, how many, how big
 ccl cache clear

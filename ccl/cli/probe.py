@@ -1,0 +1,132 @@
+"""``ccl probe``: measure the links of a live job and write the topology they fit (Blink class).
+
+    torchrun --nproc-per-node 4 -m ccl.cli probe -o probed.ccl    # every rank of the job
+    ccl probe --local 4 -o probed.ccl                              # 4 local gloo processes
+    ccl probe --from probe.json -o probed.ccl                      # refit saved measurements
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from .common import command, emit, positive_int
+
+
+def _measure_local(n: int, sizes: list[int], repeat: int, concurrent: bool, timeout: float) -> dict[str, Any]:
+    from backends.torch.launch import Call, run_jobs
+
+    [rows] = run_jobs(n, [Call("backends.torch.probe:measure_job", (tuple(sizes), repeat, concurrent))],
+                      timeout=timeout)
+    return rows[0]
+
+
+def _measure_here(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any] | None:
+    """Under torchrun: every rank measures; rank 0 gets the result, the others None."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from backends.torch.probe import measure
+
+    started = False
+    if not dist.is_initialized():
+        if args.backend == "nccl":
+            import torch
+
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.timeout))
+        started = True
+    try:
+        data = measure(None, sizes=tuple(sizes), repeat=args.repeat, concurrent=not args.no_concurrent)
+        return data if dist.get_rank() == 0 else None
+    finally:
+        if started:
+            dist.destroy_process_group()
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from ..compiler.probe import fit, to_ccl
+    from ..errors import InputError
+    from ..serialize import write_text_atomic
+    from ..units import format_size, parse_sizes
+
+    sizes = parse_sizes(args.sizes)
+    if len(sizes) < 2:
+        raise InputError("--sizes needs at least two sizes to fit a latency and a bandwidth")
+    if args.source is not None:
+        try:
+            with open(args.source, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except OSError as exc:
+            raise InputError(f"{args.source}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise InputError(f"{args.source}: not JSON: {exc}") from None
+    elif args.local is not None:
+        from .progress import Progress
+
+        if args.local < 2:
+            raise InputError(f"--local needs at least 2 processes, got {args.local}")
+        with Progress() as progress:
+            progress(f"probe: timing {args.local} local gloo processes (pairs, fan-out and fan-in, disjoint "
+                     "pairs at once)")
+            data = _measure_local(args.local, sizes, args.repeat, not args.no_concurrent, args.timeout)
+    elif "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        data = _measure_here(args, sizes)
+        if data is None:
+            return 0  # rank 0 reports
+    else:
+        raise InputError("run under torchrun (torchrun --nproc-per-node N -m ccl.cli probe ...), or give --local N "
+                         "or --from FILE")
+    probed = fit(data, args.name)
+    text = to_ccl(probed, args.name)
+    if args.measurements:
+        write_text_atomic(args.measurements, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    if args.output:
+        write_text_atomic(args.output, text)
+    result = probed.to_json()
+    topo = probed.topology
+    lines = [f"probed {topo.n_ranks} ranks on {max(1, topo.n_nodes)} host(s) "
+             f"({data.get('backend', '?')}; sizes {', '.join(format_size(s) for s in data['sizes'])}, "
+             f"best of {data.get('repeat')})",
+             f"  {'pair':<10} {'latency':>10} {'bandwidth':>12} {'fit error':>10}"]
+    for p in probed.pairs:
+        lines.append(f"  {f'{p.a} <-> {p.b}':<10} {p.latency_us:>7g} us {p.bandwidth_gbps:>7g} GB/s "
+                     f"{p.max_error():>10.1%}")
+    for lim in topo.limits:
+        lines.append(f"  shared: {lim.name}: {lim.bandwidth:g} GB/s over {len(lim.links)} link(s)")
+    if not topo.limits:
+        lines.append("  shared: none found (every transfer ran as fast with the others as alone)")
+    fit_ = result["fit"]
+    lines.append(f"  the model predicts the {fit_['measurements']} measurements within {fit_['median_error']:.1%} "
+                 f"(median), {fit_['max_error']:.1%} (largest)")
+    worst = sorted(probed.checks, key=lambda c: -c["error"])[:3]
+    for c in worst:
+        lines.append(f"    {c['what']}: measured {c['measured_us']:g} us, model {c['predicted_us']:g} us")
+    if args.output:
+        lines.append(f"wrote {args.output} (ccl check {args.output}; ccl synthesize -t {args.output} ...)")
+        result["output"] = args.output
+    emit(args, result, "\n".join(lines))
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = command(sub, "probe", "measure the links of a live job and write the topology they fit (Blink)", cmd_probe)
+    p.description = ("measure every pair of ranks at a few sizes, every rank sending to and receiving from all "
+                     "others at once, and disjoint transfers at once; fit latency, bandwidth and shared "
+                     "bottlenecks; write a .ccl topology. Run it on every rank under torchrun "
+                     "(torchrun --nproc-per-node N -m ccl.cli probe -o probed.ccl), or on local processes "
+                     "with --local N")
+    p.add_argument("-o", "--output", help="the .ccl topology to write")
+    p.add_argument("--name", default="probed", help="the topology's name in the file (default probed)")
+    p.add_argument("--local", type=positive_int, metavar="N", help="measure N local gloo processes instead")
+    p.add_argument("--from", dest="source", metavar="FILE", help="fit measurements saved with --measurements")
+    p.add_argument("--measurements", metavar="FILE", help="also write the raw measurements (JSON)")
+    p.add_argument("--sizes", default="4KiB,256KiB,4MiB", help="message sizes to time (default 4KiB,256KiB,4MiB)")
+    p.add_argument("--repeat", type=positive_int, default=5, help="timed repetitions per measurement (the least time counts; default 5)")
+    p.add_argument("--no-concurrent", action="store_true", help="skip the disjoint-transfers tests")
+    p.add_argument("--backend", default="gloo", choices=("gloo", "nccl"),
+                   help="process-group backend under torchrun when none is initialized (default gloo)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds any wait may take (default 120)")
