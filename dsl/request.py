@@ -30,7 +30,7 @@ from .evaluate import Evaluator, Scope, describe, require_int, require_str, sugg
 from .topology import eval_topology
 from .values import TIME, Quantity, show
 
-SETTINGS = ("chunks", "steps", "rounds", "size", "time_limit", "objective")
+SETTINGS = ("chunks", "steps", "rounds", "size", "time_limit", "objective", "groups")
 SKETCH_SETTINGS = ("relays", "internode", "switch_policy", "symmetry", "chunk_partition")
 DEFAULT_SOLVER = Request().solver
 
@@ -42,6 +42,7 @@ class LoweredRequest:
     name: str
     problem: Problem
     span: Span
+    groups: str | None = None  # ``groups SPEC``: the collective on every group at once (ccl.groups)
 
 
 def _one(setting: ast.Setting) -> ast.Expr:
@@ -129,6 +130,7 @@ def lower_request(ev: Evaluator, stmt: ast.Synthesize, scope: Scope) -> LoweredR
     solver = stmt.solver or DEFAULT_SOLVER
     fields: dict[str, Any] = {"solver": solver}
     options: dict[str, Any] = {}
+    groups: str | None = None
     seen: dict[str, Span] = {}
     for setting in stmt.settings:
         name = setting.name
@@ -153,6 +155,8 @@ def lower_request(ev: Evaluator, stmt: ast.Synthesize, scope: Scope) -> LoweredR
             if not isinstance(value, Quantity) or value.dim != TIME or not value.value > 0:
                 raise DslError(f"time_limit is a positive time such as 60 s, got {describe(value)}", expr.span)
             fields["time_limit"] = value.value / 1e6
+        elif name == "groups":
+            groups = _groups(ev.eval(expr, scope), topo, expr.span)
         else:
             fields["objective"] = _symbol(ev, expr, scope, "objective")
     if spec.chunks is not None:
@@ -175,6 +179,26 @@ def lower_request(ev: Evaluator, stmt: ast.Synthesize, scope: Scope) -> LoweredR
     if stmt.label is not None:
         name = require_str(ev.eval(stmt.label, scope), "a request name", stmt.label.span)
     else:
-        name = f"{spec.label}-{topo.name}-{solver}"
-    return LoweredRequest(name, problem, stmt.span)
+        name = f"{spec.label}-{topo.name}-{solver}" + (f"-groups-{groups}" if groups else "")
+    if groups is not None and problem.request.size is None:
+        raise DslError("a request with groups needs a size (every group calls the collective with it)", stmt.span)
+    return LoweredRequest(name, problem, stmt.span, groups)
+
+
+def _groups(value: Any, topo: Any, span: Span) -> str:
+    """``groups "dp"`` (tp, dp, blocks:K, stride:K, "0-3;4-7") or ``groups [[0, 1], [2, 3]]``:
+    the spec text, checked against the topology."""
+    from ccl.groups import parse_groups
+
+    if isinstance(value, tuple) and all(isinstance(g, tuple) for g in value):
+        text = ";".join(",".join(str(require_int(r, "a rank", span, least=0)) for r in g) for g in value)
+    elif isinstance(value, str):
+        text = value
+    else:
+        raise DslError(f"groups is tp, dp, blocks:K, stride:K, rank lists such as \"0-3;4-7\", or a list of "
+                       f"rank lists, got {describe(value)}", span)
+    try:
+        return parse_groups(text, topo).spec
+    except InputError as exc:
+        raise DslError(exc.message, span) from None
 

@@ -201,7 +201,14 @@ def synthesize_file(args: argparse.Namespace) -> int:
     for k, request in enumerate(requests):
         bar.update(f"[{k + 1}/{len(requests)}] {request.name}: {request.problem.request.solver} ...",
                    k / len(requests))
-        if request.problem.request.solver == "auto":
+        if request.groups is not None:
+            from ..compiler.groups import synthesize_groups
+
+            req = request.problem.request
+            results.append(synthesize_groups(request.problem.topology, request.problem.collective.kind,
+                                             request.groups, size=req.size, solver=req.solver, chunks=req.chunks,
+                                             root=request.problem.collective.root, time_budget=req.time_limit))
+        elif request.problem.request.solver == "auto":
             results.append(_tune_request(request))
         else:
             results.append(compiler.synthesize(request.problem))
@@ -231,6 +238,10 @@ def synthesize_file(args: argparse.Namespace) -> int:
         where = f" -> {target}" if target else ""
         if hasattr(result, "schedule_set"):
             lines.append(f"{request.name}: " + set_summary(result, where))
+        elif hasattr(result, "together_us"):
+            lines.append(f"{request.name}: {result.kind} on {len(result.groups)} groups at once: "
+                         f"{result.together_us:.4g} us together, {max(result.alone_us):.4g} us alone, bound "
+                         f"{result.bound_us:.4g} us; every group verified{where}")
         else:
             lines.append(summary(result, request.name, where))
     if not args.output:

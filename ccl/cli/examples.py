@@ -51,6 +51,7 @@ ccl synthesize -t dgx1 -c allgather -s smt -k 2 --json     # exact (z3): fewest 
 ccl synthesize -t amd8 -c allgather -s packing --size 1GiB -o big.json
 ccl synthesize -t ndv2:2 -c alltoall -s milp --size 1MiB --time-limit 30s -o a2a.json
 ccl synthesize dsl/examples/requests.ccl --request rs-ring8-k2 -o rs.json
+ccl synthesize -t dgx-h100:4 -c allreduce --groups dp --size 64MiB -o dp.json   # every DP group at once
 """,
     "verify": """
 ccl verify ag.json                  # exit 0 if correct, 4 with rank, step and slot if not

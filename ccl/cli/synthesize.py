@@ -29,6 +29,8 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     if args.emit == "ast":
         raise InputError("--emit ast prints the syntax tree of a description FILE.ccl")
     topo = compiler.load_topology(args.topology)
+    if args.groups is not None:
+        return synthesize_groups(args, topo)
     if args.solver == "auto":
         return synthesize_auto(args, topo)
     for flag in ("sizes", "time_budget", "solvers"):
@@ -60,6 +62,44 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     where = f" -> {args.output}" if args.output else " (not written: no -o given)"
     text = summary(result, alg.name, where)
     emit(args, data, text)
+    return 0
+
+
+def synthesize_groups(args: argparse.Namespace, topo: Any) -> int:
+    """``--groups SPEC``: the collective on every group at once (``ccl.compiler.groups``)."""
+    from ..compiler.groups import synthesize_groups as run
+    from ..errors import InputError
+    from ..serialize import save_algorithm
+    from ..units import format_size
+    from .progress import Progress
+
+    if args.size is None:
+        raise InputError("--groups needs --size (the message size every group calls the collective with)")
+    for flag in ("sizes", "solvers", "emit", "steps", "rounds", "sketch", "time_limit"):
+        if getattr(args, flag, None) is not None:
+            raise InputError(f"--{flag.replace('_', '-')} does not apply with --groups")
+    size = parse_size(args.size)
+    budget = parse_seconds(args.time_budget) if args.time_budget is not None else None
+    with Progress() as progress:
+        result = run(topo, args.collective, args.groups, size=size, solver=args.solver, chunks=args.chunks,
+                     root=args.root, time_budget=budget, progress=progress)
+    if args.output:
+        save_algorithm(result.algorithm, args.output)
+    data = result.to_json()
+    data["output"] = args.output
+    g = result.groups
+    lines = [f"{result.kind} on {len(g)} groups ({g.spec}: {', '.join(str(list(m)) for m in g.members[:4])}"
+             f"{', ...' if len(g) > 4 else ''}) of {topo.name}, {format_size(size)}, all at once",
+             f"  solver      {', '.join(result.solvers)} on each group's machine, its shared links at a fair share",
+             f"  alone       {max(result.alone_us):.4g} us (slowest group with the links to itself)",
+             f"  together    {result.together_us:.4g} us (every group at once, simulated; "
+             f"{result.together_us / max(result.alone_us):.3f}x alone)",
+             f"  bound       {result.bound_us:.4g} us ({result.bound_why}); together / bound = "
+             f"{result.together_us / result.bound_us:.3f}" if result.bound_us > 0 else "  bound       -",
+             f"  verified    every group's result, in one schedule of the whole machine "
+             f"({len(result.algorithm.transfers)} transfers)"
+             + (f" -> {args.output}" if args.output else " (not written: no -o given)")]
+    emit(args, data, "\n".join(lines))
     return 0
 
 
@@ -183,6 +223,10 @@ def register(sub: Any) -> None:
     syn = command(sub, "synthesize", "synthesize, verify and save a schedule", cmd_synthesize)
     syn.add_argument("file", nargs="?", help="a .ccl description: run its `synthesize` requests")
     syn.add_argument("--request", action="append", metavar="NAME", help="run only this request of FILE; repeatable")
+    syn.add_argument("--groups", metavar="SPEC",
+                     help="run the collective on every group at once: tp (each node's ranks), dp (one local index "
+                          "across nodes), blocks:K, stride:K, or rank lists 0-3;4-7 (needs --size; the schedule "
+                          "written covers every group)")
     add_emit(syn, STAGES, "solving (ast, problem) or the summary (algorithm, program)")
     add_problem_arguments(syn, required=False)
     syn.add_argument("--chunks", "-k", type=positive_int, default=1, help="chunk factor (pieces per rank's part)")

@@ -1,0 +1,120 @@
+"""Group collectives: one collective on every group of a cluster at once (``ccl.groups``).
+
+``synthesize_groups`` synthesizes each group's collective on the group's own machine, whose
+shared links carry a fair share of their bandwidth (the other groups run the same collective at
+the same time), joins the schedules into one schedule of the whole machine, verifies it (every
+group's result at once) and simulates it with all groups sharing the links. Groups whose
+machines are alike (the TP groups of identical nodes, the DP groups of a rail-optimized fabric)
+are synthesized once. The report gives each group's time alone, all groups' time together and
+a lower bound for them together (``ccl.groups.shared_bound``, and each group's own bound).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..algorithm import Algorithm
+from ..collective import builtin
+from ..errors import InputError
+from ..groups import Groups, group_topology, parse_groups, shared_bound, union
+from ..problem import Problem, Request
+from ..topology import Topology
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    groups: Groups
+    kind: str
+    size: float
+    algorithm: Algorithm  # every group's schedule, on the whole machine
+    per_group: tuple[Algorithm, ...]  # on each group's shared machine
+    alone_us: tuple[float, ...]  # each group's schedule on its machine at full bandwidth
+    together_us: float  # every group at once on the whole machine
+    bound_us: float
+    bound_why: str
+    solvers: tuple[str, ...]
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"groups": self.groups.to_json(), "collective": self.kind, "size": self.size,
+                "name": self.algorithm.name, "solvers": list(self.solvers),
+                "alone_us": [round(x, 3) for x in self.alone_us], "together_us": round(self.together_us, 3),
+                "bound_us": round(self.bound_us, 3), "bound": self.bound_why,
+                "bound_ratio": round(self.together_us / self.bound_us, 4) if self.bound_us > 0 else None,
+                "slowdown_from_sharing": round(self.together_us / max(self.alone_us), 4),
+                "transfers": len(self.algorithm.transfers), "synthesis_seconds": round(self.seconds, 3)}
+
+
+def _shape(topo: Topology) -> tuple:
+    """What synthesis sees of a machine, names aside (alike groups are synthesized once)."""
+    return (topo.n_ranks, tuple((x.src, x.dst, x.bandwidth, x.latency, x.lanes) for x in topo.links),
+            tuple((lim.links, lim.bandwidth) for lim in topo.limits), tuple(s.kind for s in topo.switches),
+            tuple(topo.node_of))
+
+
+def _one(sub: Topology, kind: str, root: int | None, solver: str, size: float, chunks: int,
+         time_budget: float | None) -> Algorithm:
+    from .stages import synthesize
+
+    if solver == "auto":
+        from .tuner import tune
+
+        found = tune(sub, kind, root=root, sizes=[int(size)], chunks=chunks, time_budget=time_budget,
+                     cache=False).schedule_set
+        return found.pick(size).algorithm
+    request = Request(solver, chunks=chunks, size=size)
+    return synthesize(Problem(sub, builtin(kind, sub.n_ranks, root), request)).algorithm
+
+
+def synthesize_groups(topology: Topology, kind: str, groups: Groups | str, *, size: float, solver: str = "auto",
+                      chunks: int = 1, root: int | None = None, time_budget: float | None = None,
+                      progress: Any = None) -> GroupResult:
+    """See the module docstring. ``root`` is a group rank (every group's root at that index)."""
+    import time
+
+    from solvers.bounds import lower_bound
+
+    from ..verify import verify
+    from .timing import simulate as timed
+
+    def simulate(alg: Algorithm, nbytes: float) -> Any:
+        return timed(alg, nbytes, bound=False, baselines=False)
+
+    start = time.perf_counter()
+    if isinstance(groups, str):
+        groups = parse_groups(groups, topology)
+    if not size > 0:
+        raise InputError(f"size must be a positive number of bytes, got {size!r}")
+    per_group: list[Algorithm] = []
+    done: dict[tuple, Algorithm] = {}
+    bound, why = shared_bound(topology, groups, kind, size)
+    if bound > 0:
+        why = f"what the groups must move over {why}"
+    alone: list[float] = []
+    for i, members in enumerate(groups.members):
+        sub = group_topology(topology, groups, i)
+        key = _shape(sub)
+        if key not in done:
+            if progress is not None:
+                progress(f"group {i + 1} of {len(groups)}: {kind} on {len(members)} ranks ({solver})")
+            alg = _one(sub, kind, root, solver, size, chunks, time_budget)
+            done[key] = alg
+        alg = done[key]
+        if alg.topology is not sub:
+            alg = Algorithm(alg.name, alg.collective, sub, alg.transfers, alg.rounds, alg.solver)
+        verify(alg)
+        per_group.append(alg)
+        full = group_topology(topology, groups, i, shared=False)
+        solo = Algorithm(alg.name, alg.collective, full, alg.transfers, alg.rounds, alg.solver)
+        alone.append(simulate(solo, size).time_us)
+        own = lower_bound(full, alg.collective, size).bound_us
+        if own > bound:
+            bound, why = own, f"group {i}'s own bound"
+    joined = union(topology, groups, per_group)
+    verify(joined)  # every group's postcondition, in one schedule of the whole machine
+    if progress is not None:
+        progress(f"simulating {len(groups)} groups at once")
+    together = simulate(joined, size).time_us
+    return GroupResult(groups, kind, size, joined, tuple(per_group), tuple(alone), together, bound, why,
+                       tuple(sorted({a.solver for a in per_group})), time.perf_counter() - start)
