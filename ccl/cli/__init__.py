@@ -25,6 +25,7 @@ from . import (
     emit,
     importer,
     pareto,
+    place,
     probe,
     run,
     simulate,
@@ -37,7 +38,7 @@ from .common import Parser
 
 # Command groups in the order `ccl --help` lists them.
 COMMANDS = (topology, solvers, check, synthesize, verify, simulate, bounds, compare, emit, importer, run, pareto,
-            probe, cache, completion)
+            place, probe, cache, completion)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -106,6 +106,11 @@ ccl run ag.xml -t dgx1 --size 1MiB      # an MSCCL XML file
 ccl pareto -t ring:4 -c allgather --max-chunks 2   # exact steps/rounds frontier (z3)
 ccl pareto -t dgx1 -c allgather -s packing --sizes 1KiB,1MiB,1GiB --save-dir frontier
 """,
+    "place": """
+ccl place -t dgx-h100:16 --plan tp=8,dp=16 --comm tp=allreduce:16MiB*64,dp=allreduce:512MiB
+ccl place -t dgx-h100:16 --plan tp=8,pp=2,dp=8 --layers 32 --hidden 4096 --tokens 4096 --microbatches 8
+ccl place -t dgx-a100:4 --plan tp=4,dp=8 --comm tp=allreduce:8MiB*32,dp=allreduce:1GiB --all --json
+""",
     "probe": """
 ccl probe --local 4 -o probed.ccl        # 4 local gloo processes: pairs, fan-out/in, disjoint pairs
 ccl probe --local 4 --measurements m.json --json

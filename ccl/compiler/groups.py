@@ -54,7 +54,7 @@ def _shape(topo: Topology) -> tuple:
 
 
 def _one(sub: Topology, kind: str, root: int | None, solver: str, size: float, chunks: int,
-         time_budget: float | None) -> Algorithm:
+         time_budget: float | None, quick: bool = False) -> Algorithm:
     from .stages import synthesize
 
     if solver == "auto":
@@ -63,14 +63,16 @@ def _one(sub: Topology, kind: str, root: int | None, solver: str, size: float, c
         found = tune(sub, kind, root=root, sizes=[int(size)], chunks=chunks, time_budget=time_budget,
                      cache=False).schedule_set
         return found.pick(size).algorithm
-    request = Request(solver, chunks=chunks, size=size)
+    request = Request(solver, chunks=chunks, size=None if quick else size)
     return synthesize(Problem(sub, builtin(kind, sub.n_ranks, root), request)).algorithm
 
 
 def synthesize_groups(topology: Topology, kind: str, groups: Groups | str, *, size: float, solver: str = "auto",
                       chunks: int = 1, root: int | None = None, time_budget: float | None = None,
-                      progress: Any = None) -> GroupResult:
-    """See the module docstring. ``root`` is a group rank (every group's root at that index)."""
+                      progress: Any = None, quick: bool = False) -> GroupResult:
+    """See the module docstring. ``root`` is a group rank (every group's root at that index).
+    ``quick``: the solver is not told the size (a size-aware one such as packing then skips
+    its judged search of pipeline shapes: ``ccl place`` compares many placements)."""
     import time
 
     from solvers.bounds import lower_bound
@@ -92,13 +94,14 @@ def synthesize_groups(topology: Topology, kind: str, groups: Groups | str, *, si
     if bound > 0:
         why = f"what the groups must move over {why}"
     alone: list[float] = []
+    solo_times: dict[tuple, tuple[float, float]] = {}
     for i, members in enumerate(groups.members):
         sub = group_topology(topology, groups, i)
         key = _shape(sub)
         if key not in done:
             if progress is not None:
                 progress(f"group {i + 1} of {len(groups)}: {kind} on {len(members)} ranks ({solver})")
-            alg = _one(sub, kind, root, solver, size, chunks, time_budget)
+            alg = _one(sub, kind, root, solver, size, chunks, time_budget, quick)
             done[key] = alg
         alg = done[key]
         if alg.topology is not sub:
@@ -106,9 +109,12 @@ def synthesize_groups(topology: Topology, kind: str, groups: Groups | str, *, si
         verify(alg)
         per_group.append(alg)
         full = group_topology(topology, groups, i, shared=False)
-        solo = Algorithm(alg.name, alg.collective, full, alg.transfers, alg.rounds, alg.solver)
-        alone.append(simulate(solo, size).time_us)
-        own = lower_bound(full, alg.collective, size).bound_us
+        solo_key = (key, _shape(full))
+        if solo_key not in solo_times:  # alike groups alone: timed once
+            solo = Algorithm(alg.name, alg.collective, full, alg.transfers, alg.rounds, alg.solver)
+            solo_times[solo_key] = (simulate(solo, size).time_us, lower_bound(full, alg.collective, size).bound_us)
+        time_alone, own = solo_times[solo_key]
+        alone.append(time_alone)
         if own > bound:
             bound, why = own, f"group {i}'s own bound"
     joined = union(topology, groups, per_group)
