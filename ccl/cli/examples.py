@@ -108,7 +108,8 @@ ccl pareto -t dgx1 -c allgather -s packing --sizes 1KiB,1MiB,1GiB --save-dir fro
 """,
     "place": """
 ccl place -t dgx-h100:16 --plan tp=8,dp=16 --comm tp=allreduce:16MiB*64,dp=allreduce:512MiB
-ccl place -t dgx-h100:16 --plan tp=8,pp=2,dp=8 --layers 32 --hidden 4096 --tokens 4096 --microbatches 8
+ccl place -t dgx-h100:16 --plan tp=8,pp=2,dp=8 --model 7B             # 7B: 32 layers, hidden 4096
+ccl place -t dgx-h100:16 --plan tp=8,dp=16 --layers 40 --hidden 5120 --tokens 8192 --microbatches 16
 ccl place -t dgx-a100:4 --plan tp=4,dp=8 --comm tp=allreduce:8MiB*32,dp=allreduce:1GiB --all --json
 """,
     "probe": """

@@ -17,6 +17,13 @@ def cmd_place(args: argparse.Namespace) -> int:
     topo = compiler.load_topology(args.topology)
     axes = parse_plan(args.plan)
     traffic = parse_traffic(args.comm, axes) if args.comm else {}
+    if args.model is not None:
+        from ..compiler.place import model_shape
+
+        if args.layers is not None or args.hidden is not None:
+            raise InputError("give --model, or --layers and --hidden, not both")
+        args.layers, args.hidden = model_shape(args.model)
+        args.tokens = args.tokens or 4096
     model_args = (args.layers, args.hidden, args.tokens)
     if any(x is not None for x in model_args):
         if None in model_args:
@@ -29,6 +36,8 @@ def cmd_place(args: argparse.Namespace) -> int:
     best = ranked[0].total_us
     lines = [f"placements of {' x '.join(f'{a} {s}' for a, s in axes.items())} on {topo.name} "
              f"({topo.n_ranks} ranks, {max(1, topo.n_nodes)} node(s)); communication per step:",
+             *([f"  (model: {args.layers} layers, hidden {args.hidden}, {args.tokens} tokens per micro-batch, "
+                f"{args.microbatches} micro-batches)"] if args.layers else []),
              *(f"  {a}: {t.text()}" for a, t in traffic.items()),
              f"{'#':>3} {'comm per step':>14} {'vs best':>8}  placement (axis and its share)"]
     for i, p in enumerate(shown, 1):
@@ -53,10 +62,14 @@ def register(sub: Any) -> None:
     p.add_argument("--plan", required=True, help="axes and sizes, first varying fastest: tp=8,pp=2,dp=8")
     p.add_argument("--comm", help="per axis, what it communicates per step: AXIS=KIND:SIZE[*COUNT], comma-separated; "
                                   "KIND allreduce, allgather, reducescatter, alltoall or sendrecv (pipeline stages)")
+    p.add_argument("--model", help="model: parameter count (7B, 13B, 70B, 175B or any, e.g. 6.7e9): its layers and "
+                                   "hidden size (published shapes, else 128 hidden per layer); --tokens defaults "
+                                   "to 4096")
     p.add_argument("--layers", type=positive_int, help="model: transformer layers (derives tp, pp and dp traffic)")
     p.add_argument("--hidden", type=positive_int, help="model: hidden size")
     p.add_argument("--tokens", type=positive_int, help="model: tokens per micro-batch (sequence x micro-batch size)")
-    p.add_argument("--microbatches", type=positive_int, default=1, help="model: micro-batches per step (default 1)")
+    p.add_argument("--microbatches", type=positive_int, default=8,
+                   help="model: micro-batches per step (gradient accumulation; default 8)")
     p.add_argument("--solver", "-s", default="packing",
                    help="solver for each axis's groups (default packing; ring where packing cannot)")
     p.add_argument("--tuned", action="store_true",

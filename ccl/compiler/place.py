@@ -82,6 +82,32 @@ class Model:
         return out
 
 
+# Published shapes (layers, hidden) of GPT/Llama-class models by parameter count.
+SHAPES = {7e9: (32, 4096), 13e9: (40, 5120), 30e9: (60, 6656), 70e9: (80, 8192), 175e9: (96, 12288)}
+
+
+def model_shape(text: str) -> tuple[int, int]:
+    """(layers, hidden) for a model size such as ``7B``, ``70B``, ``1.3B`` or ``6.7e9``: a
+    published shape when the size is one, else hidden = (128 x 12 x size / 12)^(1/3) rounded
+    to 128 and layers = size / (12 x hidden^2) (12 x layers x hidden^2 parameters, 128 hidden
+    per layer)."""
+    m = re.fullmatch(r"\s*([0-9.]+(?:[eE][+-]?\d+)?)\s*([kKmMbBtT]?)\s*", text or "")
+    if not m:
+        raise InputError(f"--model: expected a parameter count such as 7B, 70B or 6.7e9, got {text!r}")
+    scale = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}[m.group(2).lower()]
+    try:
+        params = float(m.group(1)) * scale
+    except ValueError:
+        raise InputError(f"--model: {text!r} is not a number") from None
+    if not 1e6 <= params <= 1e14:
+        raise InputError(f"--model: {text} parameters is outside 1M..100T")
+    for known, shape in SHAPES.items():
+        if abs(params - known) / known < 0.02:
+            return shape
+    hidden = max(128, round((128 * params / 12) ** (1 / 3) / 128) * 128)
+    return max(1, round(params / (12 * hidden * hidden))), hidden
+
+
 def parse_plan(text: str) -> dict[str, int]:
     """``tp=8,pp=2,dp=8`` -> {"tp": 8, "pp": 2, "dp": 8} (order kept)."""
     out: dict[str, int] = {}

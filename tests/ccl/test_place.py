@@ -54,6 +54,17 @@ def test_model_traffic() -> None:
     assert traffic["dp"].size == 12 * 32 * 4096 ** 2 * 2 // 16
 
 
+def test_model_sizes() -> None:
+    from ccl.compiler.place import model_shape
+
+    assert model_shape("7B") == (32, 4096) and model_shape("70b") == (80, 8192) and model_shape("175e9") == (96, 12288)
+    layers, hidden = model_shape("1.3B")
+    assert hidden % 128 == 0 and abs(12 * layers * hidden**2 - 1.3e9) / 1.3e9 < 0.35
+    for bad in ("seven", "0.5", "1e20"):
+        with pytest.raises(InputError):
+            model_shape(bad)
+
+
 def test_sendrecv_is_a_verified_schedule() -> None:
     topo = T.build("dgx-h100:2")
     alg = _sendrecv(topo, Groups("x", ((0, 8), (1, 9, 3))))
@@ -87,7 +98,7 @@ def test_where_the_intuitive_placement_loses(capsys) -> None:
 
 @pytest.mark.slow
 def test_dgx_h100_16_tp8_dp16_ranks_tp_inside_a_node_first(capsys) -> None:
-    assert main(["place", "-t", "dgx-h100:16", "--plan", "tp=8,dp=16", *SMALL_MODEL, "--json"]) == 0
+    assert main(["place", "-t", "dgx-h100:16", "--plan", "tp=8,dp=16", "--model", "7B", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["placements"][0]["intra"] == {"tp": 8, "dp": 1}
 
@@ -101,6 +112,7 @@ def test_bad_plans_exit_2(capsys) -> None:
         (["--plan", "tp=8,tp=4", "--comm", "tp=allreduce:1MiB"], "given twice"),
         (["--plan", "tp=3,dp=32", "--comm", "tp=allreduce:1MiB"], "has 96 ranks"),
         (["--plan", "tp=8,dp=4", "--layers", "32"], "needs --layers, --hidden and --tokens"),
+        (["--plan", "tp=8,dp=4", "--model", "7B", "--layers", "3"], "not both"),
     ):
         assert main(["place", "-t", "dgx-h100:4", *argv]) == 2, argv
         assert words in capsys.readouterr().err, argv
