@@ -45,6 +45,7 @@ def test_async_calls_on_subgroups_of_4_ranks() -> None:
     check_subgroups(rows, 4)
 
 
+@pytest.mark.slow
 def test_8_ranks_subgroups_and_ddp() -> None:
     sub, ddp = run_jobs(8, [Call(f"{SCENARIOS}:subgroups"), Call(f"{SCENARIOS}:ddp")], timeout=120)
     check_subgroups(sub, 8)
