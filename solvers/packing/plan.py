@@ -93,7 +93,9 @@ def plans(topology: Topology, kind: str, root: int | None,
     """The candidate packings, cached per topology: first, best rate first (stitched first on
     a tie), the stitched trees on identical nodes (``stitch``) and the whole-graph packing
     (always for broadcast and reduce; otherwise when nothing is stitched, or the stitched trees
-    miss the bound on at most ``FLAT_LIMIT`` vertices); then, for small messages, the heaviest
+    miss the bound on at most ``FLAT_LIMIT`` vertices), and the two-hop trees of an LP
+    (``twohop``: up to 16 ranks, every pair linked) unless the best of those meets the bound
+    with trees two hops deep; then, for small messages, the heaviest
     tree per root of each multi-tree construction and the shallowest trees (up to
     ``SHALLOW_UP_TO`` ranks). A cost judge picks the one that runs fastest at a size."""
     if kind not in KINDS:
@@ -123,8 +125,20 @@ def plans(topology: Topology, kind: str, root: int | None,
         down = _phase(topology, False, r, progress) if want_down else None
         out.append(Packing(kind, topology.n_ranks, r, down, up))
     out.sort(key=lambda p: sum(ph.achieved for ph in p.phases()))  # stable: stitched first on a tie
+    best = out[0]
+    if not all(_meets(ph) and _depth(ph) <= 2 for ph in best.phases()):
+        from .twohop import two_hop_phase
+
+        roots = [r] if rooted else list(range(topology.n_ranks))
+        ref = {ph.reverse: ph for ph in best.phases()}
+        phases = {rev: two_hop_phase(topology, rev, roots, ref[rev].optimal, ref[rev].exact) for rev in ref}
+        if all(ph is not None for ph in phases.values()):
+            two = Packing(kind, topology.n_ranks, r, phases.get(False), phases.get(True))
+            if _ratio(two) <= TWO_HOP_WITHIN * _ratio(best):  # else it can win at no size
+                out.append(two)
+                out.sort(key=lambda p: sum(ph.achieved for ph in p.phases()))
     for packing in list(out):  # for small messages: fewer trees, fewer messages
-        if packing.trees_per_root() > 1:
+        if packing.trees_per_root() > 1 and packing.phases()[0].construction != "two-hop":
             out.append(Packing(kind, topology.n_ranks, r, *(None if ph is None else _one_tree(topology, ph)
                                                             for ph in (packing.down, packing.up))))
     if topology.n_ranks <= SHALLOW_UP_TO:
@@ -177,6 +191,17 @@ def _shallow(topology: Topology, reverse: bool, root: int | None) -> Phase | Non
         trees.append(Tree(r, 1, parent, order))
     caps, _, optimal, _, _ = _rate(topology, reverse, root)
     return Phase(reverse, tuple(trees), optimal, physical_time(topology, trees, reverse), caps.exact, "shallow")
+
+
+TWO_HOP_WITHIN = 1.25  # two-hop trees kept when their rate is within this of the best construction's
+
+
+def _ratio(packing: Packing) -> float:
+    return max(ph.achieved / ph.optimal for ph in packing.phases())
+
+
+def _depth(phase: Phase) -> int:
+    return max((max(t.depth().values()) for t in phase.trees), default=0)
 
 
 def _meets(phase: Phase) -> bool:

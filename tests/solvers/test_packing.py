@@ -505,3 +505,29 @@ def test_lowered_messages_fill_every_lane_equally_on_amd8() -> None:
         assert len(counts) % lanes == 0 and len(set(counts)) == 1, (step, a, b, counts)
     report = compiler.simulate(solution.algorithm, 1 << 26)
     assert report.bound_ratio < 1.1
+
+
+def test_two_hop_trees_from_the_lp() -> None:
+    """Star and relay trees weighted by an LP: on a switch, broadcast from one root reaches the
+    bound with trees two hops deep (the packed one is a chain seven deep), verifies both ways,
+    and wins at 64 MiB; where a pair is not linked (DGX-1) there are none."""
+    from solvers.packing.plan import plans
+    from solvers.packing.twohop import two_hop_phase
+
+    topo = T.build("switch:8")
+    for kind in ("broadcast", "reduce"):
+        found = [p for p in plans(topo, kind, 1) if p.phases()[0].construction == "two-hop"]
+        assert found, kind
+        phase = found[0].phases()[0]
+        assert phase.achieved == pytest.approx(phase.optimal, rel=1e-9)
+        assert max(max(t.depth().values()) for t in phase.trees) <= 2
+        assert sum(t.weight for t in phase.trees) == 60
+    solution = synth(topo, "broadcast", size=1 << 26)
+    assert solution.details["broadcast_phase"]["construction"] == "two-hop"
+    assert verify(solution.algorithm).transfers == len(solution.algorithm.transfers)
+    assert compiler.simulate(solution.algorithm, 1 << 26).bound_ratio < 1.04
+    reduce = synth(topo, "reduce", size=1 << 26)
+    assert verify(reduce.algorithm).transfers == len(reduce.algorithm.transfers)
+    assert two_hop_phase(T.build("dgx1"), False, list(range(8)), 1.0, True) is None
+    amd = two_hop_phase(T.build("amd8"), False, list(range(8)), 1.0, True)
+    assert amd is not None and all(max(t.depth().values()) <= 2 for t in amd.trees)
