@@ -10,6 +10,8 @@
    * packed: switch vertices split off pair by pair while every rank can still receive the
      total demand (``split``), then spanning out-trees per root with integer multiplicities
      summing to the root's demand, packed within the arc capacities (``trees``);
+   * two-hop (``twohop``): up to 16 fully linked ranks, the star and relay trees of each root
+     weighted by an LP;
    * shallow: per root the tree of fewest hops over the flattened links (latency).
 3. Schedule (``schedule``): each root's part is cut into slots, shared among its trees in
    proportion to their multiplicities, and pipelined down (allgather, broadcast) or up
