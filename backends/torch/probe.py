@@ -121,7 +121,9 @@ def measure(group: Any = None, *, sizes: tuple[int, ...] = (4096, 262144, 419430
         for (i, j), (k, m) in itertools.combinations(unordered, 2):
             if len({i, j, k, m}) == 4:
                 tests.append((i, j, k, m))
-        tests = tests[:max_concurrent_tests]
+        if len(tests) > max_concurrent_tests:  # evenly over all of them, not the low ranks' first
+            step = len(tests) / max_concurrent_tests
+            tests = [tests[int(k * step)] for k in range(max_concurrent_tests)]
     together: list[dict[str, Any]] = []
     for i, j, k, m in tests:
         mine: list[float] = []
