@@ -295,18 +295,14 @@ def builtin(kind: str, n: int, root: int | None = None, chunks: int = 1) -> Coll
         root = 0 if root is None else root
     elif root is not None:
         raise CollectiveError(f"{kind} has no root (only {', '.join(ROOTED_KINDS)} do)")
-    key = (kind, n, root, chunks)
-    if all(type(x) is int for x in key[1:] if x is not None):
-        hit = _RECENT.get(key)
-        if hit is None:
-            hit = _RECENT[key] = _build(kind, n, root).chunk_up(chunks)
-            while len(_RECENT) > 8:
-                del _RECENT[next(iter(_RECENT))]
-        return hit
+    if all(type(x) is int for x in (n, root, chunks) if x is not None):  # hashable, and what callers pass
+        return _recent(kind, n, root, chunks)
     return _build(kind, n, root).chunk_up(chunks)
 
 
-_RECENT: dict[tuple, Collective] = {}
+@lru_cache(maxsize=8)
+def _recent(kind: str, n: int, root: int | None, chunks: int) -> Collective:
+    return _build(kind, n, root).chunk_up(chunks)
 
 
 def _build(kind: str, n: int, root: int | None) -> Collective:

@@ -124,12 +124,16 @@ def usage(topology: Topology, groups: Groups) -> dict[tuple[int, int], int]:
     return count
 
 
-def group_topology(topology: Topology, groups: Groups, index: int, *, shared: bool = True) -> Topology:
+def group_topology(topology: Topology, groups: Groups, index: int, *, shared: bool = True,
+                   count: dict[tuple[int, int], int] | None = None) -> Topology:
     """Group ``index``'s machine (module docstring); ``shared=False`` keeps full bandwidths (the
-    group alone)."""
+    group alone). ``count``: ``usage(topology, groups)``, when the caller has it already."""
     g = groups.members[index]
     hops = _route_hops(topology, g)
-    count = usage(topology, groups) if shared else {}
+    if not shared:
+        count = {}
+    elif count is None:
+        count = usage(topology, groups)
     n = topology.n_ranks
     vertex: dict[int, int] = {r: i for i, r in enumerate(g)}
     switches: list[Switch] = []
@@ -150,13 +154,13 @@ def group_topology(topology: Topology, groups: Groups, index: int, *, shared: bo
     for a, b in sorted(hops):
         link = topology.link(a, b)
         assert link is not None
-        share = count.get((a, b), 1) if shared else 1
+        share = count.get((a, b), 1)
         links.append(Link(vertex[a], vertex[b], link.bandwidth / share, link.latency, link.lanes))
     limits = []
     for lim in topology.limits:
         kept = tuple((vertex[a], vertex[b]) for a, b in lim.links if (a, b) in hops)
         if kept:
-            share = max(count.get((a, b), 1) for a, b in lim.links if (a, b) in hops) if shared else 1
+            share = max(count.get((a, b), 1) for a, b in lim.links if (a, b) in hops)
             limits.append(SharedLimit(lim.name, kept, lim.bandwidth / share))
     name = f"{topology.name}.g{index}" + ("" if shared else ".alone")
     sub = Topology(name, len(g), tuple(links), tuple(switches), tuple(limits), node_of)

@@ -100,11 +100,11 @@ def register_comm_hook(model: Any, schedule: Any, group: Any = None, **options: 
 
         if group is not None and group is dist.group.WORLD:
             group = None
-    comm = schedule if type(schedule).__name__ == "Collectives" else executor(schedule, group, **options)
+    from backends.torch.dropin import Collectives, allreduce_hook
+
+    comm = schedule if isinstance(schedule, Collectives) else executor(schedule, group, **options)
     if comm.kind != "allreduce":
         raise InputError(f"a DDP hook needs an allreduce schedule, not {comm.kind}")
-    from backends.torch.dropin import allreduce_hook
-
     model.register_comm_hook(comm, allreduce_hook)
     return comm
 

@@ -86,6 +86,8 @@ def measure(group: Any = None, *, sizes: tuple[int, ...] = (4096, 262144, 419430
     fan_out: dict[str, float] = {}
     fan_in: dict[str, float] = {}
     buf = bufs[largest]
+    landing = [torch.empty_like(buf) for _ in range(n)]  # receive buffers, made before any timing
+    acks = [torch.empty_like(ack) for _ in range(n)]
     if n > 2:
         for root in range(n):
             for direction, table in (("out", fan_out), ("in", fan_in)):
@@ -100,15 +102,15 @@ def measure(group: Any = None, *, sizes: tuple[int, ...] = (4096, 262144, 419430
                                 continue
                             if direction == "out":
                                 works.append(dist.isend(buf, peers[q], group=group))
-                                works.append(dist.irecv(torch.zeros_like(ack), peers[q], group=group))
+                                works.append(dist.irecv(acks[q], peers[q], group=group))
                             else:
-                                works.append(dist.irecv(torch.zeros_like(buf), peers[q], group=group))
+                                works.append(dist.irecv(landing[q], peers[q], group=group))
                         for w in works:
                             w.wait()
                         if k:
                             samples.append(time.perf_counter() - start)
                     elif direction == "out":
-                        dist.recv(torch.zeros_like(buf), peers[root], group=group)
+                        dist.recv(landing[root], peers[root], group=group)
                         dist.send(ack, peers[root], group=group)
                     else:
                         dist.send(buf, peers[root], group=group)

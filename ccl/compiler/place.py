@@ -278,11 +278,10 @@ def _axis_cost(topology: Topology, axis: str, traffic: Traffic, members: list[tu
             try:
                 result = synthesize_groups(topology, traffic.kind, groups, size=traffic.size, solver=solver,
                                            quick=quick)
-            except InputError as exc:
+            except InputError:
                 if solver == "ring":
                     raise
                 result = synthesize_groups(topology, traffic.kind, groups, size=traffic.size, solver="ring")
-                del exc
             cache[key] = (result.together_us, max(result.alone_us), "+".join(result.solvers))
     together, alone, used = cache[key]
     return AxisCost(axis, traffic, groups, spanned, together, alone, used)

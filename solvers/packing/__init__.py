@@ -273,10 +273,8 @@ def _lanes(problem: Problem) -> int:
     the flattened links (5 and 6 lanes: 30, which splits evenly over either), or the widest
     link's lanes when that multiple exceeds 64; at most 64."""
     counts = {link.lanes for link in problem.topology.flat().links}
-    multiple = 1
-    for c in counts:
-        multiple = multiple * c // math.gcd(multiple, c)
-    return multiple if multiple <= 64 else min(64, max(counts, default=1))
+    multiple = math.lcm(*counts)
+    return multiple if multiple <= 64 else min(64, max(counts))
 
 
 def _per_slot(packing: Packing, n: int) -> int:
