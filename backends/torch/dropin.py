@@ -13,7 +13,9 @@ group runs its collectives: every rank of the group must make the same calls in 
 as with torch.distributed. A synchronous call waits for the calls queued before it. ``Work``
 behaves like torch's: ``wait()``, ``is_completed()``, ``is_success()``, ``exception()`` and
 ``get_future()`` (whose value is ``[output tensor]``); ``wait()`` raises the project's
-``InputError`` or ``BackendError`` when the call failed.
+``InputError`` or ``BackendError`` when the call failed. A transport failure (a peer lost, or
+stalled past ``timeout``) leaves the group unusable: the calls queued behind it and every later
+call on the group fail at once with the first error (``runtime``), never hang.
 
 A schedule set serves each call with the entry for its size in bytes, counted as
 ``ccl.report`` counts sizes (nccl-tests): the tensor for allreduce, broadcast and reduce, the

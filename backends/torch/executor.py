@@ -33,7 +33,8 @@ class Executor:
     """One schedule bound to a process group (None: the default group).
 
     ``timeout`` (seconds) bounds every wait for a transfer (None: the group's timeout); a peer
-    that dies or never calls raises ``BackendError`` naming this rank, the op and the peer.
+    that dies or never calls raises ``BackendError`` naming this rank, the op, its size and the
+    peer; the group is then unusable and later calls on it fail at once with that error.
     ``validate`` ("first", "always", "never") controls the cross-rank check of schedule, sizes,
     dtype and reduction (see ``runtime.ScheduleRunner``).
     """

@@ -7,8 +7,11 @@ collective on the same random data (bit for bit for integers, to a tolerance for
 the two are timed in alternation, iteration by iteration, after a barrier each; an iteration's
 time is the slowest rank's.
 
-Failures are clean: a job that raises reports the rank and the error; a rank that dies, or a
-group that does not finish within its deadline, is stopped and reported as ``BackendError``.
+Failures are clean: a job that raises reports the rank and the error; a rank that dies (an
+exit or a signal without a report) or stalls (still running ``timeout`` + a grace period after
+another rank finished, or the grace period after one failed) is named as the cause in a
+``BackendError``, and every rank is stopped (killed) before ``run_jobs`` returns or raises: no
+process outlives it.
 """
 
 from __future__ import annotations
@@ -154,10 +157,13 @@ def _worker(rank: int, n: int, folder: str, timeout: float) -> int:
                     continue
                 out.append(_run_job(rank, n, job, timeout, rt, torch, dist))
             except runtime.ScheduleError as exc:
-                exc.message = f"{job.label or f'job {i}'}: {exc.message}"
+                if job.label or len(jobs) > 1:
+                    exc.message = f"{job.label or f'job {i}'}: {exc.message}"
                 raise
             except Exception as exc:  # noqa: BLE001 - named by its job, reported below
-                raise RuntimeError(f"{job.label or f'job {i}'}: {type(exc).__name__}: {exc}") from exc
+                where = f"{job.label or f'job {i}'}: " if job.label or len(jobs) > 1 else ""
+                raise runtime.ScheduleError(f"rank {rank}: {where}{type(exc).__name__}: "
+                                            f"{runtime._first_line(exc)}") from exc
         report(("ok", out))
         dist.destroy_process_group()
         return 0
@@ -239,10 +245,14 @@ def _combine(jobs: list, per_rank: list[list[Any]], n: int) -> list[Any]:
 
 
 # ---------------------------------------------------------------------- the parent
-def run_jobs(n: int, jobs: list, *, timeout: float = 60.0, deadline: float | None = None) -> list[Any]:
+def run_jobs(n: int, jobs: list, *, timeout: float = 60.0, deadline: float | None = None,
+             grace: float = 3.0) -> list[Any]:
     """Run ``jobs`` (``Job`` or ``Call``) on ``n`` local gloo processes, in order; returns a
     ``JobResult`` per Job and a tuple of per-rank values per Call. ``timeout`` bounds every wait
-    inside a rank, ``deadline`` (seconds, default generous) the whole group.
+    inside a rank, ``deadline`` (seconds, default generous) the whole group; ``grace`` is how
+    long the other ranks may still report after one failed (then they are stopped). A rank that
+    fails, dies or stalls raises ``BackendError`` (``InputError`` for a rank's bad input) naming
+    it; every rank is stopped before this returns or raises.
 
     Ranks are forked from a fork server that imported torch once (importing torch is most of a
     process's start-up), or spawned where fork servers do not exist."""
@@ -266,11 +276,11 @@ def run_jobs(n: int, jobs: list, *, timeout: float = 60.0, deadline: float | Non
         try:
             with _main_module_hidden():
                 for r in range(n):
-                    p = ctx.Process(target=_rank_main, args=(r, n, folder, timeout), name=f"ccl-rank-{r}",
+                    p = ctx.Process(target=_rank_main, args=(r, n, folder, timeout, os.getpid()), name=f"ccl-rank-{r}",
                                     daemon=True)
                     p.start()
                     procs.append(p)
-            return _combine(jobs, _collect(procs, folder, time.monotonic() + limit), n)
+            return _combine(jobs, _collect(procs, folder, time.monotonic() + limit, timeout, grace), n)
         finally:
             for p in procs:
                 if p.exitcode is None:
@@ -298,23 +308,77 @@ def _main_module_hidden():
                 main.__dict__.pop("__file__", None)
 
 
-def _rank_main(rank: int, n: int, folder: str, timeout: float) -> None:
+def _rank_main(rank: int, n: int, folder: str, timeout: float, launcher: int | None = None) -> None:
     """A rank's process: its output goes to ``rank<r>.log``, not the caller's terminal."""
     fd = os.open(os.path.join(folder, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+    _die_with_launcher(launcher)
     code = _worker(rank, n, folder, timeout)
     os._exit(code)  # skip interpreter teardown (gloo threads)
 
 
-def _collect(procs: list, folder: str, end: float) -> list[list[Any]]:
-    """Every rank's list of per-job results."""
+def _die_with_launcher(launcher: int | None) -> None:
+    """End this rank when the launcher (process ``launcher``) ends, so a launcher killed outright
+    leaves no rank running: a thread checks every half second (a fork server outlives the
+    launcher while ranks hold its pipe, so the parent's death is not the launcher's); with
+    spawned ranks, the kernel's parent-death signal too (Linux)."""
+    import signal
+    import threading
+
+    parent = os.getppid()
+    if parent == launcher:
+        try:
+            import ctypes
+
+            if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0) == 0:  # PR_SET_PDEATHSIG
+                if os.getppid() != parent:  # ended before the signal was armed
+                    os._exit(1)
+        except (OSError, AttributeError):
+            pass
+    if launcher is None:
+        return
+
+    def gone() -> bool:
+        try:
+            os.kill(launcher, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        try:
+            with open(f"/proc/{launcher}/stat") as fh:
+                return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # killed, not yet reaped
+        except (OSError, IndexError):
+            return False
+
+    def watch() -> None:
+        while not gone():
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="ccl-launcher-watch", daemon=True).start()
+
+
+def _collect(procs: list, folder: str, end: float, timeout: float = 60.0, grace: float = 3.0) -> list[list[Any]]:
+    """Every rank's list of per-job results, or ``BackendError``/``InputError`` naming the rank
+    that failed first.
+
+    Every wait inside a rank is bounded by ``timeout``, so: ``grace`` seconds after the first
+    failure the ranks still running are stopped (they wait for the failed one); ranks still
+    running ``timeout + grace`` seconds after another rank finished are stalled and stopped. The
+    error names the cause: a rank that died (exit or signal without a report) before a rank's
+    own bad input, before a stalled rank, before the others' transport errors. The error's
+    ``reports`` holds every rank's (kind, value): "ok", "input", "backend", "died" or
+    "stalled"."""
     import pickle
 
     n = len(procs)
     reports: dict[int, tuple] = {}
+    when: dict[int, float] = {}
     first_error: float | None = None
+    first_report: float | None = None
     while len(reports) < n:
         for r, p in enumerate(procs):
             if r in reports or p.exitcode is None:
@@ -324,25 +388,83 @@ def _collect(procs: list, folder: str, end: float) -> list[list[Any]]:
                 with open(path, "rb") as fh:
                     reports[r] = pickle.load(fh)
             else:
-                reports[r] = ("backend", f"rank {r} exited with code {p.exitcode} without a report"
+                reports[r] = ("died", f"rank {r} died ({_exit_text(p.exitcode)}) without finishing"
                               + _log_tail(folder, r))
+            now = when[r] = time.monotonic()
+            first_report = first_report or now
             if reports[r][0] != "ok" and first_error is None:
-                first_error = time.monotonic()
+                first_error = now
         now = time.monotonic()
-        if first_error is not None and now > first_error + 3.0:
+        if first_error is not None and now > first_error + grace:
             break  # the others are stuck waiting for the failed rank: stop them
+        if first_report is not None and now > first_report + timeout + grace:
+            break  # every wait ends within the timeout: the ranks still running are stalled
         if now > end:
             missing = sorted(set(range(n)) - set(reports))
             raise BackendError(f"the local run of {n} ranks did not finish in time; ranks {missing} were "
                                "still running and were stopped")
         if len(reports) < n:
             time.sleep(0.05)
-    errors = sorted((r, kind, message) for r, (kind, message) in reports.items() if kind != "ok")
-    if errors:
-        inputs = [e for e in errors if e[1] == "input"]
-        _r, kind, message = (inputs or errors)[0]
-        raise InputError(message) if kind == "input" else BackendError(message)
+    stalled = sorted(set(range(n)) - set(reports))
+    for r in stalled:
+        if first_error is None:
+            done = min(when, key=when.get)
+            text = (f"rank {r} stalled: it was still running {timeout + grace:g} s after rank {done} finished "
+                    f"(every wait is bounded by the {timeout:g} s timeout); stopped it")
+        else:
+            text = (f"rank {r} stalled: it did not finish or fail within {grace:g} s of the first failure; "
+                    "stopped it")
+        reports[r] = ("stalled", text)
+    if any(kind != "ok" for kind, _ in reports.values()):
+        raise _launch_error(reports, when)
     return [reports[r][1] for r in range(n)]
+
+
+def _is_wait(message: str) -> bool:
+    """A rank's error says it timed out waiting for a peer."""
+    return any(word in message for word in ("timed out", "Timed out", "imeout", "waited "))
+
+
+def _exit_text(code: int | None) -> str:
+    if code is not None and code < 0:
+        import signal
+
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _launch_error(reports: dict[int, tuple], when: dict[int, float]) -> Exception:
+    """The error of a failed launch: the cause first, then what the first other rank saw. The
+    cause is a rank that died; else a rank's bad input; else, when the first failure is a
+    timeout (waiting for a peer; the ranks that lose it follow), a rank still running (stalled);
+    else the first rank to fail."""
+    def of(kind: str) -> list[tuple[int, str]]:
+        return sorted(((r, v) for r, (k, v) in reports.items() if k == kind), key=lambda x: when.get(x[0], 1e300))
+
+    died, inputs, backend, stalled = of("died"), of("input"), of("backend"), of("stalled")
+    waited = not backend or _is_wait(backend[0][1])  # the first failure was a wait: others only followed
+    if died:
+        cause, seen = died[0], inputs + backend
+    elif inputs:
+        cause, seen = inputs[0], []
+    elif stalled and waited:
+        r = stalled[0][0]
+        cause, seen = stalled[0], [x for x in backend if f"rank {r}" in x[1]] or backend
+    else:
+        cause, seen = backend[0], backend[1:]
+    message = cause[1]
+    if seen:
+        q, text = seen[0]
+        message += f"; {text}" if f"rank {q}" in text else f"; rank {q}: {text}"
+        if len(seen) > 1:
+            message += f" (and {len(seen) - 1} more rank(s) failed)"
+    error: Exception = InputError(message) if cause in inputs else BackendError(message)
+    error.reports = dict(sorted(reports.items()))  # type: ignore[attr-defined]
+    error.failed_rank = cause[0]  # type: ignore[attr-defined]
+    return error
 
 
 def _log_tail(folder: str, rank: int) -> str:

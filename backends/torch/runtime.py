@@ -14,7 +14,16 @@ schedule compiler's lowering. The runner follows that order exactly:
   reductions, each after the transfers it needs. Transfers of later steps that do not depend on
   a pending one go ahead while it is in flight;
 * every message carries its tag, so tag-matching transports (gloo) and order-matching ones
-  (NCCL) pair sends and receives the same way;
+  (NCCL) pair sends and receives the same way; on the wire the tag is mixed (XOR, bits 20-30)
+  with a hash of the schedule, the element count and the dtype, so ranks that disagree on them
+  (``validate="never"``) never pair their messages: they time out with an error instead of
+  aborting the receiving process (gloo aborts on a message of the wrong size) or mixing data;
+* faults end in ``ScheduleError`` on every surviving rank within ``timeout`` (a peer lost
+  mid-collective: at once; a stalled or absent peer: after the timeout), naming the rank, the
+  op, its size and the peer. The group's point-to-point state is then inconsistent (gloo also
+  closes its connections): the runner records the failure for the group, and every later call
+  on it, from any runner, fails at once with that first error; destroy the group
+  (``torch.distributed.destroy_process_group()``, which does not hang) and create a new one;
 * slots map to element ranges of the caller's tensors: a base slot of U elements is cut in k
   pieces of U // k elements, the first U % k one longer, so any size works, down to 1 element;
 * scratch memory is allocated once per (size, dtype, device) and reused across calls;
@@ -94,6 +103,17 @@ def piece_sizes(unit: int, k: int) -> list[int]:
     return [q + 1 if p < rem else q for p in range(k)]
 
 
+# Process groups whose point-to-point state a failed call left inconsistent: id -> (group, first
+# error message). Later calls on them fail at once with that message (the group object is kept
+# so its id is not reused).
+_BROKEN: dict[int, tuple[Any, str]] = {}
+_TAG_SALT_SHIFT, _TAG_SALT_BITS = 20, 11
+
+
+def _group_key(group: Any) -> Any:
+    return group if group is not None else dist.group.WORLD
+
+
 def fingerprint(spec: dict) -> int:
     """A 62-bit hash of a schedule: ranks loading different schedules disagree on it."""
     text = json.dumps([spec["collective"], spec["n_ranks"], spec["chunk_factor"], spec["ops"], spec["scratch"]],
@@ -125,6 +145,11 @@ class _Plan:
             return at(index), at(index + count)
 
         self.unit = unit
+        salt_text = f"{runner.fingerprint}:{unit}:{dtype}".encode()
+        salt = int.from_bytes(hashlib.blake2b(salt_text, digest_size=4).digest(), "big")
+        salt = (salt & ((1 << _TAG_SALT_BITS) - 1)) << _TAG_SALT_SHIFT
+        esize = torch.empty((), dtype=dtype).element_size()
+        self.nbytes: dict[int, int] = {}  # op index -> bytes it moves (for error messages)
         self.scratch = torch.empty(soff[-1], dtype=dtype, device=device)
         self.private_input: torch.Tensor | None = None
         self.steps: list[tuple[tuple[int, ...], list[tuple], list[tuple]]] = []
@@ -144,7 +169,8 @@ class _Plan:
             if kind == "send" or kind == "recv":
                 waits.update(pending)
                 if stop > start:  # an empty piece moves nothing: both sides skip the message
-                    net.append((i, kind == "send", b, start, stop, peer, tag))
+                    net.append((i, kind == "send", b, start, stop, peer, tag ^ salt))
+                    self.nbytes[i] = (stop - start) * esize
             elif stop > start:
                 sb = _BUFFER_IDS[src_buf]
                 s0, s1 = span(sb, src_index, count)
@@ -213,6 +239,7 @@ class ScheduleRunner:
         self._plans: dict[tuple, _Plan] = {}
         self._validated: tuple | None = None
         self._works: list[Any] = [None] * len(self.ops)
+        self._plan: _Plan | None = None
 
     # ------------------------------------------------------------------ sizes
     def unit_for(self, input: torch.Tensor, output: torch.Tensor) -> int | None:
@@ -252,29 +279,39 @@ class ScheduleRunner:
 
     def _handshake(self, unit: int | None, dtype: torch.dtype, op: str, device: torch.device) -> int:
         mine = torch.tensor([-1 if unit is None else unit, _DTYPES.index(dtype) if dtype in _DTYPES else 99,
-                             REDUCE_OPS.index(op), self.fingerprint], dtype=torch.int64, device=device)
+                             REDUCE_OPS.index(op), self.fingerprint,
+                             KINDS_WITH_NATIVE.index(self.kind) if self.kind in KINDS_WITH_NATIVE else -1],
+                            dtype=torch.int64, device=device)
         got = [torch.empty_like(mine) for _ in range(self.world)]
+        what = (f"the check before {self.name} that every rank runs the same schedule with the same sizes "
+                "(an all_gather of the group)")
         try:
             work = dist.all_gather(got, mine, group=self.group, async_op=True)
-            self._wait_work(work, "the size/dtype check (all_gather) before the schedule")
+            self._wait_work(work, what)
         except ScheduleError:
             raise
         except Exception as exc:  # noqa: BLE001 - the transport's own exception types vary
-            raise ScheduleError(f"rank {self.rank}: the size/dtype check before the schedule failed: "
-                                f"{_first_line(exc)}") from None
+            raise ScheduleError(self._work_failure(what, exc)) from None
         rows = [[int(x) for x in g.tolist()] for g in got]
         if any(row[3] != rows[0][3] for row in rows):
             bad = next(q for q, row in enumerate(rows) if row[3] != rows[0][3])
-            raise ScheduleError(f"ranks 0 and {bad} run different schedules (fingerprints differ): load the "
-                                "same schedule file on every rank", "input")
+
+            def kind(q: int) -> str:
+                x = rows[q][4]
+                name = KINDS_WITH_NATIVE[x] if x >= 0 else ""
+                return f"{'an' if name[:1] in 'aeiou' else 'a'} {name}" if name else "another collective"
+            kinds = (f"rank 0 runs {kind(0)}, rank {bad} {kind(bad)}" if rows[0][4] != rows[bad][4] else
+                     f"both {kind(0)[kind(0).index(' ') + 1:]} schedules, not the same one")
+            raise ScheduleError(f"rank {self.rank}: ranks 0 and {bad} run different schedules (fingerprints differ; "
+                                f"{kinds}): load the same schedule file on every rank", "input")
         units = {row[0] for row in rows if row[0] >= 0}
         if len(units) > 1 or {row[1] for row in rows} != {rows[0][1]} or {row[2] for row in rows} != {rows[0][2]}:
             def show(q: int) -> str:
-                u, d, o, _ = rows[q]
+                u, d, o = rows[q][:3]
                 dt = _DTYPES[d] if d < len(_DTYPES) else "another dtype"
                 return f"rank {q}: {u} elements per part, {dt}, {REDUCE_OPS[o]}"
             odd = next(q for q, row in enumerate(rows) if row[:3] != rows[0][:3])
-            raise ScheduleError(f"ranks disagree on the call: {show(0)}; {show(odd)}", "input")
+            raise ScheduleError(f"rank {self.rank}: ranks disagree on the call: {show(0)}; {show(odd)}", "input")
         if not units:
             raise ScheduleError("no rank holds data of this collective", "input")
         return units.pop()
@@ -292,6 +329,11 @@ class ScheduleRunner:
     def run(self, input: torch.Tensor, output: torch.Tensor, op: Any = "sum") -> torch.Tensor:
         """Run the schedule: ``input`` and ``output`` are this rank's flat contiguous tensors
         (in place when they overlap in the in-place layout). Returns ``output``."""
+        broken = _BROKEN.get(id(_group_key(self.group)))
+        if broken is not None:
+            raise ScheduleError(f"rank {self.rank}: {self.name}: the process group failed in an earlier call "
+                                f"and cannot run collectives any more ({broken[1]}); destroy it "
+                                "(torch.distributed.destroy_process_group()) and create a new one")
         self._check_tensors(input, output)
         name = reduce_op_name(op)
         dtype = input.dtype
@@ -300,7 +342,12 @@ class ScheduleRunner:
         device = input.device if input.numel() else output.device
         signature = (unit, dtype, name)
         if self.validate == "always" or (self.validate == "first" and self._validated != signature):
-            agreed = self._handshake(unit, dtype, name, device)
+            try:
+                agreed = self._handshake(unit, dtype, name, device)
+            except ScheduleError as exc:
+                if exc.kind != "input":  # ranks that disagree all see it: the group stays usable
+                    self._broken(exc.message)
+                raise
             self._validated = signature
             unit = agreed if unit is None else unit
         if unit is None:
@@ -319,11 +366,23 @@ class ScheduleRunner:
         if not in_place:
             for a, j, c in plan.alias:
                 out[j:j + c].copy_(inp[a:a + c])
-        self._execute(plan, inp, out, reducer)
+        try:
+            self._execute(plan, inp, out, reducer)
+        except ScheduleError as exc:
+            self._broken(exc.message)
+            raise
+        except BaseException as exc:  # an interrupt or a local op failing mid-schedule: same state
+            self._broken(f"rank {self.rank}: {type(exc).__name__} during the schedule: {_first_line(exc)}")
+            raise
         if name == "avg":
             for j0, j1, terms in plan.reduced:
                 out[j0:j1].div_(terms)
         return output
+
+    def _broken(self, message: str) -> None:
+        """Record that this group's point-to-point state is unusable (first failure wins)."""
+        key = _group_key(self.group)
+        _BROKEN.setdefault(id(key), (key, message))
 
     def _layout(self, plan: _Plan, inp: torch.Tensor, out: torch.Tensor) -> str:
         """"separate" tensors; "in place": they overlap exactly where output slots alias input
@@ -343,6 +402,7 @@ class ScheduleRunner:
 
     def _execute(self, plan: _Plan, inp: torch.Tensor, out: torch.Tensor, reducer) -> None:
         bufs = (inp, out, plan.scratch)
+        self._plan = plan
         works = self._works
         for i in range(len(works)):
             works[i] = None
@@ -406,29 +466,58 @@ class ScheduleRunner:
             else:
                 work.wait(self.timeout)
         except Exception as exc:  # noqa: BLE001
-            raise ScheduleError(f"rank {self.rank}: {what} failed: {_first_line(exc)}") from None
+            raise ScheduleError(self._work_failure(what, exc)) from None
+
+    def _work_failure(self, what: str, exc: BaseException) -> str:
+        text = _first_line(exc)
+        if _is_timeout(text):
+            limit = f" {self.timeout_seconds:g} s" if self.timeout_seconds is not None else ""
+            return (f"rank {self.rank}: waited{limit} in {what}: a peer did not join it (it may have died, "
+                    f"stalled, or be running another collective): {text}")
+        if _is_lost(text):
+            return f"rank {self.rank}: lost a peer during {what}: {text}"
+        return f"rank {self.rank}: {what} failed: {text}"
 
     def describe(self, i: int) -> str:
         kind, step, buf, index, count, peer, src_buf, src_index, tag, _channel, _deps = self.ops[i]
         slots = f"{buf}[{index}]" if count == 1 else f"{buf}[{index}..{index + count - 1}]"
+        nbytes = self._plan.nbytes.get(i) if self._plan is not None else None
+        size = f" ({_bytes_text(nbytes)})" if nbytes is not None else ""
         if kind == "send":
-            return f"step {step} send of {slots} to rank {peer} (tag {tag})"
+            return f"step {step} send of {slots}{size} to rank {peer} (tag {tag})"
         if kind == "recv":
-            return f"step {step} receive into {slots} from rank {peer} (tag {tag})"
+            return f"step {step} receive into {slots}{size} from rank {peer} (tag {tag})"
         return f"step {step} {kind} into {slots}"
 
     def _failure(self, i: int, exc: BaseException, posting: bool = False) -> ScheduleError:
         text = _first_line(exc)
         what = self.describe(i)
         peer = self.ops[i][5]
-        if "imed out" in text or "imeout" in text:
+        if _is_timeout(text):
             limit = f" after {self.timeout_seconds:g} s" if self.timeout_seconds is not None else ""
             return ScheduleError(f"rank {self.rank}: timed out{limit} waiting for the {what}: rank {peer} never "
-                                 "sent or received it (it may have died, hung, or not called this collective)")
-        if any(word in text for word in ("closed", "closure", "reset", "refused", "broken pipe", "Broken pipe")):
-            return ScheduleError(f"rank {self.rank}: lost rank {peer} during the {what}: {text}")
+                                 "sent or received it: peer lost or stalled (it may have died, hung, not called "
+                                 "this collective, or called it with another schedule, size or dtype)")
+        if _is_lost(text):
+            return ScheduleError(f"rank {self.rank}: lost rank {peer} during the {what}: {text} (rank {peer} died, "
+                                 "or failed and closed its connections)")
         verb = "posting" if posting else "waiting for"
         return ScheduleError(f"rank {self.rank}: {verb} the {what} failed: {text}")
+
+
+def _is_timeout(text: str) -> bool:
+    return "imed out" in text or "imeout" in text
+
+
+def _is_lost(text: str) -> bool:
+    return any(word in text for word in ("closed", "closure", "reset", "refused", "broken pipe", "Broken pipe"))
+
+
+def _bytes_text(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.4g} {unit}"
+    return f"{n} B"
 
 
 def _first_line(exc: BaseException) -> str:

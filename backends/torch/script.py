@@ -34,7 +34,7 @@ from .harness import (
     timed,
     unit_for_size,
 )
-from .runtime import REDUCE_OPS, ScheduleError, ScheduleRunner, reduce_op_name
+from .runtime import REDUCE_OPS, ScheduleError, ScheduleRunner, _first_line, reduce_op_name
 
 # --- end script imports
 
@@ -65,11 +65,15 @@ def parse_args(spec: dict, argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=2, help="untimed iterations first (default 2)")
     parser.add_argument("--in-place", action="store_true", help="run in place (output aliases input)")
     parser.add_argument("--backend", default=None, help="gloo or nccl (default: nccl with GPUs, else gloo)")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for a peer (default 300)")
+    parser.add_argument("--timeout", type=float, default=300.0,
+                        help="seconds any wait for a peer may take before this rank exits with code 6 (a peer "
+                             "died or stalled; default 300)")
     parser.add_argument("--json", action="store_true", help="print one JSON summary line on rank 0")
     args = parser.parse_args(argv)
     if args.repeat < 0 or args.warmup < 0:
         parser.error("--repeat and --warmup must not be negative")
+    if not 0 < args.timeout <= 10**7:
+        parser.error(f"--timeout must be a number of seconds above 0 and at most 1e7, got {args.timeout:g}")
     return args
 
 
@@ -88,15 +92,54 @@ def main(spec: dict, argv: list[str] | None = None) -> int:
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout))
-    rank = dist.get_rank()
+    rank = int(os.environ["RANK"])
+    _stop_on_sigterm()
+    try:
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout))
+    except (RuntimeError, ValueError, _Stopped) as exc:
+        _error(rank, f"could not join the process group: {_first_line(exc)}")
+        return EXIT_BACKEND
     try:
         return _run(spec, args, dtype, device, backend)
     except ScheduleError as exc:
-        print(f"rank {rank}: error: {exc.message}", file=sys.stderr)
+        _error(rank, exc.message)
         return EXIT_BAD_INPUT if exc.kind == "input" else EXIT_BACKEND
+    except RuntimeError as exc:  # torch's own collectives (check, timing): a timeout or a lost peer
+        _error(rank, f"{type(exc).__name__}: {_first_line(exc)} (a peer died or stalled, or --timeout "
+                     f"{args.timeout:g} s is too short)")
+        return EXIT_BACKEND
+    except _Stopped:
+        _error(rank, "stopped by SIGTERM (torchrun stops every rank when one fails)")
+        return EXIT_BACKEND
     finally:
         dist.destroy_process_group()
+
+
+class _Stopped(Exception):
+    """SIGTERM arrived (torchrun stops the other ranks this way when one fails)."""
+
+    def __str__(self) -> str:
+        return "stopped by SIGTERM"
+
+
+def _stop_on_sigterm() -> None:
+    """Turn SIGTERM into ``_Stopped`` so the rank says why it ends and leaves the group."""
+    import signal
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise _Stopped()
+
+    try:
+        signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread: keep the default
+        pass
+
+
+def _error(rank: int, message: str) -> None:
+    """One line on stderr: ``rank R: error: ...``."""
+    prefix = f"rank {rank}: "
+    print(f"{prefix}error: {message[len(prefix):] if message.startswith(prefix) else message}", file=sys.stderr,
+          flush=True)
 
 
 def _run(spec: dict, args: argparse.Namespace, dtype: torch.dtype, device: torch.device, backend: str) -> int:
