@@ -116,6 +116,10 @@ def solve(problem: Problem, *, judge: CostJudge | None = None) -> Solution:
     """``synthesize`` with the solver's details. A solver module's ``synthesize`` returns an
     Algorithm or a Solution. ``judge`` times schedules for cost-aware solvers, which refuse to
     run without one."""
+    if not isinstance(problem, Problem):
+        raise InputError(f"solve needs a ccl.Problem, got {type(problem).__name__}")
+    if judge is not None and not callable(getattr(judge, "time_us", None)):
+        raise InputError(f"judge must be a cost judge (with time_us), got {type(judge).__name__}")
     name = problem.request.solver
     info = SOLVERS.get(name)
     if info is None:

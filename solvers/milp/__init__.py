@@ -24,17 +24,26 @@ per part; the sketch's ``chunk_partition`` overrides), ``time_limit`` (seconds f
 synthesis, default 60), ``sketch`` (default: every link, rotational symmetry by the node size),
 option ``backend`` ("highs" or "cbc"). When a MILP stops at its time limit the best schedule
 found is returned through ``SolverTimeout`` with the largest MILP gap.
+
+Time: the stages share one deadline, counted from the driver's clock (``ccl.interrupt.deadline``:
+from the start of the synthesis, imports included) and kept short of the limit by what the end
+takes (``FINISH_RESERVE``): each MILP gets a share of
+what is left (its model building included: past the deadline a stage falls back to its
+heuristic), candidates are judged and templates compared while time is left (at least one
+candidate always), so the whole synthesis ends close to the limit. Ctrl-C (``ccl.interrupt``)
+acts as a deadline reached now: HiGHS stops, the stages finish with what they have, and
+``Interrupted`` carries that schedule.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from ccl import interrupt
 from ccl.algorithm import Algorithm, Transfer
 from ccl.collective import Collective
-from ccl.errors import CclError, CollectiveError, InputError, SolverTimeout
+from ccl.errors import CclError, CollectiveError, InputError, Interrupted, SolverTimeout
 from ccl.judge import CostJudge
 from ccl.problem import Problem, Request
 
@@ -50,6 +59,7 @@ from .seeds import template_routes
 KINDS = ("allgather", "alltoall", "reducescatter", "allreduce", "broadcast")
 DEFAULT_SIZE = 1 << 20
 DEFAULT_TIME_LIMIT = 60.0
+FINISH_RESERVE = 0.1  # share of the time limit (at most 2 s) kept for the end: details, verification
 
 SlotFn = Callable[[Commodity, int], tuple[str, int]]
 Build = Callable[[Plan, list[Batch], SlotFn], list[Transfer]]
@@ -79,13 +89,26 @@ class _Run:
         self.backend = str(req.option("backend", "highs"))
         if self.backend not in BACKENDS:
             raise InputError(f"unknown MILP backend {self.backend!r}; known: {', '.join(BACKENDS)}")
-        self.deadline = time.perf_counter() + (req.time_limit or DEFAULT_TIME_LIMIT)
+        limit = req.time_limit or DEFAULT_TIME_LIMIT
+        # one deadline for every stage, short of the limit by what the end takes (the report's
+        # bound, verification by the caller)
+        self.deadline = interrupt.deadline(limit) - min(FINISH_RESERVE * limit, 2.0)
         self.solves: list[Solved] = []
         self.candidates: list[dict] = []
         self.limited = False
+        self.bound_us = 0.0  # the lower bound at the target size (``synthesize`` sets it)
 
     def budget(self, share: float) -> float:
-        return max(1.0, (self.deadline - time.perf_counter()) * share)
+        """Seconds for a stage: ``share`` of what is left before the deadline (0 after Ctrl-C)."""
+        return interrupt.left(self.deadline) * share
+
+    def out_of_time(self) -> bool:
+        """The deadline has passed or Ctrl-C asked to stop: the stages finish with what they
+        have (at least one candidate) and optional work is skipped."""
+        if interrupt.stop_due(self.deadline):
+            self.limited = True
+            return True
+        return False
 
     def record(self, solved: Solved | None) -> None:
         if solved is not None:
@@ -103,6 +126,11 @@ class _Run:
 
 
 def synthesize(problem: Problem, judge: CostJudge) -> Algorithm:
+    with interrupt.cooperative():  # every stage polls Ctrl-C (``_Run.out_of_time``) and HiGHS stops on it
+        return _synthesize(problem, judge)
+
+
+def _synthesize(problem: Problem, judge: CostJudge) -> Algorithm:
     kind = problem.collective.kind
     if kind not in KINDS:
         raise CollectiveError(f"the MILP solvers implement {', '.join(KINDS)}, not {kind}")
@@ -111,6 +139,10 @@ def synthesize(problem: Problem, judge: CostJudge) -> Algorithm:
     P = probe.chunk_partition or pieces(problem)
     coll = collective_for(problem, n * P if kind == "allreduce" else P)
     run = _Run(problem, coll, judge)
+    from solvers.bounds import lower_bound
+
+    # the report's bound, first: its cost (scipy's import, the first time) is inside the deadline
+    run.bound_us = lower_bound(problem.topology, problem.collective, run.size).bound_us
     slot_bytes = run.size / max(coll.max_input_slots, coll.max_output_slots, 1)
     progress(f"{run.variant}: {kind} on {problem.topology.name}, {slot_bytes:.6g} bytes per slot, "
              f"{P} piece(s) per part")
@@ -126,6 +158,10 @@ def synthesize(problem: Problem, judge: CostJudge) -> Algorithm:
     algorithm = Algorithm(f"{run.variant}-{kind}-{problem.topology.name}", coll, problem.topology,
                           tuple(transfers), solver=run.variant)
     algorithm, chosen, simulated = _against_templates(run, algorithm)
+    if interrupt.requested():
+        raise Interrupted("stopped by Ctrl-C; kept the best schedule of the stages run so far", best=algorithm,
+                          details={"size": run.size, "solves": [s.to_json() for s in run.solves],
+                                   "candidates": run.candidates, "schedule": chosen, "simulated_us": simulated})
     details = _details(run, simulated, chosen)
     if run.limited:
         gaps = [s.gap for s in run.solves if s.gap is not None]
@@ -134,6 +170,10 @@ def synthesize(problem: Problem, judge: CostJudge) -> Algorithm:
     from .. import Solution
 
     return Solution(algorithm, details)
+
+
+def _why() -> str:
+    return "stopped by Ctrl-C" if interrupt.requested() else "no time left"
 
 
 def _against_templates(run: _Run, algorithm: Algorithm) -> tuple[Algorithm, str, float]:
@@ -147,6 +187,9 @@ def _against_templates(run: _Run, algorithm: Algorithm) -> tuple[Algorithm, str,
     if problem.request.sketch is not None:
         return best, chosen, best_us
     for name in solvers.TEMPLATES:
+        if run.out_of_time():
+            progress(f"{_why()}: the remaining templates are skipped")
+            break
         if problem.collective.kind not in solvers.SOLVERS[name].kinds:
             continue
         request = Request(solver=name, chunks=problem.request.chunks)
@@ -170,9 +213,7 @@ def _details(run: _Run, simulated: float, chosen: str) -> dict:
     """What the solver reports: settings, every MILP/LP solve with its size and gap, the
     candidates and their simulated times, which schedule was kept, its simulated time and the
     lower bound."""
-    from solvers.bounds import lower_bound
-
-    bound = lower_bound(run.problem.topology, run.problem.collective, run.size).bound_us
+    bound = run.bound_us
     sketch = run.sketch
     return {
         "size": run.size,
@@ -210,7 +251,10 @@ def _schedule(run: _Run, logical: LogicalTopology, items: list[Commodity], seeds
         return final_slot(plan) if getattr(final_slot, "needs_plan", False) else final_slot  # type: ignore[return-value]
 
     best = None
-    for name, cand in candidates:
+    for i, (name, cand) in enumerate(candidates):
+        if best is not None and run.out_of_time():
+            progress(f"{_why()}: the other {len(candidates) - i} candidate(s) are not judged")
+            break
         plan = list_schedule(cand)
         slot = slots_of(plan)
         transfers = build(plan, [Batch((h.id,)) for h in plan.hops], slot)
@@ -233,6 +277,9 @@ def _schedule(run: _Run, logical: LogicalTopology, items: list[Commodity], seeds
                 return False
         return True
 
+    if run.out_of_time():
+        progress(f"chosen: {name}, simulated {simulated:.4g} us ({_why()}: no contiguity MILP)")
+        return transfers
     proposed, _, solved = merge(logical, plan, mergeable, run.backend, run.budget(0.5))
     run.record(solved)
     if any(len(b.hops) > 1 for b in proposed):
@@ -247,6 +294,12 @@ def _schedule(run: _Run, logical: LogicalTopology, items: list[Commodity], seeds
     return transfers
 
 
+def _seeded(run: _Run, logical: LogicalTopology | None) -> bool:
+    """Whether the templates' routes join the candidates: not on a reversed topology (they do
+    not read backwards), nor once time is up or Ctrl-C came (running the templates takes time)."""
+    return not (logical is not None and logical.reverse) and not run.out_of_time()
+
+
 def _ends(logical: LogicalTopology):
     links = logical.links
     return lambda e: (links[e].src, links[e].dst)
@@ -257,7 +310,7 @@ def _multicast(run: _Run, logical: LogicalTopology, kind: str, root: int) -> lis
     P = run.pieces
     items = commodities(kind, logical.n, P, root)
     by_id = {c.id: c for c in items}
-    seeds = template_routes(run.problem, logical, items, kind, P, root) if not logical.reverse else []
+    seeds = template_routes(run.problem, logical, items, kind, P, root) if _seeded(run, logical) else []
 
     def slot(c: Commodity, rank: int) -> tuple[str, int]:
         return ("output", c.source * P + c.piece) if kind == "allgather" else ("output", c.piece)
@@ -279,7 +332,7 @@ def _reduce_scatter_like(run: _Run, slot_bytes: float, accumulate: Callable[[int
     P = run.pieces
     items = commodities("allgather", logical.n, P)
     by_id = {c.id: c for c in items}
-    seeds = template_routes(run.problem, logical, items, "allgather", P) if not logical.reverse else []
+    seeds = template_routes(run.problem, logical, items, "allgather", P) if _seeded(run, logical) else []
 
     def ag_slot(c: Commodity, rank: int) -> tuple[str, int]:
         return ("output", c.source * P + c.piece)
@@ -342,5 +395,5 @@ def _alltoall(run: _Run, logical: LogicalTopology) -> list[Transfer]:
     def build(plan: Plan, batches: list[Batch], slot_fn: SlotFn) -> list[Transfer]:
         return emit(plan, batches, by_id, _ends(logical), slot_fn)
 
-    seeds = template_routes(run.problem, logical, items, "alltoall", P)
+    seeds = template_routes(run.problem, logical, items, "alltoall", P) if _seeded(run, None) else []
     return _schedule(run, logical, items, seeds, slots_for, build)

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ccl import interrupt
+
 from .emit import Batch
 from .logical import LogicalTopology
-from .lp import Solved, new_var, solve
+from .lp import OutOfTime, Solved, gc_paused, new_var, not_solved, solve, tick
 from .ordering import Plan
 
 
@@ -39,7 +41,22 @@ def hop_duration(logical: LogicalTopology, link: int) -> float:
 
 def merge(logical: LogicalTopology, plan: Plan, mergeable: Callable[[int, int], bool], backend: str,
           time_limit: float, *, verbose: bool = True) -> tuple[list[Batch], float, Solved | None]:
-    """Batches of hops and their makespan; falls back to one hop per batch."""
+    """Batches of hops and their makespan; falls back to one hop per batch (also when the
+    ``time_limit`` seconds, building the model included, run out or Ctrl-C comes)."""
+    import time
+
+    deadline = time.monotonic() + time_limit
+    t0 = time.perf_counter()
+    try:
+        with gc_paused():
+            return _merge(logical, plan, mergeable, backend, deadline, verbose=verbose)
+    except OutOfTime:
+        single = [Batch((h.id,)) for h in plan.hops]
+        return single, plan.makespan, not_solved("contiguity MILP", time.perf_counter() - t0, verbose=verbose)
+
+
+def _merge(logical: LogicalTopology, plan: Plan, mergeable: Callable[[int, int], bool], backend: str,
+           deadline: float, *, verbose: bool = True) -> tuple[list[Batch], float, Solved | None]:
     import pulp
 
     hops = plan.hops
@@ -56,7 +73,9 @@ def merge(logical: LogicalTopology, plan: Plan, mergeable: Callable[[int, int], 
     e = [new_var(model, f"e_{h.id}", lowBound=0) for h in hops]
     d = [new_var(model, f"d_{h.id}", lowBound=0) for h in hops]
     big = 2.0 * plan.makespan + sum(logical.links[h.link].alpha + hop_duration(logical, h.link) for h in hops)
-    for h in hops:
+    for k, h in enumerate(hops):
+        if k % 256 == 0:
+            tick(deadline)
         link = logical.links[h.link]
         if h.pred >= 0:
             model += s[h.id] >= d[h.pred]
@@ -64,7 +83,9 @@ def merge(logical: LogicalTopology, plan: Plan, mergeable: Callable[[int, int], 
         model += d[h.id] >= e[h.id]
         model += T >= d[h.id]
     m = {}
-    for a, b, ok in pairs:
+    for k, (a, b, ok) in enumerate(pairs):
+        if k % 256 == 0:
+            tick(deadline)
         if not ok:
             model += s[b] >= e[a]
             continue
@@ -76,7 +97,8 @@ def merge(logical: LogicalTopology, plan: Plan, mergeable: Callable[[int, int], 
         model += e[b] >= e[a] + hop_duration(logical, hops[b].link) - big * (1 - var)
         model += d[a] >= d[b] - big * (1 - var)
     model += T + 1e-3 * pulp.lpSum(d) / max(1, len(hops))
-    solved = solve(model, "contiguity MILP", backend, time_limit, verbose=verbose)
+    tick(deadline)
+    solved = solve(model, "contiguity MILP", backend, interrupt.left(deadline), verbose=verbose)
     if not solved.has_solution:
         return single, plan.makespan, solved
     merged_with_next = {a for (a, b), var in m.items() if (var.value() or 0) > 0.5}

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ccl import interrupt
 from ccl.errors import InfeasibleError
 
 from .logical import LogicalTopology
-from .lp import Solved, new_var, progress, solve
+from .lp import OutOfTime, Solved, gc_paused, new_var, not_solved, progress, solve, tick
 
 EPSILON = 1e-3  # price of link time in the objective, relative to the makespan
 
@@ -255,10 +256,13 @@ def _prune(logical: LogicalTopology, c: Commodity, chosen: list[int]) -> list[in
 
 def route(logical: LogicalTopology, items: list[Commodity], backend: str, time_limit: float,
           *, verbose: bool = True) -> tuple[Routes, Solved | None, list[tuple[str, Routes]]]:
-    """Solve the routing MILP (see module docstring); returns the routes and the solve record
-    (None when the model was trivial)."""
-    import pulp
+    """Solve the routing MILP (see module docstring) within ``time_limit`` seconds, building it
+    included; returns the routes and the solve record (None when the model was trivial). Out of
+    time (or on Ctrl-C) the best heuristic's routes."""
+    import time
 
+
+    deadline = time.monotonic() + time_limit
     n = logical.n
     reps, rotations, key = _representatives(logical, items)
     k = logical.rotation or n
@@ -276,7 +280,21 @@ def route(logical: LogicalTopology, items: list[Commodity], backend: str, time_l
     extras = [(name, routes) for name, _, routes, _ in heuristics]
     if verbose:
         progress(f"routing heuristics: {start_name} plans best, {start_time:.3f} us")
+    t0 = time.perf_counter()
+    try:
+        with gc_paused():
+            return _route_milp(logical, reps, rotations, allowed, start_trees, expand, extras, backend, deadline,
+                               verbose)
+    except OutOfTime:  # the deadline passed (or Ctrl-C came) while the model was built
+        return start_routes, not_solved("routing MILP", time.perf_counter() - t0, verbose=verbose), extras
 
+
+def _route_milp(logical, reps, rotations, allowed, start_trees, expand, extras, backend, deadline, verbose):
+    """Build and solve the routing MILP by ``deadline``, warm-started from ``start_trees``;
+    raises OutOfTime when the deadline passes (or Ctrl-C comes) while it is built."""
+    import pulp
+
+    n = logical.n
     model = pulp.LpProblem("routing", pulp.LpMinimize)
     T = new_var(model, "T", lowBound=0)
     x: dict[tuple[int, int], pulp.LpVariable] = {}
@@ -290,6 +308,7 @@ def route(logical: LogicalTopology, items: list[Commodity], backend: str, time_l
     bounds_on_T = []  # right-hand sides of T >= ..., to value the warm start
     start: dict = {}
     for c in reps:
+        tick(deadline)
         into: dict[int, list] = {}
         for e in allowed[c.id]:
             into.setdefault(logical.links[e].dst, []).append(x[(c.id, e)])
@@ -363,9 +382,10 @@ def route(logical: LogicalTopology, items: list[Commodity], backend: str, time_l
     for var, value in start.items():
         var.setInitialValue(value)
     start[T] = max((pulp.value(b) if not isinstance(b, float) else b) for b in bounds_on_T)
-    solved = solve(model, "routing MILP", backend, time_limit, verbose=verbose, start=start)
+    tick(deadline)
+    solved = solve(model, "routing MILP", backend, interrupt.left(deadline), verbose=verbose, start=start)
     if not solved.has_solution:
-        return start_routes, solved, extras
+        return expand(start_trees), solved, extras
     trees = {c.id: _prune(logical, c, [e for e in allowed[c.id] if (x[(c.id, e)].value() or 0) > 0.5]) for c in reps}
     return expand(trees), solved, extras
 

@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import math
 
+from ccl import interrupt
+
 from .logical import LogicalTopology
-from .lp import Solved, new_var, progress, solve
+from .lp import OutOfTime, Solved, gc_paused, long_sum, new_var, not_solved, progress, solve, tick
 from .routing import (
     Commodity,
     Routes,
@@ -57,6 +59,7 @@ def route_time_expanded(logical: LogicalTopology, items: list[Commodity], backen
                         *, lp: bool, verbose: bool = True) -> tuple[Routes, Solved | None, list[tuple[str, Routes]]]:
     import time
 
+    deadline = time.monotonic() + time_limit  # everything below, the model building included
     n = logical.n
     reps, rotations, key = _representatives(logical, items)
     k_rot = logical.rotation or n
@@ -83,16 +86,22 @@ def route_time_expanded(logical: LogicalTopology, items: list[Commodity], backen
                         changed = True
         earliest[c.id] = reach
     k_min = max(max(earliest[c.id][d] for d in c.dests) for c in reps)
-    deadline = time.perf_counter() + time_limit
     last: Solved | None = None
     K = max(k_min, math.ceil(0.75 * estimate / tau))
-    while K <= MAX_EPOCHS and time.perf_counter() < deadline:
+    while K <= MAX_EPOCHS and not interrupt.stop_due(deadline):
         if sum(map(len, allowed.values())) * K > MAX_VARIABLES:
             if verbose:
                 progress(f"time-expanded model: {K} epochs would exceed {MAX_VARIABLES} send variables")
             break
-        result = _solve(logical, reps, rotations, allowed, earliest, delta, cap, per_epoch, K, backend, deadline, lp,
-                        verbose)
+        t0 = time.perf_counter()
+        try:
+            with gc_paused():
+                result = _solve(logical, reps, rotations, allowed, earliest, delta, cap, per_epoch, K, backend,
+                                deadline, lp, verbose)
+        except OutOfTime:  # the deadline passed (or Ctrl-C came) while the model was built
+            last = not_solved(f"time-expanded {'LP' if lp else 'MILP'} (K={K})", time.perf_counter() - t0,
+                              verbose=verbose)
+            break
         last, flows = result
         if last.has_solution:
             trees = {c.id: _trees(logical, c, allowed[c.id], flows, lp) for c in reps}
@@ -129,8 +138,8 @@ def _estimate(logical, items, reps, rotations, k_rot, key, trees) -> float:
 
 
 def _solve(logical, reps, rotations, allowed, earliest, delta, cap, per_epoch, K, backend, deadline, lp, verbose):
-    import time
-
+    """Build and solve the model with K epochs by ``deadline`` (``time.monotonic()``); raises
+    OutOfTime when it passes (or Ctrl-C comes) while the model is built."""
     import pulp
 
     model = pulp.LpProblem("time_expanded", pulp.LpMaximize)
@@ -140,6 +149,7 @@ def _solve(logical, reps, rotations, allowed, earliest, delta, cap, per_epoch, K
     value = []
     sends = []
     for c in reps:
+        tick(deadline)
         reach = earliest[c.id]
         arrive: dict[tuple[int, int], list] = {}
         for e in allowed[c.id]:
@@ -165,6 +175,7 @@ def _solve(logical, reps, rotations, allowed, earliest, delta, cap, per_epoch, K
                     S[(v, k)] = 1.0 if (v == c.source and k == 0) else (0.0 if k == 0 else
                                                                         new_var(model, f"S_{c.id}_{v}_{k}", lowBound=0))
             for v in ranks:
+                tick(deadline)
                 for k in range(K):
                     out = [F[(c.id, e, k)] for e in allowed[c.id] if logical.links[e].src == v and (c.id, e, k) in F]
                     model += S[(v, k + 1)] == S[(v, k)] - pulp.lpSum(out) + pulp.lpSum(arrive.get((v, k + 1), []))
@@ -186,6 +197,7 @@ def _solve(logical, reps, rotations, allowed, earliest, delta, cap, per_epoch, K
             for v in ranks:
                 if v == c.source:
                     continue
+                tick(deadline)
                 for k in range(K):
                     if isinstance(B[(v, k + 1)], int):
                         continue
@@ -198,6 +210,7 @@ def _solve(logical, reps, rotations, allowed, earliest, delta, cap, per_epoch, K
             for d in c.dests:
                 model += B[(d, K)] == 1  # K >= every destination's earliest epoch: a variable
                 value.extend(B[(d, k)] for k in range(1, K + 1) if not isinstance(B[(d, k)], int))
+    tick(deadline)
     for (e, _k), vs in load.items():
         model += pulp.lpSum(vs) <= cap[e]
     for i, limit in enumerate(logical.limits):
@@ -205,8 +218,9 @@ def _solve(logical, reps, rotations, allowed, earliest, delta, cap, per_epoch, K
             vs = [v for e in limit.links for v in load.get((e, k), ())]
             if vs:
                 model += pulp.lpSum(vs) <= per_epoch[i]
-    model += pulp.lpSum(value) - 1e-3 * pulp.lpSum(sends)
-    time_limit = max(1.0, deadline - time.perf_counter())  # what building the model left
+    model += long_sum(value, deadline) - 1e-3 * long_sum(sends, deadline)
+    tick(deadline)
+    time_limit = interrupt.left(deadline)  # what building the model left
     solved = solve(model, f"time-expanded {'LP' if lp else 'MILP'} (K={K})", backend, time_limit, verbose=verbose)
     flows = {key: (var.value() or 0.0) for key, var in F.items()} if solved.has_solution else {}
     return solved, flows

@@ -36,8 +36,9 @@ import os
 import sys
 import time
 
+from ccl import interrupt
 from ccl.collective import builtin
-from ccl.errors import InputError
+from ccl.errors import InputError, Interrupted, SolverTimeout
 from ccl.judge import CostJudge
 from ccl.problem import Problem
 
@@ -53,23 +54,23 @@ KINDS = (*TREE_KINDS, *routes.KINDS)
 
 
 def synthesize(problem: Problem, judge: CostJudge | None = None):
-    from solvers import Solution
-
     if problem.request.options:
         raise InputError(f"solver 'packing' has no option {problem.request.options[0][0]!r}")
     if problem.request.steps is not None or problem.request.rounds is not None:
         raise InputError("solver 'packing' does not take --steps or --rounds: it optimizes throughput")
     start = time.perf_counter()
+    deadline = interrupt.deadline(problem.request.time_limit)  # bounds the pipeline-shape search
 
     quiet = os.environ.get("CCL_QUIET", "") not in ("", "0")
 
     def progress(message: str) -> None:  # on stderr, once the synthesis has taken a second
+        _stop_check()
         if not quiet and time.perf_counter() - start > 1.0:
             print(f"ccl: packing: {message}", file=sys.stderr, flush=True)
 
     kind = problem.collective.kind
     if kind in routes.KINDS:
-        return _synthesize_routes(problem, judge, progress, start)
+        return _synthesize_routes(problem, judge, progress, start, deadline)
     candidates = plans(problem.topology, kind, problem.collective.root, progress)
     planned = time.perf_counter() - start
     progress(f"planned in {planned:.1f} s: " + ", ".join(
@@ -99,7 +100,7 @@ def synthesize(problem: Problem, judge: CostJudge | None = None):
             rate=lambda pk: max(ph.achieved for ph in pk.phases()) * (size if pk.root is not None else size / n),
             evaluate=lambda pk, c: _time(problem, pk, base, n, lanes, c, judge, size, proxy(pk)),
             tapered=lambda pk: proxy(pk) is None or pk.kind == "reducescatter", longest=longest,
-            judged_as=lambda pk: "allgather" if proxy(pk) is not None else kind)
+            judged_as=lambda pk: "allgather" if proxy(pk) is not None else kind, deadline=deadline)
         packing = candidates[index]
     slots = slot_count(packing, base, n, shape, lanes)
     alg = build(problem, packing, slots, *shape)
@@ -110,13 +111,12 @@ def synthesize(problem: Problem, judge: CostJudge | None = None):
         details["constructions"] = [_construction(p) for p in candidates]
     if tried:
         details["pipeline_candidates"] = tried
-    return Solution(alg, details)
+    return _finish(problem, alg, details, deadline)
 
 
-def _synthesize_routes(problem: Problem, judge: CostJudge | None, progress, start: float):
+def _synthesize_routes(problem: Problem, judge: CostJudge | None, progress, start: float,
+                       deadline: float | None = None):
     """Gather and scatter: flow routes or direct ones (``routes``), judged like the trees."""
-    from solvers import Solution
-
     root = problem.collective.root
     assert root is not None
     candidates = routes.plans(problem.topology, problem.collective.kind, root)
@@ -142,8 +142,8 @@ def _synthesize_routes(problem: Problem, judge: CostJudge | None, progress, star
         index, shape, tried = _pick(
             candidates, size, progress, name=lambda rt: rt.construction,
             rate=lambda rt: rt.achieved * size / rt.n_ranks,
-            evaluate=lambda rt, c: judge.time_us(routes.build(problem, rt, slots_of(rt, c), *c), size),
-            tapered=lambda rt: True, longest=longest, judged_as=lambda rt: rt.kind)
+            evaluate=lambda rt, c: _stop_check() or judge.time_us(routes.build(problem, rt, slots_of(rt, c), *c), size),
+            tapered=lambda rt: True, longest=longest, judged_as=lambda rt: rt.kind, deadline=deadline)
         routing = candidates[index]
     slots = slots_of(routing, shape)
     alg = routes.build(problem, routing, slots, *shape)
@@ -152,17 +152,31 @@ def _synthesize_routes(problem: Problem, judge: CostJudge | None, progress, star
                     "plan_seconds": round(planned, 3), "constructions": [rt.construction for rt in candidates]})
     if tried:
         details["pipeline_candidates"] = tried
+    return _finish(problem, alg, details, deadline)
+
+
+def _finish(problem: Problem, alg, details: dict, deadline: float | None):
+    """The Solution, or SolverTimeout carrying it when the time limit cut the search short."""
+    from solvers import Solution
+
+    if deadline is not None and time.monotonic() >= deadline:
+        details["time_limited"] = True
+        raise SolverTimeout(f"time limit of {problem.request.time_limit:g} s reached: the pipeline shapes judged by "
+                            "then decided the schedule", best=alg, details=details)
     return Solution(alg, details)
 
 
 def _pick(candidates: list, size: float, progress, *, name, rate, evaluate, tapered, longest,
-          judged_as) -> tuple[int, tuple[int, float], list[dict]]:
+          judged_as, deadline: float | None = None) -> tuple[int, tuple[int, float], list[dict]]:
     """The judged search: every construction over pipeline shapes (``_search``), skipping those
-    whose bandwidth time alone (``rate``) exceeds the best time so far. Returns the winner's
-    index, its shape and every shape tried with its time."""
+    whose bandwidth time alone (``rate``) exceeds the best time so far, until ``deadline``
+    (``time.monotonic()``; the best shape judged by then wins). Returns the winner's index, its
+    shape and every shape tried with its time."""
     best: tuple[float, int, tuple[int, float]] | None = None
     tried: list[dict] = []
     for index, candidate in enumerate(candidates):
+        if best is not None and interrupt.stop_due(deadline):
+            break
         if best is not None and rate(candidate) >= best[0]:
             progress(f"{name(candidate)}: its rate alone takes longer than the best so far")
             continue
@@ -173,6 +187,8 @@ def _pick(candidates: list, size: float, progress, *, name, rate, evaluate, tape
             progress(f"{name(candidate)}, {shape[0]} stages, taper {shape[1]}: {us:.4g} us")
             if best is None or us < best[0]:
                 best = (us, index, shape)
+            if interrupt.stop_due(deadline):
+                break
     assert best is not None
     return best[1], best[2], tried
 
@@ -217,8 +233,16 @@ def _search(evaluate, tapered: bool = True, longest: int = 16):
     return list(seen.items())
 
 
+def _stop_check() -> None:
+    """Between steps (progress lines, each shape judged): Ctrl-C inside a caller's cooperative
+    region (``ccl.interrupt``; the tuner's) stops the packing here."""
+    if interrupt.requested():
+        raise Interrupted("stopped by Ctrl-C while packing trees")
+
+
 def _time(problem: Problem, packing: Packing, base: int, n: int, lanes: int, shape: tuple[int, float],
           judge: CostJudge, size: float, proxy) -> float:
+    _stop_check()
     if proxy is not None:
         problem, packing = proxy
     return judge.time_us(build(problem, packing, slot_count(packing, base, n, shape, lanes), *shape), size)

@@ -8,8 +8,11 @@ Entry point ``synthesize(problem)`` (the registry's), reading the request:
 * ``rounds`` only: the fewest steps within R rounds (then the fewest rounds at those steps);
 * neither: the fewest steps (then the fewest rounds at those steps).
 
-``chunks`` is C. ``time_limit`` (seconds) is honoured; on expiry SolverTimeout carries the best
-schedule found, if any. Options (``Request.options``):
+``chunks`` is C. ``time_limit`` (seconds, counted from the driver's clock: the formulation's
+building included) is honoured; on expiry SolverTimeout carries the best schedule found, if any.
+Ctrl-C (``ccl.interrupt``) interrupts z3's check at once; ``Interrupted`` then carries the best
+schedule found, if any (``pareto``: the frontier so far, ``interrupted`` set). Options
+(``Request.options``):
 
 * ``method``: ``auto`` (default: routing for copies, the dual for reduce/reducescatter-like sums,
   the combining encoding otherwise), ``routing``, ``dual``, ``combining``, or ``compose``
@@ -27,9 +30,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ccl import interrupt, limits
 from ccl.algorithm import Algorithm
 from ccl.collective import Collective
-from ccl.errors import InputError, SolverTimeout
+from ccl.errors import InputError, Interrupted, SolverTimeout
 from ccl.problem import Problem
 from ccl.topology import Topology
 
@@ -75,27 +79,43 @@ def searcher(topology: Topology, collective: Collective, *, time_limit: float | 
     return Search(f, time_limit=time_limit, progress=progress, max_steps=opts["max_steps"])
 
 
+def _check_model_size(topology: Topology, collective: Collective, chunks: int, steps: Any) -> None:
+    """Before encoding: a model of ``steps`` steps has up to one variable per chunk, link and step
+    (``ccl.limits.SMT_VARS``; z3 is hopeless long before memory runs out beyond it)."""
+    if type(steps) is not int:
+        return
+    size = collective.n_chunks * chunks * max(1, len(topology.flat().links)) * steps
+    limits.SMT_VARS.check(size, f"an exact model of {collective.name} on {topology.name} with {steps} steps and "
+                                f"chunk factor {chunks} is too large")
+
+
 def synthesize(problem: Problem) -> Algorithm:
     from .search import OutOfTime, _Partial
 
     req = problem.request
-    search = searcher(problem.topology, problem.collective, time_limit=req.time_limit, **dict(req.options))
     C = req.chunks
+    _check_model_size(problem.topology, problem.collective, C, req.steps or dict(req.options).get("max_steps"))
+    search = searcher(problem.topology, problem.collective, time_limit=req.time_limit, **dict(req.options))
     try:
-        if req.steps is not None and req.rounds is not None:
-            point = search.instance(req.steps, req.rounds, C)
-        elif req.steps is not None:
-            point = search.least_rounds(req.steps, C)
-        else:
-            point = search.least_steps(C, req.rounds)
+        with interrupt.cooperative():  # Ctrl-C interrupts z3 (base.Encoding.check); OutOfTime follows
+            if req.steps is not None and req.rounds is not None:
+                point = search.instance(req.steps, req.rounds, C)
+            elif req.steps is not None:
+                point = search.least_rounds(req.steps, C)
+            else:
+                point = search.least_steps(C, req.rounds)
     except _Partial as exc:
         best = exc.best
         floor = search.min_rounds(best.steps, C) if hasattr(search, "min_rounds") else best.rounds
-        raise SolverTimeout(
-            f"time limit of {req.time_limit} s reached; returning a schedule with {best.steps} steps and "
-            f"{best.rounds} rounds whose rounds are not proven fewest (bound {floor})", best=best.algorithm,
-            gap=(best.rounds - floor) / best.rounds) from None
+        what = (f"a schedule with {best.steps} steps and {best.rounds} rounds whose rounds are not proven fewest "
+                f"(bound {floor})")
+        if interrupt.requested():
+            raise Interrupted(f"stopped by Ctrl-C; kept {what}", best=best.algorithm) from None
+        raise SolverTimeout(f"time limit of {req.time_limit} s reached; returning {what}", best=best.algorithm,
+                            gap=(best.rounds - floor) / best.rounds) from None
     except OutOfTime:
+        if interrupt.requested():
+            raise Interrupted("stopped by Ctrl-C before z3 found a schedule") from None
         raise SolverTimeout(f"time limit of {req.time_limit} s reached before z3 found a schedule") from None
     return point.algorithm
 
@@ -103,7 +123,11 @@ def synthesize(problem: Problem) -> Algorithm:
 def pareto(topology: Topology, collective: Collective, max_chunks: int, *, time_limit: float | None = None,
            progress: Callable[[str], None] | None = None, **options: Any):
     """The Pareto frontier of steps against rounds per chunk for C = 1..max_chunks
-    (``search.Frontier``; ``complete`` is False when the time limit cut it short)."""
+    (``search.Frontier``; ``complete`` is False when the time limit or Ctrl-C cut it short,
+    ``interrupted`` True for Ctrl-C)."""
     if isinstance(max_chunks, bool) or not isinstance(max_chunks, int) or max_chunks < 1:
         raise InputError(f"max chunks must be a positive integer, got {max_chunks!r}")
-    return searcher(topology, collective, time_limit=time_limit, progress=progress, **options).pareto(max_chunks)
+    collective.check_chunk_up(max_chunks)  # the largest instance the search builds
+    search = searcher(topology, collective, time_limit=time_limit, progress=progress, **options)
+    with interrupt.cooperative():  # Ctrl-C ends the search with the points found (``interrupted``)
+        return search.pareto(max_chunks)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import z3
 
+from ccl import interrupt
 from ccl.errors import Z3Error
 
 SAT, UNSAT, UNKNOWN = "sat", "unsat", "unknown"
@@ -78,6 +79,10 @@ class Encoding:
         self.solver = z3.SolverFor("QF_FD", ctx=self.ctx)
         for key, value in SOLVER_PARAMS + (("sat.random_seed", seed), ("random_seed", seed)):
             self.solver.set(key, value)
+        # z3 installs a SIGINT handler of its own during a check when ``ctrl_c`` is on: it would
+        # swallow Ctrl-C (cancel one check, the portfolio moves on). Ctrl-C goes to
+        # ``ccl.interrupt`` instead, which interrupts the context (see ``check``).
+        self.solver.set("ctrl_c", False)
         self._lines: list[str] = []
         self._names: set[str] = set()
         self.clauses = 0
@@ -232,18 +237,23 @@ class Encoding:
               conflicts: int | None = None) -> CheckAnswer:
         """Check under assumption literals. ``deadline`` is a ``time.monotonic()`` value;
         ``conflicts`` caps the SAT conflicts of this check (unknown when reached)."""
+        if interrupt.stop_due(deadline):  # before the parse of the pending text (seconds on large encodings)
+            return CheckAnswer(UNKNOWN, 0.0)
         self.flush()
         if deadline is not None:
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or interrupt.requested():
                 return CheckAnswer(UNKNOWN, 0.0)
             self.solver.set("timeout", max(1, int(left * 1000)))
         self.solver.set("sat.max_conflicts", conflicts if conflicts is not None else 2**32 - 1)
         handles = [_handle(a, self.ctx) for a in assumptions]
         start = time.perf_counter()
         try:
-            result = self.solver.check(*handles)
+            with interrupt.on_interrupt(self.ctx.interrupt):  # Ctrl-C ends the check (unknown)
+                result = self.solver.check(*handles)
         except z3.Z3Exception as exc:  # pragma: no cover - z3 internal failure
+            if interrupt.requested():
+                return CheckAnswer(UNKNOWN, time.perf_counter() - start)
             raise Z3Error(f"z3 failed on {self.label}: {exc}") from None
         seconds = time.perf_counter() - start
         total = _stats(self.solver)  # z3 counts over the solver's life: keep this check's share
@@ -354,6 +364,8 @@ class Portfolio:
         stats: dict[str, float] = {}
         while True:
             for i in range(self.workers):
+                if interrupt.stop_due(deadline):  # no new copy built, no check started
+                    return CheckAnswer(UNKNOWN, spent, (), stats)
                 if i == len(self.encodings):
                     self.encodings.append(self.make(i, self.base_seed + i))
                 enc = self.encodings[i]
@@ -368,6 +380,6 @@ class Portfolio:
                     self.winner = enc
                     core = ("rounds",) if lits and lits[0] in out.core else ()
                     return CheckAnswer(out.status, spent, core, stats)
-                if deadline is not None and time.monotonic() >= deadline:
+                if interrupt.stop_due(deadline):
                     return CheckAnswer(UNKNOWN, spent, (), stats)
             budget *= 2

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+from ccl import interrupt
 from ccl.algorithm import Algorithm, Transfer
 from ccl.collective import Collective, builtin
 from ccl.errors import CollectiveError, InfeasibleError
@@ -140,6 +141,7 @@ class ComposedSearch:
                 steps += 1
         except OutOfTime:
             frontier.complete = False
+            frontier.interrupted = interrupt.requested()
         frontier.seconds = time.monotonic() - start
         return frontier
 

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from ccl import interrupt
 from ccl.algorithm import Algorithm
 from ccl.errors import InfeasibleError
 
@@ -103,6 +104,7 @@ class Frontier:
     checks: list[Check] = field(default_factory=list)
     seconds: float = 0.0
     complete: bool = True
+    interrupted: bool = False  # Ctrl-C stopped the search (``ccl.interrupt``); ``complete`` is False
 
     def add(self, point: Point) -> bool:
         """Append a frontier point; True once it meets the rounds bound (the search is done)."""
@@ -113,7 +115,8 @@ class Frontier:
 
 
 class OutOfTime(Exception):
-    """The deadline passed inside a search (turned into SolverTimeout by the caller)."""
+    """The deadline passed, or Ctrl-C asked to stop (``ccl.interrupt.requested()``), inside a
+    search (turned into SolverTimeout or Interrupted by the caller)."""
 
 
 class Search:
@@ -121,7 +124,7 @@ class Search:
                  progress: Callable[[str], None] | None = None, max_steps: int | None = None) -> None:
         self.f = formulation
         self.start = time.monotonic()
-        self.deadline = None if time_limit is None else self.start + time_limit
+        self.deadline = interrupt.deadline(time_limit)  # from the driver's clock: building counts
         self.progress = progress or log.info
         self.checks: list[Check] = []
         self._encodings: dict[tuple[int, int, bool], Portfolio] = {}
@@ -171,7 +174,9 @@ class Search:
         """Is there a schedule with S steps, at most R rounds (None: any) and C chunks?
         ``Satisfiable`` with one, or ``Unsatisfiable`` when z3 proves there is none. ``budget``:
         the largest R this (S, C) solver will be asked about (None: unbounded). Raises OutOfTime
-        at the deadline."""
+        at the deadline (or on Ctrl-C), before building a new encoding when it has passed."""
+        if interrupt.stop_due(self.deadline):
+            raise OutOfTime(f"S={steps} R={'any' if rounds is None else rounds} C={chunks}")
         enc = self._encoding(steps, chunks, budget)
         answer = enc.check(rounds, self.deadline)
         build = enc.take_build_seconds()  # charged once
@@ -282,6 +287,7 @@ class Search:
                 steps += 1
         except OutOfTime:
             frontier.complete = False
+            frontier.interrupted = interrupt.requested()
         frontier.seconds = time.monotonic() - t0
         return frontier
 
