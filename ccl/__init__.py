@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import collective as collectives
+from . import validate
 from .algorithm import BUFFERS, OPS, Algorithm, Transfer
 from .collective import Collective
 from .errors import (
@@ -32,6 +33,7 @@ from .errors import (
     DslError,
     InfeasibleError,
     InputError,
+    Interrupted,
     SolverTimeout,
     Span,
     TopologyError,
@@ -43,9 +45,9 @@ from .problem import Problem, Request, Sketch, SynthesisResult
 from .program import Op, Program
 from .report import Report
 from .schedule_set import ScheduleSet
-from .schedule_set import load_set as load_set
-from .serialize import load_algorithm as load
-from .serialize import save_algorithm as save
+from .schedule_set import load_set as _load_set
+from .serialize import load_algorithm as _load
+from .serialize import save_algorithm as _save
 from .topology import Link, SharedLimit, Switch, Topology
 from .verify import VerificationResult, verify
 from .verify_program import ProgramVerification, verify_program
@@ -63,6 +65,7 @@ __all__ = [
     "DslError",
     "InfeasibleError",
     "InputError",
+    "Interrupted",
     "Link",
     "Op",
     "Problem",
@@ -105,7 +108,17 @@ def topology(spec: str) -> Topology:
     """A topology from the library (``"ring:8"``, ``"dgx1"``, ``"ndv2:2"``) or a JSON file."""
     from .compiler import load_topology
 
-    return load_topology(spec)
+    return load_topology(_topology_spec(spec))
+
+
+def _topology_spec(spec: Any, what: str = "topology") -> Any:
+    """``spec`` if it names a topology (a spec or file name, or a Topology), else InputError."""
+    if isinstance(spec, Topology):
+        return spec
+    if not isinstance(spec, str) and not hasattr(spec, "__fspath__"):
+        raise InputError(f"{what} must be a spec such as 'ring:8', a file name or a Topology, got "
+                         f"{type(spec).__name__} {validate.show(spec)}")
+    return validate.path(spec, what)
 
 
 def problem(topology: str | Topology, collective: str, **options: Any) -> Problem:
@@ -113,7 +126,9 @@ def problem(topology: str | Topology, collective: str, **options: Any) -> Proble
     Request's fields (solver, chunks, steps, rounds, size, time_limit, ...) and ``root``."""
     from .compiler import problem_from_options
 
-    return problem_from_options(topology, collective, **options)
+    validate.options(options, PROBLEM_OPTIONS, "ccl.problem")
+    return problem_from_options(_topology_spec(topology), validate.text(collective, "collective", empty=False),
+                                **options)
 
 
 def synthesize(problem: Problem) -> SynthesisResult:
@@ -121,7 +136,7 @@ def synthesize(problem: Problem) -> SynthesisResult:
     simulator)."""
     from .compiler import synthesize as run
 
-    return run(problem)
+    return run(validate.instance(problem, Problem, "ccl.synthesize's problem"))
 
 
 def simulate(schedule: Algorithm | SynthesisResult | Program, size: int | str, **options: Any) -> Report:
@@ -131,8 +146,14 @@ def simulate(schedule: Algorithm | SynthesisResult | Program, size: int | str, *
     (``channels``, ``fuse``) and the simulator's (``mode``, ``slices``, ``in_place``,
     ``overlap_latency``, ``local_bandwidth``; see ``backends.sim``)."""
     from .compiler import simulate as run
+    from .units import parse_size
 
-    return run(schedule, size, **options)
+    validate.instance(schedule, (Algorithm, SynthesisResult, Program), "ccl.simulate's schedule")
+    validate.options(options, SIMULATE_OPTIONS, "ccl.simulate")
+    nbytes = parse_size(size)
+    if nbytes < 1:
+        raise InputError(f"size must be at least 1 byte, got {validate.show(size)}")
+    return run(schedule, nbytes, **options)
 
 
 def executor(schedule: Any, group: Any = None, **options: Any) -> Any:
@@ -142,7 +163,8 @@ def executor(schedule: Any, group: Any = None, **options: Any) -> Any:
     ``validate``."""
     from .compiler import executor as make
 
-    return make(schedule, group, **options)
+    validate.options(options, ("channels", "fuse", "timeout", "validate"), "ccl.executor")
+    return make(_schedule(schedule, "ccl.executor"), group, **options)
 
 
 def to_msccl(schedule: Any, **options: Any) -> str:
@@ -152,7 +174,8 @@ def to_msccl(schedule: Any, **options: Any) -> str:
     lowering's ``channels``, ``fuse`` (see ``ccl.compiler.msccl.export_xml``)."""
     from .compiler.msccl import export_xml
 
-    return export_xml(schedule, **options)[0]
+    validate.options(options, TO_MSCCL_OPTIONS, "ccl.to_msccl")
+    return export_xml(_schedule(schedule, "ccl.to_msccl"), **options)[0]
 
 
 def tune(topology: str | Topology, collective: str, **options: Any) -> ScheduleSet:
@@ -165,7 +188,9 @@ def tune(topology: str | Topology, collective: str, **options: Any) -> ScheduleS
     from .compiler import load_topology
     from .compiler.tuner import tune as run
 
-    return run(load_topology(topology), collective, **options).schedule_set
+    validate.options(options, TUNE_OPTIONS, "ccl.tune")
+    return run(load_topology(_topology_spec(topology)), validate.text(collective, "collective", empty=False),
+               **options).schedule_set
 
 
 def from_msccl(path: str, topology: str | Topology | None = None, *, in_place: bool = False) -> Program:
@@ -174,7 +199,43 @@ def from_msccl(path: str, topology: str | Topology | None = None, *, in_place: b
     linked). VerificationError names gpu/tb/step when the file is wrong."""
     from .compiler.msccl import load_schedule
 
-    return load_schedule(path, topology=topology, in_place=in_place)
+    if topology is not None:
+        topology = _topology_spec(topology)
+    return load_schedule(validate.path(path), topology=topology, in_place=validate.flag(in_place, "in_place"))
+
+
+def _schedule(schedule: Any, where: str) -> Any:
+    """A schedule argument: a file name, an Algorithm, a SynthesisResult or a Program."""
+    if isinstance(schedule, (Algorithm, SynthesisResult, Program, ScheduleSet)):
+        return schedule
+    if isinstance(schedule, str) or hasattr(schedule, "__fspath__"):
+        return validate.path(schedule, f"{where}'s schedule file")
+    raise InputError(f"{where}: expected an Algorithm, a SynthesisResult or a Program, got "
+                     f"{type(schedule).__name__} {validate.show(schedule)} (or give a schedule file name)")
+
+
+PROBLEM_OPTIONS = ("root", "solver", "chunks", "steps", "rounds", "size", "time_limit", "objective", "sketch",
+                   "options")
+SIMULATE_OPTIONS = ("channels", "fuse", "bound", "baselines", "mode", "slices", "in_place", "overlap_latency",
+                    "local_bandwidth")
+TO_MSCCL_OPTIONS = ("target", "protocol", "instances", "min_bytes", "max_bytes", "mode", "name", "forward", "channels",
+                    "fuse")
+TUNE_OPTIONS = ("root", "sizes", "solvers", "chunks", "time_budget", "channels", "fuse", "options", "progress", "cache")
+
+
+def load(path: Any) -> Algorithm:
+    """An algorithm file (JSON written by ``ccl.save`` or ``ccl synthesize``), not verified."""
+    return _load(validate.path(path))
+
+
+def save(alg: Algorithm, path: Any) -> None:
+    """Write ``alg`` as JSON to ``path`` (atomically)."""
+    _save(validate.instance(alg, Algorithm, "ccl.save's algorithm"), validate.path(path))
+
+
+def load_set(path: Any) -> ScheduleSet:
+    """A schedule set file (JSON written by ``ccl synthesize``'s tuner), not verified."""
+    return _load_set(validate.path(path))
 
 
 def __getattr__(name: str) -> Any:

@@ -25,6 +25,7 @@ from functools import cached_property
 from operator import itemgetter
 from typing import NamedTuple
 
+from . import limits, validate
 from .collective import Collective
 from .errors import CollectiveError
 from .topology import Topology
@@ -33,10 +34,7 @@ BUFFERS = ("input", "output", "scratch")
 OPS = ("copy", "reduce")
 
 
-class Transfer(NamedTuple):
-    """One move of ``count`` consecutive slots. A NamedTuple rather than a dataclass because
-    schedules reach millions of transfers; ``Algorithm`` validates every field."""
-
+class _TransferFields(NamedTuple):
     step: int
     src: int
     src_buf: str
@@ -46,6 +44,33 @@ class Transfer(NamedTuple):
     dst_index: int
     count: int = 1
     op: str = "copy"
+
+
+_BUFFER_SET = BUFFERS  # tuples: membership by ==, so an unhashable value is refused, not a TypeError
+_OP_SET = OPS
+
+
+class Transfer(_TransferFields):
+    """One move of ``count`` consecutive slots. A NamedTuple rather than a dataclass because
+    schedules reach millions of transfers. Built, it checks what it can alone (integers, not
+    negative, a known buffer and op; CollectiveError otherwise), cheaply; ``Algorithm`` checks
+    the ranks and indices against the collective."""
+
+    __slots__ = ()
+
+    def __new__(cls, step: int, src: int, src_buf: str, src_index: int, dst: int, dst_buf: str, dst_index: int,
+                count: int = 1, op: str = "copy") -> Transfer:
+        if (type(step) is not int or type(src) is not int or type(src_index) is not int or type(dst) is not int
+                or type(dst_index) is not int or type(count) is not int or step < 0 or src < 0 or dst < 0
+                or src_index < 0 or dst_index < 0 or count < 1 or src_buf not in _BUFFER_SET
+                or dst_buf not in _BUFFER_SET or op not in _OP_SET):
+            fields = (step, src, src_buf, src_index, dst, dst_buf, dst_index, count, op)
+            raise CollectiveError(f"transfer {_show(fields)}: {_field_problem(fields)}")
+        return tuple.__new__(cls, (step, src, src_buf, src_index, dst, dst_buf, dst_index, count, op))
+
+    @classmethod
+    def _make(cls, iterable: Iterable) -> Transfer:  # _replace and unpickling check too
+        return cls(*iterable)
 
     def describe(self) -> str:
         span = "" if self.count == 1 else f"..+{self.count}"
@@ -65,28 +90,33 @@ class Algorithm:
     solver: str = ""
 
     def __post_init__(self) -> None:
+        validate.text(self.name, "algorithm name", error=CollectiveError)
+        validate.instance(self.collective, Collective, f"algorithm {self.name!r}: collective", error=CollectiveError)
+        validate.instance(self.topology, Topology, f"algorithm {self.name!r}: topology", error=CollectiveError)
+        validate.text(self.solver, f"algorithm {self.name!r}: solver", error=CollectiveError)
         if self.collective.n_ranks != self.topology.n_ranks:
             raise CollectiveError(
                 f"algorithm {self.name!r}: collective has {self.collective.n_ranks} ranks but "
                 f"topology {self.topology.name!r} has {self.topology.n_ranks}"
             )
-        transfers = tuple(t if type(t) is Transfer else Transfer(*t) for t in self.transfers)
+        given = validate.sequence(self.transfers, f"algorithm {self.name!r}: transfers", error=CollectiveError)
+        transfers = tuple(t if type(t) is Transfer else _transfer(self.name, k, t) for k, t in enumerate(given))
         object.__setattr__(self, "transfers", transfers)
         n = self.collective.n_ranks
-        unlimited = [1 << 62] * n
         sizes = {
             "input": [len(x) for x in self.collective.inputs],
             "output": [len(x) for x in self.collective.outputs],
-            "scratch": unlimited,
+            "scratch": [limits.SLOTS.value] * n,  # as many as used, up to the limit
         }
         ops = OPS
         last = -1
+        max_step = limits.STEPS.value
         for k, t in enumerate(transfers):
             step, src, sbuf, sidx, dst, dbuf, didx, count, op = t
             try:
                 ok = (
                     type(step) is int and type(src) is int and type(dst) is int and type(sidx) is int
-                    and type(didx) is int and type(count) is int and step >= 0 and count >= 1
+                    and type(didx) is int and type(count) is int and 0 <= step < max_step and count >= 1
                     and 0 <= src < n and 0 <= dst < n and sidx >= 0 and didx >= 0 and op in ops
                     and sidx + count <= sizes[sbuf][src] and didx + count <= sizes[dbuf][dst]
                     and not (src == dst and sbuf == dbuf and abs(sidx - didx) < count)
@@ -98,12 +128,15 @@ class Algorithm:
             if step > last:
                 last = step
         if self.rounds is not None:
-            rounds = tuple(self.rounds)
+            rounds = validate.sequence(self.rounds, f"algorithm {self.name!r}: rounds", error=CollectiveError)
+            if len(rounds) > max_step:
+                raise CollectiveError(limits.STEPS.message(len(rounds), f"algorithm {self.name!r}: rounds has "
+                                                                       "too many entries (one per step)"))
             if len(rounds) < last + 1:
                 raise CollectiveError(
                     f"algorithm {self.name!r}: rounds has {len(rounds)} entries but transfers use {last + 1} steps"
                 )
-            if any(type(r) is not int or r < 1 for r in rounds):
+            if any(type(r) is not int or not 1 <= r <= validate.MAX_INT for r in rounds):
                 raise CollectiveError(f"algorithm {self.name!r}: rounds must be positive integers, got {rounds}")
             object.__setattr__(self, "rounds", rounds)
 
@@ -124,6 +157,15 @@ class Algorithm:
         for k, t in enumerate(self.transfers):
             out[t.step].append(k)
         return tuple(tuple(x) for x in out)
+
+    @cached_property
+    def used_steps(self) -> tuple[tuple[int, tuple[int, ...]], ...]:
+        """(step, indices of its transfers) for every step that has transfers, in step order:
+        ``by_step`` without the empty steps (what costs memory by transfer, not by step number)."""
+        out: dict[int, list[int]] = {}
+        for k, t in enumerate(self.transfers):
+            out.setdefault(t.step, []).append(k)
+        return tuple((s, tuple(out[s])) for s in sorted(out))
 
     @cached_property
     def scratch_slots(self) -> tuple[int, ...]:
@@ -159,6 +201,39 @@ class Algorithm:
         }
 
 
+def _transfer(name: str, k: int, fields: object) -> Transfer:
+    """Transfer k of algorithm ``name`` from a tuple of its fields."""
+    try:
+        return Transfer(*fields)  # type: ignore[misc]
+    except CollectiveError as exc:
+        raise CollectiveError(f"algorithm {name!r}: transfer {k} {exc.message.removeprefix('transfer ')}") from None
+    except TypeError:  # not iterable, or too few or too many fields
+        raise CollectiveError(f"algorithm {name!r}: transfer {k} ({_show(fields)}) is not "
+                              f"{len(_TransferFields._fields)} fields {_TransferFields._fields}") from None
+
+
+def _show(value: object) -> str:
+    return validate.show(value) if not isinstance(value, tuple) else "(" + ", ".join(map(validate.show, value)) + ")"
+
+
+def _field_problem(fields: tuple) -> str:
+    """Why a transfer's fields are malformed on their own, in words."""
+    step, src, sbuf, sidx, dst, dbuf, didx, count, op = fields
+    names = ("step", "src", "src_index", "dst", "dst_index", "count")
+    for name, value in zip(names, (step, src, sidx, dst, didx, count)):
+        if type(value) is not int:
+            return f"{name} must be an integer, got {type(value).__name__} {validate.show(value)}"
+    for name, value in zip(names, (step, src, sidx, dst, didx)):
+        if value < 0:
+            return f"{name} {value} is negative"
+    if count < 1:
+        return f"count {count} is not positive"
+    for name, buf in (("src_buf", sbuf), ("dst_buf", dbuf)):
+        if buf not in _BUFFER_SET:
+            return f"buffer {validate.show(buf)} ({name}) is not one of {BUFFERS}"
+    return f"op {validate.show(op)} is not one of {OPS}"
+
+
 def _problem(t: Transfer, n: int, sizes: dict[str, list[int]]) -> str:
     """Why a transfer is malformed, in words."""
     step, src, sbuf, sidx, dst, dbuf, didx, count, op = t
@@ -166,6 +241,8 @@ def _problem(t: Transfer, n: int, sizes: dict[str, list[int]]) -> str:
         return "step, ranks, indices and count must be integers"
     if step < 0:
         return f"step {step} is negative"
+    if step >= limits.STEPS.value:
+        return limits.STEPS.message(step + 1, f"step {step} makes too many steps")
     for rank in (src, dst):
         if not 0 <= rank < n:
             return f"rank {rank} is not in 0..{n - 1}"
@@ -179,6 +256,9 @@ def _problem(t: Transfer, n: int, sizes: dict[str, list[int]]) -> str:
     if sidx < 0 or didx < 0:
         return f"index {min(sidx, didx)} is negative"
     for verb, rank, buf, idx in (("reads", src, sbuf, sidx), ("writes", dst, dbuf, didx)):
+        if buf == "scratch" and idx + count > sizes[buf][rank]:
+            return limits.SLOTS.message(idx + count, f"{verb} scratch[{idx}..{idx + count - 1}] of rank {rank}, "
+                                                     "too many scratch slots for one rank")
         if idx + count > sizes[buf][rank]:
             return (f"{verb} {buf}[{idx}..{idx + count - 1}] of rank {rank}, which has "
                     f"{sizes[buf][rank]} {buf} slots")

@@ -21,10 +21,14 @@ The built-in collectives below use chunk ids in order of (rank, input slot).
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
+from . import limits, validate
 from .errors import CollectiveError
 
 BUILTIN_KINDS = (
@@ -53,16 +57,24 @@ class Collective:
     _chunked: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
+        validate.text(self.name, "collective name", error=CollectiveError)
+        validate.text(self.kind, f"collective {self.name!r}: kind", empty=False, error=CollectiveError)
         n = self.n_ranks
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise CollectiveError(f"collective {self.name!r}: needs at least 1 rank, got {n!r}")
-        for what, table in (("inputs", self.inputs), ("outputs", self.outputs), ("aliases", self.aliases)):
+            raise CollectiveError(f"collective {self.name!r}: needs at least 1 rank, got {validate.show(n)}")
+        for what in ("inputs", "outputs", "aliases"):
+            table = validate.sequence(getattr(self, what), f"collective {self.name!r}: {what}", error=CollectiveError)
             if len(table) != n:
                 raise CollectiveError(f"collective {self.name!r}: {what} has {len(table)} ranks, expected {n}")
-        if self.chunk_factor < 1:
-            raise CollectiveError(f"collective {self.name!r}: chunk factor must be >= 1, got {self.chunk_factor}")
-        if self.root is not None and not 0 <= self.root < n:
-            raise CollectiveError(f"collective {self.name!r}: root {self.root} is not a rank (0..{n - 1})")
+            for r, row in enumerate(table):
+                if not isinstance(row, (tuple, list)):
+                    raise CollectiveError(f"collective {self.name!r}: {what} of rank {r} must be a tuple, got "
+                                          f"{type(row).__name__} {validate.show(row)}")
+        validate.integer(self.chunk_factor, f"collective {self.name!r}: chunk factor", least=1, error=CollectiveError)
+        if self.root is not None:
+            validate.integer(self.root, f"collective {self.name!r}: root", error=CollectiveError)
+            if not 0 <= self.root < n:
+                raise CollectiveError(f"collective {self.name!r}: root {self.root} is not a rank (0..{n - 1})")
         present: set[int] = set()
         for r, slots in enumerate(self.inputs):
             for c in slots:
@@ -81,6 +93,9 @@ class Collective:
             used_inputs: set[int] = set()
             for j, need in enumerate(slots):
                 if id(need) not in checked:
+                    if not isinstance(need, (frozenset, set)):
+                        raise CollectiveError(f"collective {self.name!r}: rank {r} output slot {j} must be a set of "
+                                              f"chunk ids, got {type(need).__name__} {validate.show(need)}")
                     if not need:
                         raise CollectiveError(f"collective {self.name!r}: rank {r} output slot {j} requires nothing")
                     missing = sorted(need - present)
@@ -93,9 +108,9 @@ class Collective:
                 alias = self.aliases[r][j]
                 if alias is None:
                     continue
-                if not 0 <= alias < len(self.inputs[r]):
+                if type(alias) is not int or not 0 <= alias < len(self.inputs[r]):
                     raise CollectiveError(
-                        f"collective {self.name!r}: rank {r} output slot {j} aliases input slot {alias}, "
+                        f"collective {self.name!r}: rank {r} output slot {j} aliases input slot {validate.show(alias)}, "
                         f"but the rank has {len(self.inputs[r])} input slots"
                     )
                 if self.inputs[r][alias] not in need:
@@ -140,12 +155,19 @@ class Collective:
     def max_output_slots(self) -> int:
         return max((len(x) for x in self.outputs), default=0)
 
+    def check_chunk_up(self, k: int) -> None:
+        """CollectiveError when ``chunk_up(k)`` would exceed ``ccl.limits.SLOTS`` (checked
+        before building it)."""
+        slots = sum(map(len, self.inputs)) + sum(map(len, self.outputs))
+        _check_slots(f"{self.name} on {self.n_ranks} ranks with chunk factor {self.chunk_factor * k}", slots * k)
+
     def chunk_up(self, k: int) -> Collective:
         """Split every slot into ``k`` consecutive slots and every chunk into ``k`` chunks."""
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise CollectiveError(f"chunk factor must be a positive integer, got {k!r}")
         if k == 1:
             return self
+        self.check_chunk_up(k)  # before the cache too: a limit lowered later still holds
         if k in self._chunked:
             return self._chunked[k]
         inputs = tuple(tuple(c * k + j for c in slots for j in range(k)) for slots in self.inputs)
@@ -178,9 +200,45 @@ class Collective:
 
 
 # ---------------------------------------------------------------------- built-ins
+# Buffer slots (input and output, all ranks) of each built-in collective on n ranks at chunk
+# factor 1: what ``check_size`` weighs against ``ccl.limits.SLOTS`` before anything is built.
+_BASE_SLOTS = {
+    "allgather": lambda n: n + n * n,
+    "reducescatter": lambda n: n * n + n,
+    "allreduce": lambda n: 2 * n,
+    "alltoall": lambda n: 2 * n * n,
+    "broadcast": lambda n: 1 + n,
+    "reduce": lambda n: n + 1,
+    "gather": lambda n: 2 * n,
+    "scatter": lambda n: 2 * n,
+}
+
+
+def check_size(kind: str, n: int, chunks: int = 1) -> None:
+    """CollectiveError unless the built-in ``kind`` on ``n`` ranks at chunk factor ``chunks``
+    fits ``ccl.limits.RANKS`` and ``ccl.limits.SLOTS`` (checked before building it)."""
+    kind = _SPELLINGS.get(kind, kind)
+    _check_n(kind, n)
+    base = _BASE_SLOTS.get(kind)
+    if base is not None and type(chunks) is int:
+        _check_slots(f"{kind} on {n} ranks" + (f" with chunk factor {chunks}" if chunks != 1 else ""),
+                     base(n) * max(chunks, 1))
+
+
+def _check_slots(what: str, slots: int) -> None:
+    if slots > limits.SLOTS.value:
+        raise CollectiveError(limits.SLOTS.message(slots, f"{what} has too many buffer slots (inputs and "
+                                                          "outputs of all ranks)"))
+
+
 def _check_n(kind: str, n: int) -> None:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise CollectiveError(f"{kind} needs a positive number of ranks, got {n!r}")
+    if n > limits.RANKS.value:
+        raise CollectiveError(limits.RANKS.message(n, f"{kind} on too many ranks"))
+    base = _BASE_SLOTS.get(kind)
+    if base is not None:
+        _check_slots(f"{kind} on {n} ranks", base(n))
 
 
 def _check_root(kind: str, n: int, root: int) -> None:
@@ -188,7 +246,31 @@ def _check_root(kind: str, n: int, root: int) -> None:
         raise CollectiveError(f"{kind} root must be a rank in 0..{n - 1}, got {root!r}")
 
 
-@lru_cache(maxsize=64)
+def _cached(fn: Any) -> Any:
+    """``lru_cache(64)`` for the builders, used only for the arguments callers pass (ints and
+    None): anything else (a list, a float) goes to the builder itself, whose checks refuse it
+    with a CollectiveError instead of the cache's TypeError."""
+    cached = lru_cache(maxsize=64)(fn)
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise CollectiveError(f"{fn.__name__}: {exc}") from None
+            bound.apply_defaults()
+            args = bound.args
+        if all(a is None or type(a) is int for a in args):
+            return cached(*args)
+        return fn(*args)
+
+    call.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
+    return call
+
+
+@_cached
 def allgather(n: int) -> Collective:
     _check_n("allgather", n)
     inputs = tuple((r,) for r in range(n))
@@ -197,7 +279,7 @@ def allgather(n: int) -> Collective:
     return Collective("allgather", "allgather", n, inputs, outputs, aliases)
 
 
-@lru_cache(maxsize=64)
+@_cached
 def reducescatter(n: int) -> Collective:
     _check_n("reducescatter", n)
     inputs = tuple(tuple(r * n + j for j in range(n)) for r in range(n))
@@ -206,7 +288,7 @@ def reducescatter(n: int) -> Collective:
     return Collective("reducescatter", "reducescatter", n, inputs, outputs, aliases)
 
 
-@lru_cache(maxsize=64)
+@_cached
 def allreduce(n: int) -> Collective:
     _check_n("allreduce", n)
     everything = frozenset(range(n))
@@ -216,7 +298,7 @@ def allreduce(n: int) -> Collective:
     return Collective("allreduce", "allreduce", n, inputs, outputs, aliases)
 
 
-@lru_cache(maxsize=64)
+@_cached
 def alltoall(n: int) -> Collective:
     _check_n("alltoall", n)
     inputs = tuple(tuple(r * n + j for j in range(n)) for r in range(n))
@@ -225,7 +307,7 @@ def alltoall(n: int) -> Collective:
     return Collective("alltoall", "alltoall", n, inputs, outputs, aliases)
 
 
-@lru_cache(maxsize=64)
+@_cached
 def broadcast(n: int, root: int = 0) -> Collective:
     _check_n("broadcast", n)
     _check_root("broadcast", n, root)
@@ -235,7 +317,7 @@ def broadcast(n: int, root: int = 0) -> Collective:
     return Collective("broadcast", "broadcast", n, inputs, outputs, aliases, root)
 
 
-@lru_cache(maxsize=64)
+@_cached
 def reduce(n: int, root: int = 0) -> Collective:
     _check_n("reduce", n)
     _check_root("reduce", n, root)
@@ -245,7 +327,7 @@ def reduce(n: int, root: int = 0) -> Collective:
     return Collective("reduce", "reduce", n, inputs, outputs, aliases, root)
 
 
-@lru_cache(maxsize=64)
+@_cached
 def gather(n: int, root: int = 0) -> Collective:
     _check_n("gather", n)
     _check_root("gather", n, root)
@@ -259,7 +341,7 @@ def gather(n: int, root: int = 0) -> Collective:
     return Collective("gather", "gather", n, inputs, outputs, aliases, root)
 
 
-@lru_cache(maxsize=64)
+@_cached
 def scatter(n: int, root: int = 0) -> Collective:
     _check_n("scatter", n)
     _check_root("scatter", n, root)
@@ -288,6 +370,7 @@ _SPELLINGS = {"reduce_scatter": "reducescatter", "reduce-scatter": "reducescatte
 def builtin(kind: str, n: int, root: int | None = None, chunks: int = 1) -> Collective:
     """A built-in collective by name; rooted kinds take ``root`` (default 0). The last few are
     kept: solvers that try many pipeline shapes ask for the same ones again."""
+    validate.text(kind, "collective", error=CollectiveError)
     kind = _SPELLINGS.get(kind, kind)
     if kind not in _BUILDERS:
         raise CollectiveError(f"unknown collective {kind!r}; known: {', '.join(BUILTIN_KINDS)}")
@@ -295,6 +378,7 @@ def builtin(kind: str, n: int, root: int | None = None, chunks: int = 1) -> Coll
         root = 0 if root is None else root
     elif root is not None:
         raise CollectiveError(f"{kind} has no root (only {', '.join(ROOTED_KINDS)} do)")
+    check_size(kind, n, chunks)
     if all(type(x) is int for x in (n, root, chunks) if x is not None):  # hashable, and what callers pass
         return _recent(kind, n, root, chunks)
     return _build(kind, n, root).chunk_up(chunks)
@@ -387,7 +471,8 @@ def _check_roots(n_ranks: int, roots: tuple[int, ...]) -> None:
 def multi_root(kind: str, n_ranks: int, roots: Sequence[int], chunks: int = 1) -> Collective:
     """The ``kind`` collective (one of MULTI_ROOT_KINDS) with several roots, as a custom
     collective named ``KIND-roots-R0-R1-...`` (see the comment above for its chunks)."""
-    roots = tuple(roots)
+    roots = validate.sequence(roots, f"multi-root {kind!r}: roots", error=CollectiveError)
+    validate.text(kind, "collective", error=CollectiveError)
     if kind not in MULTI_ROOT_KINDS:
         raise CollectiveError(f"multi-root {kind!r} is not defined; multi-root kinds: {', '.join(MULTI_ROOT_KINDS)}")
     if not roots:
@@ -396,6 +481,12 @@ def multi_root(kind: str, n_ranks: int, roots: Sequence[int], chunks: int = 1) -
     _check_roots(n_ranks, roots)
     if len(set(roots)) != len(roots):
         raise CollectiveError(f"roots {list(roots)} name a rank twice")
+    n_roots = len(roots)
+    slots = {"broadcast": n_roots * (1 + n_ranks), "gather": n_ranks * (1 + n_roots),
+             "scatter": 2 * n_roots * n_ranks, "reduce": n_ranks + n_roots}[kind]
+    if type(chunks) is int:
+        _check_slots(f"multi-root {kind} on {n_ranks} ranks with {n_roots} roots"
+                     + (f" and chunk factor {chunks}" if chunks != 1 else ""), slots * max(chunks, 1))
     name = f"{kind}-roots-{'-'.join(map(str, roots))}"
     ranks = range(n_ranks)
     pre: list[tuple[int, int]]
@@ -417,7 +508,7 @@ def multi_root(kind: str, n_ranks: int, roots: Sequence[int], chunks: int = 1) -
 
 def replicated_broadcast(n_ranks: int, roots: Sequence[int], chunks: int = 1) -> Collective:
     """One buffer that every root already holds, to every rank (any root may serve any rank)."""
-    roots = tuple(roots)
+    roots = validate.sequence(roots, "replicated broadcast: roots", error=CollectiveError)
     _check_n("replicated broadcast", n_ranks)
     _check_roots(n_ranks, roots)
     if not roots or len(set(roots)) != len(roots):

@@ -5,7 +5,8 @@ process exit code the CLI uses for it. Exceptions of dependencies (lark, z3, pul
 translated into these at the package boundary and never reach a user as a traceback.
 
 Exit codes: 0 ok, 1 internal error, 2 bad input (file, DSL, topology, collective, options),
-3 infeasible, 4 verification failed, 5 time limit reached with no schedule, 6 backend failure.
+3 infeasible, 4 verification failed, 5 time limit reached with no schedule, 6 backend failure,
+130 interrupted (Ctrl-C; the best result found so far is saved when there is one).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ EXIT_INFEASIBLE = 3
 EXIT_VERIFICATION = 4
 EXIT_TIMEOUT = 5
 EXIT_BACKEND = 6
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a process ended by Ctrl-C
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,13 @@ class DslError(InputError):
         width = 1
         if self.span.end_line == self.span.line and self.span.end_column:
             width = max(1, self.span.end_column - self.span.column)
-        caret = " " * (self.span.column - 1) + "^" * width
+        column = self.span.column
+        if len(text) > 160:  # a long line: show 160 characters around the column, marked "..."
+            start = max(0, min(column - 1 - 60, len(text) - 160))
+            text = ("..." if start else "") + text[start:start + 160] + ("..." if start + 160 < len(text) else "")
+            column = column - start + (3 if start else 0)
+            width = max(1, min(width, len(text) - column + 1))
+        caret = " " * (column - 1) + "^" * width
         return f"{head}\n    {text}\n    {caret}"
 
     def to_json(self) -> dict[str, Any]:
@@ -138,6 +146,25 @@ class SolverTimeout(CclError):
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()
         out["gap"] = self.gap
+        out["has_schedule"] = self.best is not None
+        return out
+
+
+class Interrupted(CclError):
+    """Ctrl-C stopped the computation (``ccl.interrupt``). ``best`` is the best result found so
+    far (a schedule, a frontier, a schedule set; verified once the driver has it) or None."""
+
+    exit_code = EXIT_INTERRUPTED
+    kind = "interrupted"
+
+    def __init__(self, message: str = "stopped by Ctrl-C", best: Any = None,
+                 details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.best = best
+        self.details = details or {}
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
         out["has_schedule"] = self.best is not None
         return out
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 import gc
 from typing import TYPE_CHECKING
 
+from . import validate
 from .algorithm import Algorithm
 from .collective import Collective
 from .errors import CollectiveError
@@ -59,8 +60,9 @@ def lower(algorithm: Algorithm, *, channels: int = 1, fuse: bool = True) -> Prog
     ``fuse=False`` keeps every transfer its own message (pieces a schedule moves separately
     so that they can overlap stay separate); by default consecutive slots moved in one step
     between the same places become one message."""
-    if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
-        raise CollectiveError(f"channels must be a positive integer, got {channels!r}")
+    validate.instance(algorithm, Algorithm, "ccl.lower's algorithm", error=CollectiveError)
+    validate.integer(channels, "channels", least=1, most=2**31 - 1, error=CollectiveError)
+    validate.flag(fuse, "fuse", error=CollectiveError)
     enabled = gc.isenabled()
     gc.disable()  # the schedule may hold millions of objects: a full collection only costs time here
     try:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import limits, validate
 from .algorithm import Algorithm
 from .collective import Collective
 from .errors import CollectiveError, InputError
@@ -35,6 +37,16 @@ class Sketch:
     chunk_partition: int | None = None
 
     def __post_init__(self) -> None:
+        for name in ("relays", "internode"):
+            if getattr(self, name) is not None:
+                validate.sequence(getattr(self, name), f"sketch {name}")
+        symmetry = validate.sequence(self.symmetry, "sketch symmetry")
+        if self.internode is not None and any(
+                not isinstance(p, (tuple, list)) or len(p) != 2 or any(type(x) is not int for x in p)
+                for p in self.internode):
+            raise InputError(f"inter-node pairs must be pairs of node-local rank numbers, got "
+                             f"{validate.show(self.internode)}")
+        object.__setattr__(self, "symmetry", symmetry)
         if self.switch_policy not in SWITCH_POLICIES:
             raise InputError(f"switch policy must be one of {SWITCH_POLICIES}, got {self.switch_policy!r}")
         if self.relays is not None:
@@ -81,13 +93,33 @@ class Request:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError(f"{name} must be a positive integer, got {value!r}")
-        if self.size is not None and (not isinstance(self.size, int) or self.size < 1):
-            raise InputError(f"size must be a positive number of bytes, got {self.size!r}")
+            if name != "chunks":
+                limits.STEPS.check(value, f"the request's {name}")
+        if self.size is not None:
+            from .units import MAX_SIZE
+
+            validate.integer(self.size, "size (bytes)", least=1, most=MAX_SIZE)
         if self.sketch is not None and not isinstance(self.sketch, Sketch):
             raise InputError(f"sketch must be a Sketch, got {type(self.sketch).__name__}")
-        if self.time_limit is not None and not self.time_limit > 0:
-            raise InputError(f"time limit must be positive, got {self.time_limit!r}")
-        object.__setattr__(self, "options", tuple(sorted(dict(self.options).items())))
+        if self.time_limit is not None:
+            from .units import MAX_SECONDS
+
+            limit = validate.number(self.time_limit, "time limit", positive=True)
+            if limit > MAX_SECONDS:
+                raise InputError(f"time limit {self.time_limit!r} s is over the limit of {MAX_SECONDS} s")
+        if self.objective is not None:
+            validate.text(self.objective, "objective")
+        options = self.options.items() if isinstance(self.options, Mapping) else validate.sequence(
+            self.options, "options (name, value) pairs")
+        pairs = []
+        for item in options:
+            if not isinstance(item, (tuple, list)) or len(item) != 2 or not isinstance(item[0], str):
+                raise InputError(f"options must be (name, value) pairs, got {validate.show(item)}")
+            pairs.append(tuple(item))
+        try:
+            object.__setattr__(self, "options", tuple(sorted(dict(pairs).items())))
+        except TypeError:  # values that do not compare: keep the order given, last one per name
+            object.__setattr__(self, "options", tuple(dict(pairs).items()))
 
     def option(self, name: str, default: Any = None) -> Any:
         return dict(self.options).get(name, default)
@@ -100,20 +132,25 @@ class Problem:
     request: Request = field(default_factory=Request)
 
     def __post_init__(self) -> None:
+        validate.instance(self.topology, Topology, "problem topology")
+        validate.instance(self.collective, Collective, "problem collective")
+        validate.instance(self.request, Request, "problem request")
         if self.collective.n_ranks != self.topology.n_ranks:
             raise CollectiveError(
                 f"collective {self.collective.name!r} has {self.collective.n_ranks} ranks but topology "
                 f"{self.topology.name!r} has {self.topology.n_ranks}"
             )
+        if self.request.chunks > 1:  # what the solvers will build, before any of them does
+            self.collective.check_chunk_up(self.request.chunks)
 
 
-SYNTHESIS_STATUSES = ("ok", "timeout")
+SYNTHESIS_STATUSES = ("ok", "timeout", "interrupted")
 
 
 @dataclass(frozen=True)
 class SynthesisResult:
-    """What synthesis produced: the verified schedule, its status ("ok", or "timeout" when a
-    time limit stopped the solver with a schedule in hand), the solver's wall time, its
+    """What synthesis produced: the verified schedule, its status ("ok", "timeout" when a
+    time limit stopped the solver with a schedule in hand, or "interrupted" when Ctrl-C did), the solver's wall time, its
     optimality gap (None when it proved optimality or does not search), the verification, and
     the solver's own account (``details``: model sizes, candidates, bounds; JSON-able)."""
 
@@ -125,6 +162,12 @@ class SynthesisResult:
     details: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        validate.instance(self.algorithm, Algorithm, "synthesis result algorithm")
+        validate.number(self.seconds, "synthesis result seconds", least=0)
+        if self.gap is not None:
+            validate.number(self.gap, "synthesis result gap", least=0)
+        validate.instance(self.verification, VerificationResult, "synthesis result verification")
+        validate.mapping(self.details, "synthesis result details")
         if self.status not in SYNTHESIS_STATUSES:
             raise InputError(f"synthesis status must be one of {SYNTHESIS_STATUSES}, got {self.status!r}")
 

@@ -96,6 +96,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from . import validate
 from .algorithm import BUFFERS
 from .collective import Collective
 from .errors import CollectiveError
@@ -296,8 +297,18 @@ class Program:
     steps: int = 0
 
     def __post_init__(self) -> None:
-        n = self.collective.n_ranks
+        validate.text(self.name, "program name", error=CollectiveError)
         where = f"program {self.name!r}"
+        validate.instance(self.collective, Collective, f"{where}: collective", error=CollectiveError)
+        validate.instance(self.topology, Topology, f"{where}: topology", error=CollectiveError)
+        validate.text(self.solver, f"{where}: solver", error=CollectiveError)
+        validate.integer(self.steps, f"{where}: steps", least=0, error=CollectiveError)
+        if not isinstance(self.ops, OpTable):
+            for r, ops in enumerate(validate.sequence(self.ops, f"{where}: ops", error=CollectiveError)):
+                validate.sequence(ops, f"{where}: ops of rank {r}", error=CollectiveError)
+        for r, row in enumerate(validate.sequence(self.scratch, f"{where}: scratch", error=CollectiveError)):
+            validate.sequence(row, f"{where}: scratch of rank {r}", error=CollectiveError)
+        n = self.collective.n_ranks
         if self.topology.n_ranks != n:
             raise CollectiveError(f"{where}: collective has {n} ranks but topology {self.topology.name!r} "
                                   f"has {self.topology.n_ranks}")

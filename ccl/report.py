@@ -174,6 +174,8 @@ class Report:
             if not (isinstance(value, (int, float)) and value >= 0):
                 raise InputError(f"report {name} must be a number >= 0, got {value!r}")
         check_size(self.size)
+        if not isinstance(self.options, Mapping) or not all(isinstance(k, str) for k in self.options):
+            raise InputError(f"report options must be a dict with names as keys, got {self.options!r:.60}")
         object.__setattr__(self, "options", dict(sorted(dict(self.options).items())))
 
     # ---------------------------------------------------------------- derived figures

@@ -20,6 +20,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import validate
 from .algorithm import Algorithm
 from .collective import Collective
 from .errors import CclError, InputError
@@ -39,6 +40,15 @@ class Entry:
     max_bytes: int | None
     label: str  # the candidate it came from, e.g. "packing@64MiB" or "ring"
     synthesis_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        validate.instance(self.algorithm, Algorithm, "schedule set entry: algorithm")
+        validate.text(self.label, "schedule set entry: label")
+        validate.number(self.min_bytes, f"schedule set entry {self.label!r}: min_bytes", least=0)
+        if self.max_bytes is not None:
+            validate.number(self.max_bytes, f"schedule set entry {self.label!r}: max_bytes", least=0)
+        if self.synthesis_seconds is not None:
+            validate.number(self.synthesis_seconds, f"schedule set entry {self.label!r}: synthesis_seconds", least=0)
 
     def serves(self, size: float) -> bool:
         return self.min_bytes <= size and (self.max_bytes is None or size < self.max_bytes)
@@ -66,6 +76,15 @@ class ScheduleSet:
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        validate.text(self.name, "schedule set name")
+        validate.instance(self.topology, Topology, f"schedule set {self.name!r}: topology")
+        validate.instance(self.collective, Collective, f"schedule set {self.name!r}: collective")
+        entries = validate.sequence(self.entries, f"schedule set {self.name!r}: entries")
+        for e in entries:
+            validate.instance(e, Entry, f"schedule set {self.name!r}: each entry")
+        validate.sequence(self.table, f"schedule set {self.name!r}: table")
+        validate.sequence(self.candidates, f"schedule set {self.name!r}: candidates")
+        validate.mapping(self.options, f"schedule set {self.name!r}: options")
         if not self.entries:
             raise InputError(f"schedule set {self.name!r} has no entries")
         lo = 0
@@ -153,7 +172,10 @@ def set_from_json(data: dict[str, Any]) -> ScheduleSet:
         if not isinstance(e, dict):
             raise InputError(f"entry {k}: expected an object")
         try:
-            alg = algorithm_from_json({"collective": data["collective"], **e["algorithm"], "topology": data["topology"]})
+            own = e["algorithm"]
+            shared = collective if not isinstance(own, dict) or "collective" not in own else None
+            alg = algorithm_from_json({"collective": data["collective"], **own, "topology": data["topology"]},
+                                      topology=topology, collective=shared)
         except CclError as exc:
             raise InputError(f"entry {k}: {exc.message}") from None
         lo, hi = e["min_bytes"], e.get("max_bytes")

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from . import files, limits
 from .algorithm import Algorithm, Transfer
 from .collective import BUILTIN_KINDS, Collective, builtin
-from .errors import CclError, InputError
+from .errors import CclError, CollectiveError, InputError
+from .limits import read_input_json
 from .problem import Request
 from .program import OP_FIELDS, Program
 from .topology import Link, SharedLimit, Switch, Topology
@@ -131,7 +131,11 @@ class _TransferRows(list):
         return [f'[{a},{b},"{c}",{d},{e},"{f}",{g},{h},"{i}"]' for a, b, c, d, e, f, g, h, i in self.transfers]
 
 
-def algorithm_from_json(data: dict[str, Any]) -> Algorithm:
+def algorithm_from_json(data: dict[str, Any], *, topology: Topology | None = None,
+                        collective: Collective | None = None) -> Algorithm:
+    """An Algorithm from its JSON; ``topology`` / ``collective``, when given, are the already
+    built values of ``data["topology"]`` / ``data["collective"]`` (a schedule set's entries share
+    them: building them once per entry would cost entries x topology size)."""
     if not isinstance(data, dict) or data.get("format") != "ccl-algorithm":
         raise InputError("not an algorithm file (expected \"format\": \"ccl-algorithm\")")
     version = data.get("version")
@@ -144,16 +148,32 @@ def algorithm_from_json(data: dict[str, Any]) -> Algorithm:
     for k, row in enumerate(data["transfers"]):
         if not isinstance(row, list) or len(row) != len(TRANSFER_FIELDS):
             raise InputError(f"transfer {k}: expected an array of {len(TRANSFER_FIELDS)} fields {TRANSFER_FIELDS}, got {row!r}")
-        transfers.append(Transfer(*row))
+        try:
+            transfers.append(Transfer(*row))
+        except CollectiveError as exc:
+            raise CollectiveError(f"transfer {k} {exc.message.removeprefix('transfer ')}") from None
     rounds = data.get("rounds")
+    if topology is None:
+        topology = topology_from_json(data["topology"])
+    if collective is None:
+        _check_ranks(data["collective"], topology)
+        collective = collective_from_json(data["collective"])
     return Algorithm(
         name=str(data["name"]),
-        collective=collective_from_json(data["collective"]),
-        topology=topology_from_json(data["topology"]),
+        collective=collective,
+        topology=topology,
         transfers=tuple(transfers),
         rounds=None if rounds is None else tuple(rounds),
         solver=str(data.get("solver", "")),
     )
+
+
+def _check_ranks(coll: Any, topology: Topology) -> None:
+    """A collective's JSON names the topology's rank count (checked before it is built: a
+    collective of the wrong size may be large)."""
+    n = coll.get("n_ranks") if isinstance(coll, dict) else None
+    if n is not None and n != topology.n_ranks:
+        raise CollectiveError(f"the collective has {n!r} ranks but topology {topology.name!r} has {topology.n_ranks}")
 
 
 # ---------------------------------------------------------------------- text and files
@@ -208,8 +228,15 @@ def program_from_json(data: dict[str, Any]) -> Program:
                 raise InputError(f"rank {r} op {i}: expected an array of {len(OP_FIELDS)} fields {list(OP_FIELDS)}")
             row.append((*op[:10], tuple(op[10])))
         rows.append(row)
+    topology = topology_from_json(data["topology_spec"])
+    _check_ranks(data["collective_spec"], topology)
+    if len(rows) != topology.n_ranks:
+        raise CollectiveError(f"ops has {len(rows)} ranks but topology {topology.name!r} has {topology.n_ranks}")
+    steps = data.get("steps", 0)
+    if type(steps) is int:
+        limits.STEPS.check(steps, "the program's steps")
     return Program(name=str(data["name"]), collective=collective_from_json(data["collective_spec"]),
-                   topology=topology_from_json(data["topology_spec"]), ops=rows,
+                   topology=topology, ops=rows,
                    scratch=tuple(tuple(x) for x in data["scratch"]), channels=data.get("channels", 1),
                    solver=str(data.get("solver", "")), steps=int(data.get("steps", 0)))
 
@@ -244,34 +271,11 @@ def dumps(value: dict[str, Any], _indent: str = "") -> str:
     return "{\n" + ",\n".join(lines) + f"\n{_indent}}}"
 
 
-def write_atomic(path: str | os.PathLike[str], write: Callable[[IO[Any]], None], *, binary: bool = False) -> None:
-    """Call ``write`` on a temporary file in the target's folder, then rename it into place
-    with the permissions a plain ``open`` would give: a whole file or nothing. Errors become
-    InputError."""
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    if not folder.is_dir():
-        raise InputError(f"cannot write {str(target)!r}: folder {str(folder)!r} does not exist")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=folder)
-        try:
-            mask = os.umask(0)
-            os.umask(mask)
-            os.chmod(tmp, 0o666 & ~mask)
-            with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as fh:
-                write(fh)
-            os.replace(tmp, target)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-    except OSError as exc:
-        raise InputError(f"cannot write {str(target)!r}: {exc.strerror or exc}") from None
-
-
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write a whole text file or nothing (see ``write_atomic``)."""
-    write_atomic(path, lambda fh: fh.write(text))
+# Every file is written whole or not at all, an existing file's permissions kept and only a
+# regular file replaced: ``ccl.files`` (re-exported here, where the writers have always been).
+write_atomic = files.write_atomic
+write_text_atomic = files.write_text_atomic
+write_all = files.write_all
 
 
 def save_algorithm(alg: Algorithm, path: str | os.PathLike[str]) -> None:
@@ -279,19 +283,9 @@ def save_algorithm(alg: Algorithm, path: str | os.PathLike[str]) -> None:
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a folder, not a file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read: {exc}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+    """A JSON file: regular, within ``ccl.limits.INPUT_BYTES``, nested no deeper than the
+    parser takes (InputError otherwise)."""
+    return read_input_json(path)
 
 
 def load_schedule(path: str | os.PathLike[str]) -> Algorithm | Program:
@@ -323,7 +317,9 @@ def _from_json(path: str | os.PathLike[str], data: Any, read: Callable[[Any], An
         return read(data)
     except CclError as exc:
         raise InputError(f"{path}: {exc.message}") from None
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+        # OverflowError: int() of a non-finite number (JSON Infinity, NaN, 1e400) or a number
+        # too large for a machine integer
         why = f"missing field {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
         raise InputError(f"{path}: malformed {what} file: {why}") from None
 

@@ -21,7 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from . import limits, validate
 from .errors import TopologyError
+from .limits import LINKS as _LINKS
 
 SWITCH_KINDS = ("switch", "nic")
 
@@ -37,7 +39,11 @@ class Link:
     lanes: int = 1
 
     def __post_init__(self) -> None:
+        validate.integer(self.src, "link source", least=0, error=TopologyError)
+        validate.integer(self.dst, "link destination", least=0, error=TopologyError)
         where = f"link {self.src} -> {self.dst}"
+        validate.number(self.bandwidth, f"{where}: bandwidth", error=TopologyError)
+        validate.number(self.latency, f"{where}: latency", error=TopologyError)
         if isinstance(self.lanes, bool) or not isinstance(self.lanes, int) or self.lanes < 1:
             raise TopologyError(f"{where}: lanes must be a positive integer, got {self.lanes!r}")
         if not self.bandwidth > 0 or self.bandwidth == float("inf"):
@@ -65,6 +71,9 @@ class Switch:
     node: int | None = None
 
     def __post_init__(self) -> None:
+        validate.text(self.name, "switch name", error=TopologyError)
+        if self.node is not None:
+            validate.integer(self.node, f"switch {self.name!r}: node", least=0, error=TopologyError)
         if self.kind not in SWITCH_KINDS:
             raise TopologyError(f"switch {self.name!r}: kind must be one of {SWITCH_KINDS}, got {self.kind!r}")
         if not self.name:
@@ -80,11 +89,17 @@ class SharedLimit:
     bandwidth: float
 
     def __post_init__(self) -> None:
-        if not self.bandwidth > 0:
-            raise TopologyError(f"shared limit {self.name!r}: bandwidth must be positive, got {self.bandwidth!r}")
-        if not self.links:
+        validate.text(self.name, "shared limit name", error=TopologyError)
+        validate.number(self.bandwidth, f"shared limit {self.name!r}: bandwidth", positive=True, error=TopologyError)
+        given = validate.sequence(self.links, f"shared limit {self.name!r}: links", error=TopologyError)
+        if not given:
             raise TopologyError(f"shared limit {self.name!r} covers no links")
-        links = tuple(sorted({(int(a), int(b)) for a, b in self.links}))
+        for pair in given:
+            if (not isinstance(pair, (tuple, list)) or len(pair) != 2
+                    or not all(type(v) is int and v >= 0 for v in pair)):
+                raise TopologyError(f"shared limit {self.name!r}: a link must be a pair of vertex numbers, got "
+                                    f"{validate.show(pair)}")
+        links = tuple(sorted({(int(a), int(b)) for a, b in given}))
         object.__setattr__(self, "links", links)
 
     def lanes(self, topology: Topology) -> int:
@@ -104,8 +119,21 @@ class Topology:
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
+        validate.text(self.name, "topology name", error=TopologyError)
         if isinstance(self.n_ranks, bool) or not isinstance(self.n_ranks, int) or self.n_ranks < 1:
-            raise TopologyError(f"topology {self.name!r}: needs at least 1 rank, got {self.n_ranks!r}")
+            raise TopologyError(f"topology {self.name!r}: needs at least 1 rank, got {validate.show(self.n_ranks)}")
+        for what, cls in (("links", Link), ("switches", Switch), ("limits", SharedLimit)):
+            items = validate.sequence(getattr(self, what), f"topology {self.name!r}: {what}", error=TopologyError)
+            for item in items:
+                validate.instance(item, cls, f"topology {self.name!r}: each of {what}", error=TopologyError)
+        node_of = validate.sequence(self.node_of, f"topology {self.name!r}: node_of", error=TopologyError)
+        if any(type(x) is not int or x < 0 for x in node_of):
+            raise TopologyError(f"topology {self.name!r}: node_of must list node numbers >= 0, got "
+                                f"{validate.show(node_of)}")
+        if self.n_ranks > limits.RANKS.value:
+            raise TopologyError(limits.RANKS.message(self.n_ranks, f"topology {self.name!r} has too many ranks"))
+        if len(self.links) > limits.LINKS.value:
+            raise TopologyError(limits.LINKS.message(len(self.links), f"topology {self.name!r} has too many links"))
         n_vertices = self.n_ranks + len(self.switches)
         names = [s.name for s in self.switches]
         if len(set(names)) != len(names):
@@ -141,7 +169,8 @@ class Topology:
             )
         if any((not isinstance(a, int)) or a < 0 for a in node_of):
             raise TopologyError(f"topology {self.name!r}: node indices must be integers >= 0")
-        if node_of and sorted(set(node_of)) != list(range(max(node_of) + 1)):
+        ids = sorted(set(node_of))  # 0..N-1 without gaps, checked without a list of max(node_of) entries
+        if node_of and ids != list(range(len(ids))):
             raise TopologyError(f"topology {self.name!r}: nodes must be numbered 0..N-1 without gaps")
         last_node = max(node_of)
         for s in self.switches:
@@ -287,8 +316,16 @@ class Topology:
             return self._cache["flat"]
         links: list[Link] = []
         users: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        most = _LINKS.value
         for s in range(self.n_ranks):
-            for t, path in sorted(self.routes_from(s).items()):
+            routes = self.routes_from(s)
+            # one link per pair of ranks that can talk: refuse before making them when there
+            # would be too many (every rank usually reaches as many ranks as rank 0 does)
+            estimate = len(routes) * self.n_ranks if s == 0 else len(links) + len(routes)
+            if estimate > most:
+                raise TopologyError(_LINKS.message(estimate, f"the rank-to-rank view of topology {self.name!r} (one "
+                                                             "link per pair of ranks that can talk) has too many links"))
+            for t, path in sorted(routes.items()):
                 links.append(self._path_link(path))
                 for hop in zip(path, path[1:]):
                     users.setdefault(hop, []).append((s, t))

@@ -35,8 +35,10 @@ def executor(schedule: Any, group: Any = None, **options: Any) -> Any:
     """A ``Collectives`` for ``schedule`` on ``group`` (None: the default group). Options:
     ``timeout`` (seconds per wait), ``validate`` ("first", "always", "never"), the lowering's
     ``channels`` and ``fuse``, and ``topology`` for an XML file."""
+    from . import validate
     from .compiler.runtimes import collectives
 
+    validate.options(options, ("channels", "fuse", "timeout", "validate", "topology"), "ccl.torch.executor")
     return collectives(schedule, group, **options)
 
 

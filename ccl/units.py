@@ -5,7 +5,9 @@ Text with a unit suffix is converted once, here, by the CLI and the DSL lowering
 
 from __future__ import annotations
 
+import math
 import re
+from fractions import Fraction
 
 from .errors import InputError
 
@@ -34,32 +36,76 @@ BANDWIDTH_UNITS: dict[str, float] = {
     "Tbps": 1000.0 / 8.0,
 }
 
-_NUMBER = re.compile(r"^\s*([-+]?[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z/]*)\s*$")
+_NUMBER = re.compile(r"^\s*([-+]?)([0-9]*)(?:\.([0-9]*))?(?:[eE]([-+]?[0-9]+))?\s*([A-Za-z/]*)\s*$")
+
+MAX_TEXT = 64  # characters of one number with its unit: longer text is refused before it is read
+MAX_EXPONENT = 100  # |e| of 1e100: anything further is out of every range below
+MAX_SIZE = 2**50  # bytes (1 PiB = 1024TiB): the largest message size any command or function accepts
+MAX_SECONDS = 10**6  # seconds (about 11.6 days): the longest time limit, budget or timeout
+MAX_MICROSECONDS = 10**12  # microseconds (about 11.6 days): the longest latency or time
+MAX_BANDWIDTH = 10**9  # GB/s (an exabyte per second): the largest bandwidth
 
 
-def _split(text: str, what: str) -> tuple[float, str]:
+def _split(text: str, what: str) -> tuple[Fraction, str]:
+    """The number (exact: no float rounding or overflow) and the unit of ``text``."""
+    if not isinstance(text, str):
+        raise InputError(f"{what} must be a number or text such as {_EXAMPLE.get(what, '1')!r}, "
+                         f"got {type(text).__name__} {_short(text)}")
+    if len(text) > MAX_TEXT:
+        raise InputError(f"cannot read {what} {_short(text)}: longer than {MAX_TEXT} characters")
     match = _NUMBER.match(text)
-    if not match:
+    if not match or not (match.group(2) or match.group(3)):
         raise InputError(f"cannot read {what} {text!r}: expected a number with a unit")
-    return float(match.group(1)), match.group(2)
+    sign, whole, frac, exp, unit = match.groups()
+    exponent = int(exp or 0)
+    if abs(exponent) > MAX_EXPONENT:
+        size = "large" if exponent > 0 else "small"
+        raise InputError(f"{what} {text!r} is too {size}: its exponent {exponent} is beyond +-{MAX_EXPONENT}")
+    value = Fraction(int((whole or "") + (frac or "") or "0"), 10 ** len(frac or "")) * Fraction(10) ** exponent
+    return (-value if sign == "-" else value), unit
+
+
+_EXAMPLE = {"size": "64MiB", "time": "2us", "time limit": "60s", "bandwidth": "25GB/s"}
+
+
+def _short(value: object) -> str:
+    """``repr(value)`` cut to 40 characters (an int too long for ``repr`` says so)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more digits than Python prints
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"  # type: ignore[attr-defined]
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _number(value: object, what: str) -> Fraction:
+    """A number given as a Python value (not text) exactly, refusing bools, nan and inf."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
+        raise InputError(f"{what} must be a number or text such as {_EXAMPLE.get(what, '1')!r}, "
+                         f"got {type(value).__name__} {_short(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"{what} must be a finite number, got {value!r}")
+    return Fraction(value)
 
 
 def parse_size(text: str | int) -> int:
-    """'64MiB' -> 67108864. A bare number is bytes. The result must be a whole number."""
-    if isinstance(text, int):
-        if text < 0:
-            raise InputError(f"size must not be negative, got {text}")
-        return text
-    value, unit = _split(text, "size")
-    unit = unit or "B"
-    if unit not in SIZE_UNITS:
-        known = ", ".join(SIZE_UNITS)
-        raise InputError(f"unknown size unit {unit!r} in {text!r} (known: {known})")
-    size = value * SIZE_UNITS[unit]
+    """'64MiB' -> 67108864. A bare number is bytes. The result must be a whole number of bytes,
+    not negative and at most ``MAX_SIZE`` (1 PiB); a float must be whole (1e6, not 1.5)."""
+    if isinstance(text, str):
+        value, unit = _split(text, "size")
+        unit = unit or "B"
+        if unit not in SIZE_UNITS:
+            known = ", ".join(SIZE_UNITS)
+            raise InputError(f"unknown size unit {unit!r} in {text!r} (known: {known})")
+        size = value * SIZE_UNITS[unit]
+    else:
+        size = _number(text, "size")
+    shown = repr(text) if isinstance(text, str) else _short(text)
     if size < 0:
-        raise InputError(f"size must not be negative, got {text!r}")
-    if size != int(size):
-        raise InputError(f"size {text!r} is not a whole number of bytes")
+        raise InputError(f"size must not be negative, got {shown}")
+    if size.denominator != 1:
+        raise InputError(f"size {shown} is not a whole number of bytes")
+    if size > MAX_SIZE:
+        raise InputError(f"size {shown} is over the limit of 1024TiB ({MAX_SIZE} bytes, 1 PiB)")
     return int(size)
 
 
@@ -71,10 +117,11 @@ def parse_sizes(text: str | int) -> list[int]:
     nccl-tests steps with -f 2; ``A..B*F`` multiplies by F instead), in increasing order
     without repeats: ``1KiB..1GiB``, ``4MiB,64MiB``, ``1KiB..1MiB*4,1GiB``. Every size is a
     positive whole number of bytes; at most ``MAX_SWEEP`` sizes."""
-    if isinstance(text, int):
-        if text < 1:
-            raise InputError(f"size must be at least 1 byte, got {text}")
-        return [text]
+    if not isinstance(text, str):
+        size = parse_size(text)
+        if size < 1:
+            raise InputError(f"size must be at least 1 byte, got {text!r}")
+        return [size]
     out: set[int] = set()
     for part in (p.strip() for p in str(text).split(",")):
         if not part:
@@ -112,36 +159,61 @@ def parse_sizes(text: str | int) -> list[int]:
 
 
 def parse_time(text: str | float) -> float:
-    """'2.6us' -> 2.6; '1ms' -> 1000.0. A bare number is microseconds."""
-    if isinstance(text, (int, float)):
-        return float(text)
-    value, unit = _split(text, "time")
-    unit = unit or "us"
-    if unit not in TIME_UNITS:
-        raise InputError(f"unknown time unit {unit!r} in {text!r} (known: ns, us, ms, s)")
-    return value * TIME_UNITS[unit]
+    """'2.6us' -> 2.6; '1ms' -> 1000.0. A bare number is microseconds; not negative, at most
+    ``MAX_MICROSECONDS``."""
+    if isinstance(text, str):
+        value, unit = _split(text, "time")
+        unit = unit or "us"
+        if unit not in TIME_UNITS:
+            raise InputError(f"unknown time unit {unit!r} in {text!r} (known: ns, us, ms, s)")
+        us = value * _TIME_EXACT[unit]
+    else:
+        us = _number(text, "time")
+    return float(_in_range(us, text, "time", 0, MAX_MICROSECONDS, "us"))
 
 
 def parse_seconds(text: str | float) -> float:
-    """A time limit: '60' or '60s' or '2ms' -> seconds."""
-    if isinstance(text, (int, float)):
-        return float(text)
-    value, unit = _split(text, "time")
-    if not unit:
-        return value
-    return parse_time(text) / 1e6
+    """A time limit, budget or timeout: '60' or '60s' or '2ms' -> seconds; not negative, at
+    most ``MAX_SECONDS``."""
+    if isinstance(text, str):
+        value, unit = _split(text, "time limit")
+        if unit and unit not in TIME_UNITS:
+            raise InputError(f"unknown time unit {unit!r} in {text!r} (known: ns, us, ms, s)")
+        seconds = value * _TIME_EXACT[unit] / 10**6 if unit else value
+    else:
+        seconds = _number(text, "time limit")
+    return float(_in_range(seconds, text, "time limit", 0, MAX_SECONDS, "s"))
 
 
 def parse_bandwidth(text: str | float) -> float:
-    """'25GB/s' -> 25.0; '100Gbps' -> 12.5. A bare number is GB/s."""
-    if isinstance(text, (int, float)):
-        return float(text)
-    value, unit = _split(text, "bandwidth")
-    unit = unit or "GB/s"
-    if unit not in BANDWIDTH_UNITS:
-        known = ", ".join(BANDWIDTH_UNITS)
-        raise InputError(f"unknown bandwidth unit {unit!r} in {text!r} (known: {known})")
-    return value * BANDWIDTH_UNITS[unit]
+    """'25GB/s' -> 25.0; '100Gbps' -> 12.5. A bare number is GB/s; not negative, at most
+    ``MAX_BANDWIDTH``."""
+    if isinstance(text, str):
+        value, unit = _split(text, "bandwidth")
+        unit = unit or "GB/s"
+        if unit not in BANDWIDTH_UNITS:
+            known = ", ".join(BANDWIDTH_UNITS)
+            raise InputError(f"unknown bandwidth unit {unit!r} in {text!r} (known: {known})")
+        gbps = value * _BANDWIDTH_EXACT[unit]
+    else:
+        gbps = _number(text, "bandwidth")
+    return float(_in_range(gbps, text, "bandwidth", 0, MAX_BANDWIDTH, "GB/s"))
+
+
+_TIME_EXACT = {"ns": Fraction(1, 1000), "us": Fraction(1), "ms": Fraction(1000), "s": Fraction(10**6)}
+_BANDWIDTH_EXACT = {"GB/s": Fraction(1), "MB/s": Fraction(1, 1000), "KB/s": Fraction(1, 10**6),
+                    "TB/s": Fraction(1000), "Gbps": Fraction(1, 8), "Mbps": Fraction(1, 8000),
+                    "Tbps": Fraction(1000, 8)}
+
+
+def _in_range(value: Fraction, text: object, what: str, least: int, most: int, unit: str) -> Fraction:
+    shown = repr(text) if isinstance(text, str) else _short(text)
+    if value < least:
+        rule = "be positive" if what == "bandwidth" else "not be negative"
+        raise InputError(f"{what} must {rule}, got {shown}")
+    if value > most:
+        raise InputError(f"{what} {shown} is over the limit of {most:g} {unit}")
+    return value
 
 
 def format_size(size: int) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from . import validate
 from .algorithm import Algorithm
 from .collective import Collective
 from .errors import VerificationError
@@ -141,6 +142,8 @@ def verify(algorithm: Algorithm, *, in_place: bool = False) -> VerificationResul
     """Raise VerificationError naming rank, step, slot and what was expected vs found, or
     return what was checked. With ``in_place=True`` each aliased output slot is the same memory
     as its input slot (the in-place call of a runtime)."""
+    validate.instance(algorithm, Algorithm, "ccl.verify's algorithm")
+    validate.flag(in_place, "in_place")
     coll = algorithm.collective
     topo = algorithm.topology
     chunks = _Chunks(coll)
@@ -185,7 +188,7 @@ def verify(algorithm: Algorithm, *, in_place: bool = False) -> VerificationResul
         _check_capacity(algorithm)
 
     get = state.get
-    for step, indices in enumerate(algorithm.by_step):
+    for step, indices in algorithm.used_steps:
         first: dict[tuple[int, str, int], tuple[str, _Value, int]] = {}
         more: dict[tuple[int, str, int], list[tuple[str, _Value, int]]] = {}
         for k in indices:
@@ -323,7 +326,7 @@ def _check_capacity(algorithm: Algorithm) -> None:
         for pair in limit.links:
             limit_of.setdefault(pair, []).append(i)
     limit_lanes = [limit.lanes(flat) for limit in flat.limits]
-    for step, indices in enumerate(algorithm.by_step):
+    for step, indices in algorithm.used_steps:
         rounds = algorithm.rounds[step]
         load: Counter = Counter()
         limit_load: Counter = Counter()

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from . import validate
 from .errors import VerificationError
 from .program import PROLOGUE, RECV, REDUCE, SEND, Op, Program
 from .verify import _check_outputs, _Chunks
@@ -46,6 +47,8 @@ def verify_program(program: Program, *, in_place: bool = False) -> ProgramVerifi
     """Raise VerificationError naming the rank, op and slot of the first problem, or return
     what was checked. ``in_place=True``: aliased output slots are the memory of their input
     slots."""
+    validate.instance(program, Program, "ccl.verify_program's program")
+    validate.flag(in_place, "in_place")
     _check_levels(program)
     _check_links(program)
     _check_matching(program)

@@ -16,7 +16,8 @@ and a caret. The language is described in ``docs/dsl.md``; the grammar is ``dsl/
 
 from __future__ import annotations
 
-from ccl.errors import DslError, InputError
+from ccl.errors import DslError
+from ccl.limits import read_input_text
 
 from . import ast
 from .algorithm import HandWritten, verify_algorithm
@@ -46,20 +47,14 @@ __all__ = [
 ]
 
 
-def load(path: str, *, max_steps: int = DEFAULT_MAX_STEPS) -> Module:
+def load(path: str, *, max_steps: int | None = None) -> Module:
     """Load a ``.ccl`` file (and its imports)."""
     return Loader(max_steps).load_file(path)
 
 
 def parse_file(path: str) -> ast.File:
     """Parse a ``.ccl`` file without lowering it (``--emit ast``)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    text = read_input_text(path, "description file")
     try:
         return parse(text, path)
     except DslError as exc:
@@ -68,6 +63,6 @@ def parse_file(path: str) -> ast.File:
 
 
 def load_string(text: str, filename: str = "<string>", *, base: str | None = None,
-                max_steps: int = DEFAULT_MAX_STEPS) -> Module:
+                max_steps: int | None = None) -> Module:
     """Load description text; ``filename`` names it in errors, imports resolve from ``base``."""
     return Loader(max_steps).load_text(text, filename, base)

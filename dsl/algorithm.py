@@ -17,7 +17,9 @@ like any solver's; ``verify_algorithm`` reports a failure at the transfer that c
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from ccl import limits
 from ccl.algorithm import BUFFERS, Algorithm, Transfer
 from ccl.errors import CollectiveError, DslError, Span, VerificationError
 from ccl.topology import Topology
@@ -30,6 +32,14 @@ from .topology import eval_topology, topology_name
 from .values import Definition, show
 
 SOLVER = "hand-written"
+
+
+def _step_number(value: Any, span: Span) -> int:
+    """A transfer's step: an integer >= 0 below ``ccl.limits.STEPS`` (a located DslError)."""
+    step = require_int(value, "a step", span, least=0)
+    if step >= limits.STEPS.value:
+        raise DslError(limits.STEPS.message(step + 1, f"step {step} makes too many steps"), span)
+    return step
 
 
 @dataclass(frozen=True)
@@ -103,7 +113,7 @@ class AlgorithmBuilder:
         if src == dst and sbuf == dbuf and abs(sidx - didx) < count:
             raise DslError(f"a transfer from {sbuf}[{sidx}] of rank {src} onto the same slot", stmt.span)
         if stmt.step is not None:
-            step = require_int(self.ev.eval(stmt.step, scope), "a step", stmt.step.span, least=0)
+            step = _step_number(self.ev.eval(stmt.step, scope), stmt.step.span)
         elif self.step is not None:
             step = self.step
         else:
@@ -114,7 +124,7 @@ class AlgorithmBuilder:
 
     def step_block(self, stmt: ast.StepBlock, scope: Scope) -> None:
         outer = self.step
-        self.step = require_int(self.ev.eval(stmt.step, scope), "a step", stmt.step.span, least=0)
+        self.step = _step_number(self.ev.eval(stmt.step, scope), stmt.step.span)
         try:
             self.ev.run(stmt.body, self, Scope(scope))
         finally:
@@ -128,6 +138,9 @@ class AlgorithmBuilder:
             self.ev.charge(len(value), stmt.value.span)
         if not isinstance(value, (tuple, range)) or not value:
             raise DslError(f"`rounds` takes a list with the rounds of each step, got {describe(value)}",
+                           stmt.value.span)
+        if len(value) > limits.STEPS.value:
+            raise DslError(limits.STEPS.message(len(value), "`rounds` has too many entries (one per step)"),
                            stmt.value.span)
         self.rounds = tuple(require_int(r, "a step's rounds", stmt.value.span, least=1) for r in value)
         self.rounds_span = stmt.span

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ccl import limits
 from ccl.collective import ROOTED_KINDS, Collective, builtin, custom
 from ccl.errors import CollectiveError, DslError, Span
 
@@ -121,6 +122,8 @@ class CollectiveBuilder:
         if self.ranks_span is not None:
             raise DslError(f"the ranks are already given at line {self.ranks_span.line}", stmt.span)
         self.n_ranks = require_int(self.ev.eval(stmt.count, scope), "the number of ranks", stmt.count.span, least=1)
+        if self.n_ranks > limits.RANKS.value:
+            raise DslError(limits.RANKS.message(self.n_ranks, "too many ranks"), stmt.count.span)
         self.ev.charge(self.n_ranks, stmt.count.span)
         self.ranks_span = stmt.span
 

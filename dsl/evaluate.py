@@ -13,6 +13,7 @@ import difflib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ccl import limits
 from ccl.errors import DslError, Span
 from ccl.topology import Topology
 
@@ -34,7 +35,8 @@ from .values import (
 
 MAX_DEPTH = 64
 NIC_FIELDS = ("hosts", "bandwidth", "latency", "host_bandwidth")
-DEFAULT_MAX_STEPS = 20_000_000
+DEFAULT_MAX_STEPS = limits.DSL_WORK.default  # CCL_MAX_DSL_WORK overrides it
+MAX_STRING = 1 << 20  # characters in one string value
 INT_LIMIT = 1 << 63
 
 # Where each kind of statement belongs, for "misplaced statement" messages.
@@ -152,7 +154,9 @@ VERBS = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide", "//": "flo
 class Evaluator:
     """Evaluates expressions and runs blocks. One per loaded program (it owns the budget)."""
 
-    def __init__(self, max_steps: int = DEFAULT_MAX_STEPS) -> None:
+    def __init__(self, max_steps: int | None = None) -> None:
+        if max_steps is None:
+            max_steps = limits.DSL_WORK.value
         self.max_steps = max_steps
         self.steps_left = max_steps
         self.depth = 0
@@ -173,7 +177,8 @@ class Evaluator:
         self.steps_left -= amount
         if self.steps_left < 0:
             raise DslError(f"the description does more than {self.max_steps} steps of work in all (loop "
-                           "iterations, list items, ranks); is a number far larger than meant?", span)
+                           "iterations, list items, ranks); is a number far larger than meant? (set "
+                           f"{limits.DSL_WORK.env} to raise the limit)", span)
 
     # ------------------------------------------------------------------ expressions
     def eval(self, node: ast.Expr, scope: Scope) -> Any:
@@ -187,7 +192,16 @@ class Evaluator:
         return value
 
     def _string(self, node: ast.String, scope: Scope) -> str:
-        return "".join(p if isinstance(p, str) else show(self.eval(p, scope)) for p in node.parts)
+        return self.check_string("".join(p if isinstance(p, str) else show(self.eval(p, scope)) for p in node.parts),
+                                 node.span)
+
+    @staticmethod
+    def check_string(text: str, span: Span) -> str:
+        """``text`` if at most ``MAX_STRING`` characters long, else a located DslError (strings
+        doubled in a loop would otherwise outgrow memory within the work budget)."""
+        if len(text) > MAX_STRING:
+            raise DslError(f"a string of {len(text)} characters; strings stop at {MAX_STRING} characters", span)
+        return text
 
     def _name(self, node: ast.Name, scope: Scope) -> Any:
         try:
@@ -240,6 +254,9 @@ class Evaluator:
         if ta is Quantity or tb is Quantity:
             return self._quantity_op(op, a, b, node)
         if op == "+" and ta is str and tb is str:
+            if len(a) + len(b) > MAX_STRING:
+                raise DslError(f"joining strings of {len(a)} and {len(b)} characters; strings stop at {MAX_STRING} "
+                               "characters", node.span)
             return a + b
         if op == "+" and ta is tuple and tb is tuple:
             self.charge(len(a) + len(b), node.span)
@@ -443,9 +460,14 @@ class Evaluator:
                 if isinstance(arg, range):
                     self.charge(len(arg), node.span)
             try:
-                return func.function(*args)
+                result = func.function(*args)
             except BuiltinError as exc:
                 raise DslError(str(exc), node.span) from None
+            if type(result) is int and not -INT_LIMIT <= result < INT_LIMIT:
+                raise DslError(f"{func.name}() gives a result too large (integers stop at 2**63)", node.span)
+            if type(result) is str:
+                self.check_string(result, node.span)
+            return result
         if isinstance(func, BuiltinCollective):
             from .collective import builtin_spec
 

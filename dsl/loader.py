@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ccl.errors import DslError, InputError, Span
+from ccl.limits import read_input_text
 from ccl.topology import Topology
 
 from . import ast
 from .algorithm import HandWritten
 from .builtins import builtin_names
-from .evaluate import DEFAULT_MAX_STEPS, PLACES, Evaluator, Scope, describe, suggest
+from .evaluate import PLACES, Evaluator, Scope, describe, suggest
 from .parser import parse
 from .request import LoweredRequest, lower_request
 from .topology import make_link_class
@@ -184,7 +185,7 @@ class Loader:
     """Loads files and their imports once each, and owns the evaluator and the sources used
     to render errors."""
 
-    def __init__(self, max_steps: int = DEFAULT_MAX_STEPS) -> None:
+    def __init__(self, max_steps: int | None = None) -> None:
         self.evaluator = Evaluator(max_steps)
         self.modules: dict[str, Module] = {}
         self.sources: dict[str, str] = {}
@@ -222,8 +223,10 @@ class Loader:
     def load_file(self, path: str | os.PathLike[str]) -> Module:
         display = str(path)
         real = Path(path)
-        if not real.is_file():
-            raise InputError(f"{display}: no such file" if not real.exists() else f"{display}: not a file")
+        if not real.exists():
+            raise InputError(f"{display}: no such file")
+        if real.is_dir():
+            raise InputError(f"{display}: is a folder, not a description file")
         return self.guard(lambda: self._load(real, display, real.stem, None, None))
 
     def load_text(self, text: str, filename: str = "<string>", base: str | os.PathLike[str] | None = None) -> Module:
@@ -236,12 +239,11 @@ class Loader:
 
     def _read(self, path: Path, display: str, span: Span | None) -> str:
         try:
-            return path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            message = f"cannot read {display}: {getattr(exc, 'strerror', None) or exc}"
+            return read_input_text(path, "description file", display)
+        except InputError as exc:
             if span is not None:
-                raise DslError(message, span) from None
-            raise InputError(message) from None
+                raise DslError(exc.message, span) from None
+            raise
 
     def _load(self, path: Path, display: str, name: str, span: Span | None, parent: Scope | None) -> Module:
         key = str(path.resolve())

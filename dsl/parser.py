@@ -6,6 +6,7 @@ offending token; no Lark exception leaves this module.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from functools import lru_cache
 from importlib import resources
@@ -83,7 +84,28 @@ def parse_expression(text: str, filename: str = "<string>") -> ast.Expr:
         raise
 
 
+# Text limits, checked before Lark sees the text: its lexer takes memory in proportion to a
+# token's length (about 180 bytes a character for a string), and no description needs lines or
+# numbers longer than these (integers stop at 2**63, floats at about 1.8e308).
+MAX_LINE = 1 << 20  # characters in one line (so in one string literal)
+MAX_NUMBER = 100  # characters in one number literal
+MAX_EXPONENT = 400  # |e| in a number literal's exponent
+
+
+def _check_lines(text: str, filename: str, line_offset: int) -> None:
+    """A located DslError at the first line longer than ``MAX_LINE`` characters."""
+    if len(text) <= MAX_LINE:
+        return
+    match = re.search(rf"[^\n]{{{MAX_LINE + 1}}}", text)
+    if match is not None:
+        line = text.count("\n", 0, match.start()) + 1
+        start = match.start() - (text.rfind("\n", 0, match.start()) + 1)
+        raise DslError(f"line {line} is longer than {MAX_LINE} characters (a description's lines and "
+                       "string literals stop there)", Span(filename, line + line_offset, start + MAX_LINE + 1))
+
+
 def _parse(text: str, filename: str, start: str, line_offset: int, column_offset: int):
+    _check_lines(text, filename, line_offset)
     parser = lark_parser()
     try:
         tree = parser.parse(text, start=start)
@@ -477,7 +499,17 @@ class _TreeBuilder:
 
     def number(self, meta, children):
         unit = str(children[1]) if len(children) > 1 else None
-        return ast.Number(self._span(meta), str(children[0]), unit)
+        text = str(children[0])
+        mantissa, _, exponent = text.lower().partition("e")
+        if len(text) > MAX_NUMBER or (exponent and abs(int(exponent)) > MAX_EXPONENT):
+            what = (f"has {len(mantissa)} digits" if len(text) > MAX_NUMBER
+                    else f"has the exponent {exponent}")
+            raise DslError(f"the number {text[:20]}{'...' if len(text) > 20 else ''} {what}; number literals "
+                           f"stop at {MAX_NUMBER} characters and exponents at {MAX_EXPONENT} (integers stop at "
+                           "2**63, floats at about 1.8e308)", self._span(meta))
+        if ("." in text or exponent) and float(text) == float("inf"):
+            raise DslError(f"the number {text} is too large (floats stop at about 1.8e308)", self._span(meta))
+        return ast.Number(self._span(meta), text, unit)
 
     def string(self, meta, children):
         tok = children[0]

@@ -274,9 +274,7 @@ def format_algorithm(alg: Algorithm) -> str:
     lines = [f"algorithm {alg_ident} implements {collective_expression(alg.collective, coll_ident)} on {topo_ident} {{"]
     if alg.rounds is not None:
         lines.append(f"{INDENT}rounds [{', '.join(map(str, alg.rounds))}]")
-    for step, indices in enumerate(alg.by_step):
-        if not indices:
-            continue
+    for step, indices in alg.used_steps:
         lines.append(f"{INDENT}step {step} {{")
         lines.extend(f"{INDENT * 2}{format_transfer(alg.transfers[k])}" for k in indices)
         lines.append(f"{INDENT}}}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ccl import limits
 from ccl.errors import DslError, Span, TopologyError
 from ccl.topology import Link, SharedLimit, Switch, Topology
 
@@ -153,6 +154,8 @@ class TopologyBuilder:
         if self.ranks_span is not None:
             raise DslError(f"the ranks are already given at line {self.ranks_span.line}", stmt.span)
         self.n_ranks = require_int(self.ev.eval(stmt.count, scope), "the number of ranks", stmt.count.span, least=1)
+        if self.n_ranks > limits.RANKS.value:
+            raise DslError(limits.RANKS.message(self.n_ranks, "too many ranks"), stmt.count.span)
         self.ev.charge(self.n_ranks, stmt.count.span)
         self.ranks_span = stmt.span
 
@@ -229,6 +232,7 @@ class TopologyBuilder:
         bandwidth, latency, lanes, _ = eval_props(ev, stmt.props, scope)
         props = (bandwidth, latency, lanes or 1, stmt.span)
         links = self.links
+        self._check_links(len(links) + len(srcs) * len(dsts) * (2 if stmt.both else 1), stmt.span)
         for s in srcs:
             for d in dsts:
                 if s == d:
@@ -283,10 +287,17 @@ class TopologyBuilder:
         self.ranks_span = stmt.span
         self.cluster = Cluster(count, value.n_ranks, tuple(block.nics), stmt.span)
 
+    def _check_links(self, total: int, span: Span) -> None:
+        """A located DslError when the topology would have more links than ``ccl.limits.LINKS``
+        (checked before they are made: each costs memory however cheap the loop making it)."""
+        if total > limits.LINKS.value:
+            raise DslError(limits.LINKS.message(total, "the topology has too many links"), span)
+
     def _compose(self, node: Topology, count: int, nics: tuple[NicSpec, ...], span: Span) -> None:
         per = node.n_ranks
         self.n_ranks = per * count
         links = self.links
+        self._check_links(len(links) + count * (len(node.links) + 2 * sum(len(nic.hosts) for nic in nics)), span)
         for a in range(count):
             base = a * per
             prefix = f"n{a}." if count > 1 else ""

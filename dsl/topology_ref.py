@@ -20,7 +20,7 @@ from ccl.errors import DslError, InputError, Span
 from ccl.topology import Topology
 
 from . import ast
-from .evaluate import DEFAULT_MAX_STEPS, Scope
+from .evaluate import Scope
 from .loader import Loader, Module
 from .parser import parse_expression
 
@@ -77,7 +77,7 @@ def _value(loader: Loader, module: Module, text: str, spec: str):
         raise InputError(f"topology {spec!r}: argument {text.strip()!r}: {exc.message}") from None
 
 
-def load_topology(spec: str, *, max_steps: int = DEFAULT_MAX_STEPS) -> Topology:
+def load_topology(spec: str, *, max_steps: int | None = None) -> Topology:
     """The topology a ``FILE.ccl[:NAME[:ARGS]]`` spec names (see module docstring)."""
     path, name, args_text, _ = split_spec(spec)
     loader = Loader(max_steps)

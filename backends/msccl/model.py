@@ -228,20 +228,9 @@ def parse(text: str, path: str = "<xml>") -> Algo:
 
 def read(path: str) -> Algo:
     """``parse`` a file (InputError when it cannot be read)."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a folder, not a file") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    return parse(text, path)
+    from ccl.limits import read_input_text
+
+    return parse(read_input_text(path, "XML file"), path)
 
 
 # ---------------------------------------------------------------------- writing

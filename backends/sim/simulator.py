@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from ccl import limits, validate
 from ccl.errors import InputError, VerificationError
 from ccl.program import Program
 from ccl.report import LinkUsage, RankUsage, Report, bus_factor, check_size, slot_bytes
@@ -108,6 +109,9 @@ class Simulation:
         plot_simulation(self, path)
 
 
+OPTIONS = ("mode", "slices", "in_place", "overlap_latency", "local_bandwidth")  # of Simulator.run
+
+
 class Simulator:
     """Simulates one Program at many sizes and options; the graph (which does not depend on
     the size) is built once."""
@@ -145,6 +149,9 @@ class Simulator:
 
     def run(self, size: float, **options: Any) -> Simulation:
         """Simulate one call of ``size`` bytes (see ``simulate`` for the options)."""
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise InputError(f"unknown simulator option {unknown[0]!r} (known: {', '.join(OPTIONS)})")
         enabled = gc.isenabled()
         gc.disable()  # millions of short-lived tuples: the cyclic collector only costs time here
         try:
@@ -161,14 +168,17 @@ class Simulator:
             raise InputError(f"simulation mode must be one of {MODES}, got {mode!r}")
         if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
             raise InputError(f"slices must be a positive integer, got {slices!r}")
-        if local_bandwidth is not None and not (local_bandwidth > 0):
-            raise InputError(f"local bandwidth must be positive GB/s, got {local_bandwidth!r}")
+        if local_bandwidth is not None:
+            validate.number(local_bandwidth, "local bandwidth (GB/s)", positive=True)
+        validate.flag(in_place, "in_place")
+        validate.flag(overlap_latency, "overlap_latency")
         wall = time.perf_counter()
         topo = program.topology
         flat = topo.flat()
         n_ranks = topo.n_ranks
         g = self.graph
         m = slices
+        limits.SIM_OPS.check(g.n_ops * m, f"simulating {g.n_ops} ops x {m} slices needs too many op instances")
         per_slot = slot_bytes(program.collective, size)
         pairs, msg_res = self._map_links()
 

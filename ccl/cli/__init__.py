@@ -4,7 +4,8 @@ One module per command group; each has ``register(subparsers)``. Every command p
 readable report by default and one JSON object with ``--json``. Errors print one line on stderr
 (and a JSON object on stdout with ``--json``) and exit with the code of their class: 0 ok,
 1 internal error, 2 bad input, 3 infeasible, 4 verification failed, 5 time limit with no
-schedule, 6 backend failure. Set CCL_DEBUG=1 to see tracebacks of internal errors.
+schedule, 6 backend failure, 130 interrupted (Ctrl-C: the best result so far is saved when there
+is one; a second Ctrl-C exits at once). Set CCL_DEBUG=1 to see tracebacks of internal errors.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ..errors import EXIT_INTERNAL, CclError, InfeasibleError, SolverTimeout
+from .. import interrupt
+from ..errors import EXIT_INTERNAL, CclError, InfeasibleError, Interrupted, SolverTimeout
 from . import (
     bounds,
     cache,
@@ -51,24 +53,39 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    code = _main(argv)
+    if argv is None and code == interrupt.EXIT_INTERRUPTED:
+        # the program itself (not a caller in-process): after Ctrl-C, end now rather than wait for
+        # the interpreter to free a large model (seconds for a big MILP)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        with interrupt.handling():  # Ctrl-C reaches solvers blocked in native code (ccl.interrupt)
+            return args.func(args)
     except CclError as exc:
         print(f"ccl: {exc.render()}", file=sys.stderr)
         if getattr(args, "json", False):
             status = "infeasible" if isinstance(exc, InfeasibleError) else (
-                "timeout" if isinstance(exc, SolverTimeout) else "error")
+                "timeout" if isinstance(exc, SolverTimeout) else
+                "interrupted" if isinstance(exc, Interrupted) else "error")
             print(json.dumps({"status": status, "ok": False, **exc.to_json()}, indent=2))
         return exc.exit_code
     except BrokenPipeError:  # the reader went away (e.g. `ccl topology show T | head`): not an error
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C outside a solver's cooperative region: nothing to save
         print("ccl: interrupted", file=sys.stderr)
-        return 130
+        if getattr(args, "json", False):
+            print(json.dumps({"status": "interrupted", "ok": False, **Interrupted().to_json()}, indent=2))
+        return interrupt.EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - the last line of defence: no traceback for users
         if os.environ.get("CCL_DEBUG"):
             raise

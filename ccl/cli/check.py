@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from .common import command, emit
+from .outputs import declare, guard, inputs_of
 from .stages import (
     STAGES,
     add_emit,
@@ -29,6 +30,13 @@ def _load(path: str):
     from .. import compiler
 
     return compiler.describe(path)
+
+
+def _read_files(args: argparse.Namespace, module: Any) -> list[str]:
+    """The files the command reads: its input options' and every file the description
+    imports (an output must be none of them)."""
+    loaded = getattr(getattr(module, "loader", None), "modules", {}).values()
+    return inputs_of(args) + [str(m.path) for m in loaded if getattr(m, "path", None) is not None]
 
 
 def _default_topologies(module: Any) -> list[tuple[str, Any]]:
@@ -59,6 +67,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.emit == "ast":
         return emit_ast(args, args.file)
     module = _load(args.file)
+    if args.output:
+        guard(_read_files(args, module), files=[("-o", args.output)])
     topologies = _default_topologies(module)
     requests = module.requests()
     items = module.algorithms()
@@ -167,7 +177,6 @@ def synthesize_file(args: argparse.Namespace) -> int:
     verify every schedule, and write them only when all succeed."""
     from .. import compiler
     from ..errors import InputError
-    from ..serialize import save_algorithm
     from .synthesize import summary
 
     for flag, default in (("topology", None), ("collective", None), ("root", None), ("chunks", 1), ("solver", "auto"),
@@ -194,6 +203,14 @@ def synthesize_file(args: argparse.Namespace) -> int:
     if tuned and args.emit is not None:
         raise InputError(f"request {tuned[0]!r} uses the tuner (auto), which writes a schedule set: --emit "
                          f"{args.emit} applies to requests naming one solver")
+    outputs: list[str | None] = [None] * len(requests)
+    if args.output and args.emit is None:
+        outputs = [os.path.join(args.output, f"{re.sub(r'[^A-Za-z0-9_.()=,+-]', '_', r.name)}.json")
+                   if len(requests) > 1 else args.output for r in requests]
+        # before any solver runs: no schedule may overwrite an input or another request's file
+        guard(_read_files(args, module), files=[(f"request {r.name!r}" if len(requests) > 1 else "-o", target)
+                                                for r, target in zip(requests, outputs)],
+              hint="give another folder" if len(requests) > 1 else "give another name")
     results: list[Any] = []
     from .progress import Progress
 
@@ -216,22 +233,18 @@ def synthesize_file(args: argparse.Namespace) -> int:
         return emit_algorithms(args, [r.algorithm for r in results])
     if args.emit == "program":
         return emit_programs(args, [r.algorithm for r in results])
-    outputs: list[str | None] = []
-    for request in requests:
-        target = None
-        if args.output:
-            safe = re.sub(r"[^A-Za-z0-9_.()=,+-]", "_", request.name)
-            target = os.path.join(args.output, f"{safe}.json") if len(requests) > 1 else args.output
-        outputs.append(target)
-    from ..schedule_set import save_set
+    from ..schedule_set import set_to_json
+    from ..serialize import algorithm_to_json, dumps, write_all
     from .synthesize import set_summary
 
-    for result, target in zip(results, outputs):
-        if target:
-            if hasattr(result, "schedule_set"):
-                save_set(result.schedule_set, target)
-            else:
-                save_algorithm(result.algorithm, target)
+    def writer(result: Any) -> Any:
+        def write(fh: Any) -> None:
+            value = (set_to_json(result.schedule_set) if hasattr(result, "schedule_set")
+                     else algorithm_to_json(result.algorithm))
+            fh.write(dumps(value) + "\n")
+        return write
+
+    write_all([(target, writer(result)) for result, target in zip(results, outputs) if target])  # all or none
     rows, lines = [], []
     for request, result, target in zip(requests, results, outputs):
         rows.append({"request": request.name, **result.to_json(), "output": target})
@@ -269,3 +282,4 @@ def register(sub: Any) -> None:
     chk.add_argument("--algorithm", action="append", metavar="NAME",
                      help="check only this algorithm (NAME or NAME(args) as the summary shows it); repeatable")
     chk.add_argument("-o", "--output", help="write the (single or selected) hand-written schedule here (JSON)")
+    declare(chk, inputs=("file",), files=("output",))

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .examples import epilog
+from .outputs import check_args
 from .progress import QUIET_ENV, erase_all
 
 
@@ -69,6 +70,7 @@ def _quietly(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
         if quiet:
             os.environ[QUIET_ENV] = "1"
         try:
+            check_args(args)  # no lost files: outputs checked before any work (ccl.cli.outputs)
             return func(args)
         finally:
             erase_all()
@@ -81,14 +83,69 @@ def _quietly(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
     return run
 
 
-def positive_int(text: str) -> int:
+MAX_INT_TEXT = 30  # digits of an integer option: longer text is refused before it is read
+
+
+def _integer(text: str, what: str) -> int:
+    stripped = text.strip()
+    if len(stripped) > MAX_INT_TEXT:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text[:MAX_INT_TEXT]!r}... "
+                                         f"({len(stripped)} characters)")
     try:
-        value = int(text)
+        return int(stripped)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    """An option's whole number >= 1 (resource limits on counts are checked where they are
+    used: ``ccl.limits``)."""
+    value = _integer(text, "a positive integer")
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
+
+
+def count_int(text: str) -> int:
+    """An option's whole number >= 0 (iterations, ranks), at most 10**6."""
+    value = _integer(text, "a whole number >= 0")
+    if not 0 <= value <= 10**6:
+        raise argparse.ArgumentTypeError(f"expected a whole number in 0..1000000, got {text!r}")
+    return value
+
+
+def rank_int(text: str) -> int:
+    """A rank number (>= 0; the collective checks it against its ranks)."""
+    value = _integer(text, "a rank number (0, 1, ...)")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a rank number (0, 1, ...), got {text!r}")
+    return value
+
+
+def seconds_arg(text: str) -> float:
+    """A time limit or timeout: more than 0 seconds, finite and at most ``ccl.units.MAX_SECONDS``
+    (``60``, ``60s``, ``2ms``, ``1.5``)."""
+    from ..errors import InputError
+    from ..units import parse_seconds
+
+    try:
+        value = parse_seconds(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected more than 0 seconds, got {text!r}")
+    return value
+
+
+def budget_arg(text: str) -> float:
+    """A time budget: 0 or more seconds (``seconds_arg``'s forms)."""
+    from ..errors import InputError
+    from ..units import parse_seconds
+
+    try:
+        return parse_seconds(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def add_problem_arguments(p: argparse.ArgumentParser, *, required: bool = True) -> None:
@@ -97,4 +154,4 @@ def add_problem_arguments(p: argparse.ArgumentParser, *, required: bool = True) 
                    help="NAME, NAME:ARGS, a topology JSON file or FILE.ccl[:NAME[:ARGS]]")
     p.add_argument("--collective", "-c", required=required,
                    help="allgather, reducescatter, allreduce, alltoall, broadcast, reduce, gather, scatter")
-    p.add_argument("--root", type=int, default=None, help="root rank of broadcast, reduce, gather, scatter")
+    p.add_argument("--root", type=rank_int, default=None, help="root rank of broadcast, reduce, gather, scatter")

@@ -7,8 +7,10 @@ import os
 import sys
 from typing import Any
 
+from ..files import batch
 from .bounds import SIZE_COLUMNS, fixed, nccl_columns, size_cells, sizes_arg, table
-from .common import add_problem_arguments, command, emit, positive_int
+from .common import add_problem_arguments, command, emit, positive_int, seconds_arg
+from .outputs import declare, guard, inputs_of, make_folder
 from .stages import add_lowering_options, lowering
 
 SWEEP = [4**k * 1024 for k in range(11)]  # 1KiB .. 1GiB
@@ -56,16 +58,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
         data["rows"] = rows
     else:
         text = results[0].text()
-    if args.plot:
-        _plot(plotted, args.plot)
-        data["plot_sizes"] = [c.size for c in plotted]
-        text += f"\ntime-vs-size plot ({len(plotted)} sizes) written to {args.plot}"
-        if len(sizes) == 1 and any(r.synthesis_size is not None for r in results[0].rows):
-            text += f" (size-specific solvers synthesized for {_size(sizes[0])} only)"
-    if args.save_dir:
-        saved = _save(plotted, args.save_dir)
-        data["saved"] = saved
-        text += f"\n{len(saved)} schedule{'' if len(saved) == 1 else 's'} written to {args.save_dir}"
+    planned = _planned(plotted, args.save_dir) if args.save_dir else []
+    if planned:  # before anything is written: no schedule file may be an input or the plot
+        guard(inputs_of(args), files=[("--plot", args.plot)] + [("--save-dir file", row["path"]) for row, _ in planned],
+              new_folders=True, hint="give another --save-dir")
+    with batch():  # the plot and the schedules, all or none
+        if args.plot:
+            _plot(plotted, args.plot)
+            data["plot_sizes"] = [c.size for c in plotted]
+            text += f"\ntime-vs-size plot ({len(plotted)} sizes) written to {args.plot}"
+            if len(sizes) == 1 and any(r.synthesis_size is not None for r in results[0].rows):
+                text += f" (size-specific solvers synthesized for {_size(sizes[0])} only)"
+        if args.save_dir:
+            saved = _save(planned, args.save_dir)
+            data["saved"] = saved
+            text += f"\n{len(saved)} schedule{'' if len(saved) == 1 else 's'} written to {args.save_dir}"
     emit(args, data, text)
     return 0
 
@@ -120,18 +127,12 @@ def _sweep_table(results: list) -> tuple[list[dict[str, Any]], str]:
     return rows, "\n".join(lines)
 
 
-def _save(results: list, folder: str) -> list[dict[str, Any]]:
-    """Every schedule ranked, as an algorithm file: ``NAME.json`` for a schedule made
-    without a size, ``NAME@SIZE.json`` for one synthesized for a size."""
-    from ..errors import InputError
-    from ..serialize import save_algorithm
+def _planned(results: list, folder: str) -> list[tuple[dict[str, Any], Any]]:
+    """Every schedule ranked and where it goes, (row, algorithm): ``NAME.json`` for a schedule
+    made without a size, ``NAME@SIZE.json`` for one synthesized for a size."""
     from ..units import format_size
 
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"--save-dir {folder}: cannot create it ({exc.strerror})") from None
-    saved: dict[str, dict[str, Any]] = {}
+    saved: dict[str, tuple[dict[str, Any], Any]] = {}
     for c in results:
         for r in c.rows:
             if r.algorithm is None:
@@ -140,9 +141,18 @@ def _save(results: list, folder: str) -> list[dict[str, Any]]:
             if stem in saved:
                 continue
             path = os.path.join(folder, f"{stem}.json")
-            save_algorithm(r.algorithm, path)
-            saved[stem] = {"solver": r.name, "synthesis_size": r.synthesis_size, "path": path}
+            saved[stem] = ({"solver": r.name, "synthesis_size": r.synthesis_size, "path": path}, r.algorithm)
     return [saved[k] for k in sorted(saved)]
+
+
+def _save(planned: list[tuple[dict[str, Any], Any]], folder: str) -> list[dict[str, Any]]:
+    """Write the planned schedules into ``folder`` (created when missing), all or none."""
+    from ..serialize import algorithm_to_json, dumps, write_all
+
+    make_folder("--save-dir", folder)
+    write_all([(row["path"], lambda fh, alg=alg: fh.write(dumps(algorithm_to_json(alg)) + "\n"))
+               for row, alg in planned])
+    return [row for row, _ in planned]
 
 
 def _plot(results: list, path: str) -> None:
@@ -192,8 +202,9 @@ def register(sub: Any) -> None:
     p.add_argument("--slices", type=positive_int, default=1,
                    help="run every rank's program this many times side by side on 1/slices of the data each")
     add_lowering_options(p)
-    p.add_argument("--time-limit", type=float, default=None, help="seconds per slow solver")
+    p.add_argument("--time-limit", type=seconds_arg, default=None, help="seconds per slow solver")
     p.add_argument("--plot", help="write a PNG of time and bus bandwidth against size (one size given: a sweep "
                    "1KiB..1GiB of the schedules made for that size)")
     p.add_argument("--save-dir", help="write every schedule compared to this folder: NAME.json, or NAME@SIZE.json "
                    "for a solver given the size")
+    declare(p, inputs=("topology",), files=("plot",), folders=("save_dir",))

@@ -12,6 +12,7 @@ import argparse
 from typing import Any
 
 from .common import Parser, command, emit, positive_int
+from .outputs import declare, guard, inputs_of, make_folder
 from .stages import add_lowering_options, lowering
 
 
@@ -85,6 +86,7 @@ def cmd_msccl(args: argparse.Namespace) -> int:
         sset = load_any(args.file, topology=args.topology)
         if isinstance(sset, ScheduleSet):
             return _msccl_set(args, sset)
+    guard(inputs_of(args), files=[("-o", args.output)])  # one schedule: one file, not a folder
     schedule = load_schedule(args.file, topology=args.topology)
     sizes = {}
     for name in ("min_bytes", "max_bytes"):
@@ -118,7 +120,7 @@ def _msccl_set(args: argparse.Namespace, sset: Any) -> int:
 
     from ..compiler.msccl import export_xml, msccl_bytes
     from ..errors import BackendError, InputError
-    from ..serialize import write_text_atomic
+    from ..serialize import write_all
 
     if args.min_bytes is not None or args.max_bytes is not None:
         raise InputError("a schedule set carries its size ranges: --min-bytes/--max-bytes do not apply")
@@ -152,13 +154,14 @@ def _msccl_set(args: argparse.Namespace, sset: Any) -> int:
     if not files:
         raise BackendError("no entry of the set fits the target: " + "; ".join(
             f"{s['label']}: {s['reason']}" for s in skipped))
+    guard(inputs_of(args), files=[("-o file", path) for path, _ in files], new_folders=True,
+          hint="give another folder")
     if not os.path.isdir(args.output):
         parent = os.path.dirname(os.path.abspath(args.output))
         if not os.path.isdir(parent):
             raise InputError(f"cannot create {args.output!r}: folder {parent!r} does not exist")
-        os.mkdir(args.output)
-    for path, text in files:
-        write_text_atomic(path, text)
+        make_folder("-o", args.output)
+    write_all([(path, lambda fh, text=text: fh.write(text)) for path, text in files])  # all or none
     data = {"ok": True, "output": args.output, "name": sset.name, "target": args.target, "files": rows,
             "skipped": skipped}
     folder = os.path.normpath(args.output)
@@ -186,6 +189,7 @@ def register(sub: Any) -> None:
     p.add_argument("-o", "--output", help="write here (default: standard output)")
     p.add_argument("--topology", "-t", help="for an XML file: the machine (default: every pair of gpus linked)")
     add_lowering_options(p)
+    declare(p, inputs=("file", "topology"), files=("output",))
     m = command(targets, "msccl", "an MSCCL XML file for the msccl executor or RCCL", cmd_msccl)
     m.add_argument("file", help="schedule file: JSON written by `ccl synthesize` or `ccl import`, or MSCCL XML")
     m.add_argument("-o", "--output", help="write here (default: standard output); for a schedule set, a folder "
@@ -209,3 +213,4 @@ def register(sub: Any) -> None:
                    help="schedule set: write the ranges that fit the target's limits and report the others (their "
                         "calls fall back to NCCL) instead of writing nothing")
     add_lowering_options(m)
+    declare(m, inputs=("file", "topology"), either=("output",))

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from .common import Parser, command, emit
+from .outputs import declare
 
 
 def cmd_msccl(args: argparse.Namespace) -> int:
@@ -45,3 +46,4 @@ def register(sub: Any) -> None:
                                           "take it)")
     p.add_argument("--topology", "-t", help="the machine it runs on (default: every pair of gpus linked)")
     p.add_argument("--in-place", action="store_true", help="write the Program of in-place calls")
+    declare(p, inputs=("file", "topology"), files=("output",))

@@ -12,7 +12,8 @@ import os
 import time
 from typing import Any
 
-from .common import add_problem_arguments, command, emit, positive_int
+from .common import add_problem_arguments, command, emit, positive_int, seconds_arg
+from .outputs import declare, guard, inputs_of, make_folder
 from .progress import Progress
 
 DEFAULT_SIZES = ("64KiB", "256MiB")
@@ -22,7 +23,7 @@ DEFAULT_SIZES = ("64KiB", "256MiB")
 def add_exact_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--roots", help="several roots (comma-separated) for a multi-root broadcast, gather, scatter or "
                    "reduce (a custom collective; exact solvers only)")
-    p.add_argument("--time-limit", help="stop after this long (e.g. 60, 60s, 2ms; the MILP solvers default to 60 s); the best "
+    p.add_argument("--time-limit", type=seconds_arg, help="stop after this long (e.g. 60, 60s, 2ms; the MILP solvers default to 60 s); the best "
                    "schedule so far is kept")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="solver option, repeatable (smt: method=auto|routing|dual|combining|compose, scratch=K, "
@@ -110,10 +111,9 @@ class progress_on_stderr:
 def cmd_pareto(args: argparse.Namespace) -> int:
     from fractions import Fraction
 
-    from .. import compiler
-    from ..errors import SolverTimeout
-    from ..serialize import save_algorithm
-    from ..units import format_size, parse_seconds, parse_size
+    from .. import compiler, interrupt
+    from ..errors import Interrupted, SolverTimeout
+    from ..units import format_size, parse_size
     from ..verify import verify
 
     if args.solver == "packing":
@@ -126,12 +126,17 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     topo = compiler.load_topology(args.topology)
     coll = collective_from_args(args, topo.n_ranks)
     options = dict(parse_options(args.option))
-    time_limit = parse_seconds(args.time_limit) if args.time_limit else None
+    time_limit = args.time_limit
     sizes = [parse_size(x) for x in args.sizes.split(",")] if args.sizes else [parse_size(x) for x in DEFAULT_SIZES]
     import solvers.smt as smt
 
     with progress_on_stderr():
-        frontier = smt.pareto(topo, coll, args.max_chunks, time_limit=time_limit, **options)
+        with interrupt.clock():  # --time-limit counts from here: the formulation's building included
+            frontier = smt.pareto(topo, coll, args.max_chunks, time_limit=time_limit, **options)
+    if frontier.interrupted:
+        interrupt.acknowledge()  # the search stopped: verifying and saving the points is quick
+        if not frontier.points:
+            raise Interrupted(f"stopped by Ctrl-C before the first frontier point of {coll.name} on {topo.name}")
     if not frontier.points and not frontier.complete:
         raise SolverTimeout(f"time limit reached before the first frontier point of {coll.name} on {topo.name}")
     if not frontier.points:
@@ -139,7 +144,7 @@ def cmd_pareto(args: argparse.Namespace) -> int:
 
         raise InfeasibleError(f"z3 found no schedule of {coll.name} on {topo.name} with at most {args.max_chunks} "
                               "chunks within the step limit (raise --option max_steps=S)", bound="z3 proof (unsat)")
-    rows = []
+    rows, planned = [], []
     for p in frontier.points:
         verify(p.algorithm)  # nothing unverified leaves the tool
         row: dict[str, Any] = {"steps": p.steps, "rounds": p.rounds, "chunks": p.chunks,
@@ -150,12 +155,12 @@ def cmd_pareto(args: argparse.Namespace) -> int:
         row["time_us"] = {format_size(s): compiler.simulate(p.algorithm, s, bound=False, baselines=False).time_us
                           for s in sizes}
         if args.save_dir:
-            os.makedirs(args.save_dir, exist_ok=True)
             path = os.path.join(args.save_dir, f"{coll.name}-{topo.name}-s{p.steps}-r{p.rounds}-c{p.chunks}.json")
-            save_algorithm(p.algorithm, path)
+            planned.append((path, p.algorithm))
             row["file"] = path
         rows.append(row)
-    status = "ok" if frontier.complete else "timeout"
+    save_all(args, planned)
+    status = "ok" if frontier.complete else "interrupted" if frontier.interrupted else "timeout"
     data = {
         "status": status, "topology": topo.name, "collective": coll.name, "max_chunks": args.max_chunks,
         "step_bound": frontier.step_bound, "rounds_per_chunk_bound": str(frontier.rounds_bound),
@@ -183,6 +188,8 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     elif frontier.complete:
         lines.append(f"  no schedule with at most {args.max_chunks} chunks reaches the bound {bound}; "
                      f"raise --max-chunks to look further")
+    elif frontier.interrupted:
+        lines.append("  interrupted (Ctrl-C): the frontier may be incomplete")
     else:
         lines.append("  time limit reached: the frontier may be incomplete")
     if args.save_dir:
@@ -190,7 +197,25 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     emit(args, data, "\n".join(lines))
     if frontier.points and Fraction(frontier.points[-1].rounds, frontier.points[-1].chunks) < bound:
         raise RuntimeError("a frontier point beats the lower bound")  # pragma: no cover - bound bug
+    if frontier.interrupted:
+        from .synthesize import interrupted_exit
+
+        return interrupted_exit(f"{args.save_dir}/" if args.save_dir else None,
+                                f"frontier ({len(rows)} point{'s' if len(rows) != 1 else ''})", "no --save-dir given")
     return 0
+
+
+def save_all(args: argparse.Namespace, planned: list[tuple[str, Any]]) -> None:
+    """Write the (path, algorithm) schedules into --save-dir (created when missing): checked
+    against the inputs and each other first, then all or none."""
+    from ..serialize import algorithm_to_json, dumps, write_all
+
+    if not planned:
+        return
+    guard(inputs_of(args), files=[("--save-dir file", path) for path, _ in planned], new_folders=True,
+          hint="give another --save-dir")
+    make_folder("--save-dir", args.save_dir)
+    write_all([(path, lambda fh, alg=alg: fh.write(dumps(algorithm_to_json(alg)) + "\n")) for path, alg in planned])
 
 
 PACKING_SIZES = ("1KiB", "16KiB", "256KiB", "4MiB", "64MiB", "1GiB")
@@ -202,11 +227,10 @@ def _packing_set(args: argparse.Namespace) -> int:
     from .. import compiler
     from ..errors import InputError
     from ..problem import Problem, Request
-    from ..serialize import save_algorithm
     from ..units import format_size, parse_size
     from ..verify import verify
 
-    if args.option or args.time_limit or getattr(args, "roots", None):
+    if args.option or args.time_limit is not None or getattr(args, "roots", None):
         raise InputError("ccl pareto -s packing takes no --option, --time-limit or --roots")
     topo = compiler.load_topology(args.topology)
     coll = collective_from_args(args, topo.n_ranks)
@@ -222,7 +246,7 @@ def _packing_set(args: argparse.Namespace) -> int:
     with Progress() as progress:
         members = pareto.frontier(problem, judge, sizes, lambda message: progress.update(f"pareto: {message}"))
     bound_at = {s: lower_bound(topo, coll, s).bound_us for s in sorted(set(sizes))}
-    rows = []
+    rows, planned = [], []
     table = [["wins from", "wins to", "construction", "trees/root", "height", "stages", "taper",
               "rate/bound", "steps", "at sweep sizes: time (x bound)"]]
     for i, m in enumerate(members):
@@ -242,16 +266,16 @@ def _packing_set(args: argparse.Namespace) -> int:
                       for s, t in zip(m.sizes, m.times_us)],
         }
         if args.save_dir:
-            os.makedirs(args.save_dir, exist_ok=True)
             path = os.path.join(args.save_dir, f"{coll.name}-{topo.name}-{i + 1}-{row['construction']}"
                                 f"-s{row['stages']}.json")
-            save_algorithm(m.algorithm, path)
+            planned.append((path, m.algorithm))
             row["file"] = path
         rows.append(row)
         table.append([_approx(m.wins_from) if i else "-", _approx(m.wins_to) if i < len(members) - 1 else "-",
                       row["construction"], str(row["trees_per_root"]), str(height), str(d["stages"]), str(d["taper"]),
                       f"{rate:.3f}", str(row["steps"]),
                       ", ".join(f"{x['size']}: {x['time_us']:.4g} us ({x['bound_ratio']:.2f})" for x in row["sweep"])])
+    save_all(args, planned)
     data = {"status": "ok", "solver": "packing", "topology": topo.name, "collective": coll.name,
             "sizes": [format_size(s) for s in sorted(set(sizes))], "members": rows,
             "seconds": round(time.monotonic() - start, 3)}
@@ -289,3 +313,4 @@ def register(sub: Any) -> None:
                    f"packing: the sweep, default {','.join(PACKING_SIZES)})")
     p.add_argument("--save-dir", help="write every frontier schedule (JSON) into this directory")
     add_exact_arguments(p)
+    declare(p, inputs=("topology",), folders=("save_dir",))

@@ -12,7 +12,8 @@ import json
 import os
 from typing import Any
 
-from .common import command, emit, positive_int
+from .common import command, emit, positive_int, seconds_arg
+from .outputs import declare
 
 
 def _measure_local(n: int, sizes: list[int], repeat: int, concurrent: bool, timeout: float) -> dict[str, Any]:
@@ -50,25 +51,24 @@ def _measure_here(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any] 
 def cmd_probe(args: argparse.Namespace) -> int:
     from ..compiler.probe import fit, to_ccl
     from ..errors import InputError
-    from ..serialize import write_text_atomic
+    from ..serialize import write_all
     from ..units import format_size, parse_sizes
 
     sizes = parse_sizes(args.sizes)
     if len(sizes) < 2:
         raise InputError("--sizes needs at least two sizes to fit a latency and a bandwidth")
     if args.source is not None:
-        try:
-            with open(args.source, encoding="utf-8") as fh:
-                data = json.load(fh)
-        except OSError as exc:
-            raise InputError(f"{args.source}: {exc.strerror or exc}") from None
-        except ValueError as exc:
-            raise InputError(f"{args.source}: not JSON: {exc}") from None
+        from ..limits import read_input_json
+
+        data = read_input_json(args.source)
     elif args.local is not None:
         from .progress import Progress
 
         if args.local < 2:
             raise InputError(f"--local needs at least 2 processes, got {args.local}")
+        from ..limits import LOCAL_PROCESSES
+
+        LOCAL_PROCESSES.check(args.local, f"--local {args.local} asks for too many processes")
         with Progress() as progress:
             progress(f"probe: timing {args.local} local gloo processes (pairs, fan-out and fan-in, disjoint "
                      "pairs at once)")
@@ -82,10 +82,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
                          "or --from FILE")
     probed = fit(data, args.name)
     text = to_ccl(probed, args.name)
-    if args.measurements:
-        write_text_atomic(args.measurements, json.dumps(data, indent=1, sort_keys=True) + "\n")
-    if args.output:
-        write_text_atomic(args.output, text)
+    measured = json.dumps(data, indent=1, sort_keys=True) + "\n"
+    write_all([(path, lambda fh, body=body: fh.write(body))  # both or neither
+               for path, body in ((args.measurements, measured), (args.output, text)) if path])
     result = probed.to_json()
     topo = probed.topology
     lines = [f"probed {topo.n_ranks} ranks on {max(1, topo.n_nodes)} host(s) "
@@ -129,4 +128,5 @@ def register(sub: Any) -> None:
     p.add_argument("--no-concurrent", action="store_true", help="skip the disjoint-transfers tests")
     p.add_argument("--backend", default="gloo", choices=("gloo", "nccl"),
                    help="process-group backend under torchrun when none is initialized (default gloo)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds any wait may take (default 120)")
+    p.add_argument("--timeout", type=seconds_arg, default=120.0, help="seconds any wait may take (default 120)")
+    declare(p, inputs=("source",), files=("output", "measurements"))

@@ -6,8 +6,30 @@ import argparse
 from typing import Any
 
 from .bounds import sizes_arg
-from .common import command, emit, positive_int
+from .common import command, count_int, emit, positive_int, seconds_arg
 from .stages import add_emit, emit_programs, lowering
+
+# the element types and reductions of a local run (checked here, so a bad one is bad input at
+# parse time; ``ccl.compiler.runtimes`` and ``backends.torch.runtime`` check them again)
+DTYPES = ("float32", "float64", "float16", "bfloat16", "complex64", "complex128", "int8", "uint8", "int16", "int32",
+          "int64", "bool")
+REDUCE_OPS = ("sum", "avg", "prod", "max", "min", "band", "bor", "bxor")
+
+
+def _dtype(text: str) -> str:
+    if text not in DTYPES:
+        raise argparse.ArgumentTypeError(f"unknown dtype {text!r} (known: {', '.join(DTYPES)})")
+    return text
+
+
+OP_ALIASES = {"product": "prod", "mean": "avg", "average": "avg"}
+
+
+def _op(text: str) -> str:
+    name = OP_ALIASES.get(text.lower(), text.lower())
+    if name not in REDUCE_OPS:
+        raise argparse.ArgumentTypeError(f"unknown reduction {text!r} (known: {', '.join(REDUCE_OPS)})")
+    return name
 
 
 def _ms(seconds: float | None) -> str:
@@ -36,19 +58,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise InputError("--size is required (the message size, as nccl-tests counts it, e.g. 16MiB)")
     runs = run_local_sizes(args.file, sizes=args.size, ranks=args.ranks, repeat=args.repeat, warmup=args.warmup,
                            dtype=args.dtype, op=args.op, in_place=args.in_place, timeout=args.timeout,
-                           topology=args.topology, **lowering(args))
+                           topology=args.topology, round_sizes=args.round, **lowering(args))
     ok = all(r.report.correct is not False for r in runs)
     if len(runs) > 1:
         _sweep(args, runs, ok)
         return 0 if ok else EXIT_BACKEND
-    [(_, entry, report)] = runs
-    data = {"ok": report.correct is not False, "file": args.file, **report.to_json()}
+    [(size, entry, report)] = runs
+    data = {"ok": report.correct is not False, "file": args.file, **report.to_json(), "requested_size": size}
+    rounded = f" (rounded down from {format_size(size)}: --round)" if report.size_bytes != size else ""
     algbw, busbw = report.bandwidth(report.ours_seconds)
     nalgbw, nbusbw = report.bandwidth(report.native_seconds)
     place = "in place" if report.in_place else "out of place"
     lines = [
         f"{'ok' if report.correct is not False else 'WRONG'}: {report.name}: {report.collective} on "
-        f"{report.ranks} local gloo ranks, {format_size(report.size_bytes)} "
+        f"{report.ranks} local gloo ranks, {format_size(report.size_bytes)}{rounded} "
         f"({report.elements_per_part} {report.dtype} per part), {report.op}, {place}",
         f"  check: {'matches' if report.correct else 'DIFFERS from'} torch's {report.collective} "
         f"(largest difference {report.max_error:.3g})" if report.correct is not None else "  check: skipped",
@@ -78,6 +101,7 @@ def _us(seconds: float | None) -> float | None:
 def _sweep(args: argparse.Namespace, runs: list, ok: bool) -> None:
     """Several sizes: one nccl-tests row per size, ours against torch, and the check."""
     from ..report import bus_factor
+    from ..units import format_size
     from .bounds import SIZE_COLUMNS, fixed, nccl_columns, size_cells, table
 
     first = runs[0].report
@@ -110,6 +134,10 @@ def _sweep(args: argparse.Namespace, runs: list, ok: bool) -> None:
     head = (f"{'ok' if ok else f'WRONG at {wrong} of {len(runs)} sizes'}: "
             f"{'the set' if is_set else first.name}: {first.collective} on {first.ranks} local gloo ranks, "
             f"{len(runs)} sizes, {first.dtype}, {first.op}, {place}; {timing}")
+    changed = [r for r in runs if r.report.size_bytes != r.size]
+    if changed:
+        head += "\n  rounded down (--round): " + ", ".join(
+            f"{format_size(r.size)} -> {format_size(r.report.size_bytes)}" for r in changed)
     data = {"ok": ok, "file": args.file, "collective": first.collective, "ranks": first.ranks, "dtype": first.dtype,
             "op": first.op, "in_place": first.in_place, "repeat": first.repeat, "rows": rows}
     emit(args, data, "\n".join([head] + table(columns, cells)))
@@ -126,11 +154,15 @@ def register(sub: Any) -> None:
                           "one row per size, all in one launch of the ranks); required unless --emit")
     run.add_argument("--ranks", "-n", type=positive_int, default=None,
                      help="number of processes (must equal the schedule's ranks; default: the schedule's)")
-    run.add_argument("--repeat", "-r", type=int, default=5, help="timed iterations (default 5; 0: check only)")
-    run.add_argument("--warmup", type=int, default=1, help="untimed iterations first (default 1)")
-    run.add_argument("--dtype", default="float32", help="torch dtype name (default float32)")
-    run.add_argument("--op", default="sum", help="reduction: sum, avg, prod, max, min, band, bor, bxor")
+    run.add_argument("--round", action="store_true",
+                     help="round each size down to a whole number of elements per part (reported as the size "
+                          "run); without it such a size is refused")
+    run.add_argument("--repeat", "-r", type=count_int, default=5, help="timed iterations (default 5; 0: check only)")
+    run.add_argument("--warmup", type=count_int, default=1, help="untimed iterations first (default 1)")
+    run.add_argument("--dtype", default="float32", type=_dtype,
+                     help=f"element type: {', '.join(DTYPES)} (default float32)")
+    run.add_argument("--op", default="sum", type=_op, help=f"reduction: {', '.join(REDUCE_OPS)} (default sum)")
     run.add_argument("--in-place", action="store_true", help="run in place (torch's in-place layout)")
     add_emit(run, ("program",), "running (the Program the ranks run)")
-    run.add_argument("--timeout", type=float, default=60.0,
+    run.add_argument("--timeout", type=seconds_arg, default=60.0,
                      help="seconds a rank waits for a peer before failing (default 60)")

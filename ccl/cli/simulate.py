@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..files import batch
 from .bounds import SIZE_HELP, sizes_arg
 from .common import command, emit
+from .outputs import declare
 from .stages import add_emit, emit_programs, lowering
 
 
@@ -48,10 +50,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     sim = compiler.simulation(alg if entry is None else entry.algorithm, size, mode=args.mode, slices=args.slices,
                               in_place=args.in_place, overlap_latency=args.overlap_latency,
                               local_bandwidth=args.local_bandwidth, **lowering(args))
-    if args.trace:
-        sim.write_trace(args.trace)
-    if args.plot:
-        sim.plot(args.plot)
+    with batch():  # the trace and the plot, both or neither
+        if args.trace:
+            sim.write_trace(args.trace)
+        if args.plot:
+            sim.plot(args.plot)
     report = sim.report
     data = {"file": args.file, "verified": True, **report.to_json(links=not args.summary),
             "trace": args.trace, "plot": args.plot}
@@ -183,6 +186,7 @@ def register(sub: Any) -> None:
     p.add_argument("--plot", help="write a PNG: timeline and link-utilization heatmap (several sizes: time and "
                                   "bus bandwidth against size, with NCCL's models and the bound)")
     p.add_argument("--summary", action="store_true", help="with --json: leave out the per-link and per-rank lists")
+    declare(p, inputs=("file", "topology"), files=("trace", "plot"))
 
 
 def _positive(text: str) -> int:

@@ -5,16 +5,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..units import parse_seconds, parse_size
-from .common import add_problem_arguments, command, emit, positive_int
+from ..units import parse_size
+from .common import add_problem_arguments, budget_arg, command, emit, positive_int
+from .outputs import declare, guard, inputs_of
 from .pareto import add_exact_arguments
 from .stages import STAGES, add_emit, emit_algorithms, emit_problems, emit_programs
 
 
 def cmd_synthesize(args: argparse.Namespace) -> int:
     from .. import compiler
-    from ..errors import InputError
-    from ..problem import Problem, Request
+    from ..errors import InputError, Interrupted
+    from ..problem import Problem, Request, SynthesisResult
     from ..serialize import save_algorithm
     from .pareto import collective_from_args, parse_options, progress_on_stderr
 
@@ -24,6 +25,7 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
         return synthesize_file(args)
     if not args.topology or not args.collective:
         raise InputError("give a description FILE.ccl, or both --topology and --collective")
+    guard(inputs_of(args), files=[("-o", args.output)])  # one schedule (or set): -o is a file, not a folder
     if args.request:
         raise InputError("--request applies to a description FILE.ccl")
     if args.emit == "ast":
@@ -41,20 +43,26 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
         options["backend"] = args.backend
     request = Request(solver=args.solver, chunks=args.chunks, steps=args.steps, rounds=args.rounds,
                       size=parse_size(args.size) if args.size is not None else None,
-                      time_limit=parse_seconds(args.time_limit) if args.time_limit else None,
+                      time_limit=args.time_limit,
                       sketch=compiler.load_sketch(args.sketch) if args.sketch is not None else None,
                       options=tuple(options.items()))
     problem = Problem(topo, collective_from_args(args, topo.n_ranks), request)
     if args.emit == "problem":
         return emit_problems(args, [(f"{problem.collective.kind}-{topo.name}-{request.solver}", "command line",
                                      problem)])
-    with progress_on_stderr():
-        result = compiler.synthesize(problem)
+    interrupted = None
+    try:
+        with progress_on_stderr():
+            result = compiler.synthesize(problem)
+    except Interrupted as exc:  # Ctrl-C with a verified schedule in hand: save it, exit 130
+        if not isinstance(exc.best, SynthesisResult):
+            raise
+        interrupted, result = exc, exc.best
     alg = result.algorithm
     if args.emit == "algorithm":
-        return emit_algorithms(args, [alg])
+        return emit_algorithms(args, [alg]) if interrupted is None else _after_interrupt(args, emit_algorithms, [alg])
     if args.emit == "program":
-        return emit_programs(args, [alg])
+        return emit_programs(args, [alg]) if interrupted is None else _after_interrupt(args, emit_programs, [alg])
     if args.output:
         save_algorithm(alg, args.output)
     data = result.to_json()
@@ -62,7 +70,26 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     where = f" -> {args.output}" if args.output else " (not written: no -o given)"
     text = summary(result, alg.name, where)
     emit(args, data, text)
+    if interrupted is not None:
+        return interrupted_exit(args.output, "schedule")
     return 0
+
+
+def _after_interrupt(args: argparse.Namespace, show: Any, algs: list) -> int:
+    show(args, algs)
+    return interrupted_exit(None, "schedule")
+
+
+def interrupted_exit(output: str | None, what: str, missing: str = "no -o given") -> int:
+    """After Ctrl-C stopped a solver that had a result: one line on stderr saying what was kept,
+    and exit code 130."""
+    import sys
+
+    from ..errors import EXIT_INTERRUPTED
+
+    kept = f"written to {output}" if output else f"not written: {missing}"
+    print(f"ccl: interrupted: the best {what} found so far was verified and {kept}", file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 def synthesize_groups(args: argparse.Namespace, topo: Any) -> int:
@@ -79,7 +106,7 @@ def synthesize_groups(args: argparse.Namespace, topo: Any) -> int:
         if getattr(args, flag, None) is not None:
             raise InputError(f"--{flag.replace('_', '-')} does not apply with --groups")
     size = parse_size(args.size)
-    budget = parse_seconds(args.time_budget) if args.time_budget is not None else None
+    budget = args.time_budget
     with Progress() as progress:
         result = run(topo, args.collective, args.groups, size=size, solver=args.solver, chunks=args.chunks,
                      root=args.root, time_budget=budget, progress=progress)
@@ -119,7 +146,7 @@ def synthesize_auto(args: argparse.Namespace, topo: Any) -> int:
     if args.size is not None and args.sizes is not None:
         raise InputError("give --size (one size) or --sizes (a sweep), not both")
     sizes = args.sizes if args.sizes is not None else (args.size if args.size is not None else DEFAULT_SIZES)
-    budget = parse_seconds(args.time_budget) if args.time_budget is not None else None
+    budget = args.time_budget
     if args.time_limit is not None:
         raise InputError("--time-limit applies to one solver; with --solver auto give --time-budget (all solvers)")
     names = None
@@ -130,15 +157,29 @@ def synthesize_auto(args: argparse.Namespace, topo: Any) -> int:
     options = parse_options(args.option)
     if args.backend is not None:
         options = (*options, ("backend", args.backend))
-    result = tune(topo, args.collective, root=args.root, sizes=sizes, solvers=names, chunks=args.chunks,
-                  time_budget=budget, channels=args.channels, fuse=not args.no_fuse, options=options,
-                  progress=tuner_progress(), cache=not args.no_cache)
+    from ..errors import Interrupted
+
+    interrupted = False
+    try:
+        result = tune(topo, args.collective, root=args.root, sizes=sizes, solvers=names, chunks=args.chunks,
+                      time_budget=budget, channels=args.channels, fuse=not args.no_fuse, options=options,
+                      progress=tuner_progress(), cache=not args.no_cache)
+    except Interrupted as exc:  # Ctrl-C: the set of the schedules timed so far (verified), saved
+        if exc.best is None:
+            raise
+        result, interrupted = exc.best, True
     sset = result.schedule_set
     if args.output:
         save_set(sset, args.output)
     data = {**result.to_json(), "output": args.output}
     where = f" -> {args.output}" if args.output else " (not written: no -o given)"
-    emit(args, data, set_summary(result, where))
+    text = set_summary(result, where)
+    if interrupted:
+        data["status"] = "interrupted"
+        text = "interrupted" + text[text.index(":"):] if text.startswith("ok:") else text
+    emit(args, data, text)
+    if interrupted:
+        return interrupted_exit(args.output, "schedule set")
     return 0
 
 
@@ -219,6 +260,15 @@ def summary(result: Any, label: str, where: str) -> str:
     return text
 
 
+def _size_text(text: str) -> str:
+    """--size as given (the tuner reads the text), checked now: a bad size is refused before
+    any work (``bounds.size_arg``)."""
+    from .bounds import size_arg
+
+    size_arg(text)
+    return text
+
+
 def register(sub: Any) -> None:
     syn = command(sub, "synthesize", "synthesize, verify and save a schedule", cmd_synthesize)
     syn.add_argument("file", nargs="?", help="a .ccl description: run its `synthesize` requests")
@@ -233,11 +283,11 @@ def register(sub: Any) -> None:
     syn.add_argument("--solver", "-s", default="auto",
                      help="solver name (see `ccl solvers`), or auto (default): run the applicable solvers, simulate "
                           "each over --sizes and save the best per size range as a schedule set")
-    syn.add_argument("--size", help="target buffer size for cost-aware solvers (nccl-tests convention: 1KiB, 64MiB); "
+    syn.add_argument("--size", type=_size_text, help="target buffer size for cost-aware solvers (nccl-tests convention: 1KiB, 64MiB); "
                      "with auto: tune for this one size")
     syn.add_argument("--sizes", help="auto: the sizes to tune over (default 1KiB..1GiB: powers of two; also lists "
                      "such as 4MiB,64MiB)")
-    syn.add_argument("--time-budget", help="auto: seconds for the solvers beyond the templates (default 30, or a second "
+    syn.add_argument("--time-budget", type=budget_arg, help="auto: seconds for the solvers beyond the templates (default 30, or a second "
                      "per rank above 30 ranks; templates always run, slower solvers are skipped once it is "
                      "spent)")
     syn.add_argument("--solvers", help="auto: only these solvers (comma-separated; smt, milp and teccl run only when "
@@ -252,3 +302,4 @@ def register(sub: Any) -> None:
     syn.add_argument("--steps", type=positive_int, help="exact solvers: number of steps S")
     syn.add_argument("--rounds", type=positive_int, help="exact solvers: at most R rounds in all (R >= S)")
     add_exact_arguments(syn)
+    declare(syn, inputs=("file", "topology", "sketch"), either=("output",))

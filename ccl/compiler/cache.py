@@ -70,13 +70,14 @@ def _path(key: str) -> Path | None:
 
 def load_set(key: str) -> Any:
     """The cached ScheduleSet for ``key``, verified, or None."""
+    from ..limits import read_input_json
     from ..schedule_set import set_from_json, verify_set
 
     path = _path(key)
     if path is None or not path.is_file():
         return None
     try:
-        sset = set_from_json(json.loads(path.read_text(encoding="utf-8")))
+        sset = set_from_json(read_input_json(path))
         verify_set(sset)
     except (OSError, ValueError, KeyError, TypeError, CclError):
         return None

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..collective import builtin
-from ..errors import CclError, InputError
+from ..errors import CclError, InputError, Interrupted
 from ..problem import Problem, Request
 from ..report import SIZE_MEANING, Report, bus_factor, format_bytes, format_us
 from ..topology import Topology
@@ -203,6 +203,8 @@ def compare(
         start = time.perf_counter()
         try:
             result = synthesize(Problem(topology, collective, request))
+        except Interrupted:  # Ctrl-C ends the comparison, not just this solver's row
+            raise
         except CclError as exc:
             return None, None, exc.message, None, given
         lowered = program(result, channels=channels, fuse=fuse, check=False)

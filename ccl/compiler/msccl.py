@@ -13,8 +13,10 @@ a file as Programs every other stage takes (``backends.msccl.interpret``).
 from __future__ import annotations
 
 import os
+import stat
 from typing import Any
 
+from .. import validate
 from ..algorithm import Algorithm
 from ..errors import BackendError, InputError, VerificationError
 from ..program import Program
@@ -32,6 +34,8 @@ def is_xml(path: str | os.PathLike[str]) -> bool:
     if path.lower().endswith(".xml"):
         return True
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a device or FIFO: never read here
+            return False
         with open(path, "rb") as fh:
             head = fh.read(256).lstrip()
     except OSError:
@@ -128,11 +132,20 @@ def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple"
     from backends.msccl import export, interpret, limits, model
     from backends.msccl import instances as copies
 
+    validate.text(target, "target")
     tgt = limits.target(target)
-    if protocol not in model.PROTOCOLS:
-        raise InputError(f"protocol {protocol!r} is not one of {', '.join(model.PROTOCOLS)}")
-    if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
-        raise InputError(f"instances must be a positive integer, got {instances!r}")
+    validate.choice(protocol, "protocol", tuple(model.PROTOCOLS))
+    validate.choice(mode, "mode", ("auto", "both", "inplace", "outofplace"))
+    validate.choice(forward, "forward", ("auto", "on", "off"))
+    if name is not None:
+        validate.text(name, "name", empty=False)
+    validate.integer(instances, "instances", least=1)
+    if instances > tgt.max_channels:
+        raise InputError(f"--instances {instances}: {tgt.name} allows at most {tgt.max_channels} channels")
+    from ..units import MAX_SIZE
+
+    validate.integer(min_bytes, "min_bytes", least=0, most=MAX_SIZE)
+    validate.integer(max_bytes, "max_bytes (0: no limit)", least=0, most=MAX_SIZE)
     if min_bytes < 0 or max_bytes < 0 or (max_bytes and max_bytes < min_bytes):
         raise InputError(f"--min-bytes {min_bytes} and --max-bytes {max_bytes}: need 0 <= min <= max "
                          "(max 0: no upper limit)")
@@ -141,6 +154,9 @@ def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple"
     if isinstance(schedule, Algorithm):
         verify(schedule)
     program = program_stage(schedule, channels=channels, fuse=fuse, check=True)
+    if instances * program.channels > tgt.max_channels:  # each instance has its own channels
+        raise InputError(f"--instances {instances} with {program.channels} channel(s) each needs "
+                         f"{instances * program.channels} channels; {tgt.name} allows at most {tgt.max_channels}")
     if instances > 1:
         program = copies.replicate(program, instances)
         try:

@@ -43,9 +43,10 @@ def executor(schedule: Any, group: Any = None, *, channels: int = 1, fuse: bool 
              timeout: float | None = None, validate: str = "first") -> Any:
     """A ``backends.torch.Executor``: the schedule as a collective on ``group`` (None: the
     default process group); see ``Executor`` for ``timeout`` and ``validate``."""
+    program = runnable(schedule, channels=channels, fuse=fuse)  # bad input is refused before torch loads
     from backends.torch import Executor
 
-    return Executor(runnable(schedule, channels=channels, fuse=fuse), group, timeout=timeout, validate=validate)
+    return Executor(program, group, timeout=timeout, validate=validate)
 
 
 def collectives(schedule: Any, group: Any = None, *, channels: int = 1, fuse: bool = True,
@@ -92,7 +93,7 @@ class SizeRun(NamedTuple):
     report: Any
 
 
-def run_local(schedule: Any, *, size: int, channels: int = 1, fuse: bool = True, topology: Any = None,
+def run_local(schedule: Any, *, size: int | str, channels: int = 1, fuse: bool = True, topology: Any = None,
               **options: Any) -> Any:
     """Run on local gloo processes, check against torch's collective, time both
     (``backends.torch.launch.run_local`` for the options); returns its RunReport."""
@@ -100,26 +101,143 @@ def run_local(schedule: Any, *, size: int, channels: int = 1, fuse: bool = True,
     return run.report
 
 
-def run_local_sizes(schedule: Any, *, sizes: Sequence[int], channels: int = 1, fuse: bool = True,
-                    topology: Any = None, **options: Any) -> list[SizeRun]:
+# The element types a local run takes (gloo's, as nccl-tests names them) and their bytes.
+DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "complex64": 8, "complex128": 16, "int8": 1,
+          "uint8": 1, "int16": 2, "int32": 4, "int64": 8, "bool": 1}
+RUN_OPTIONS = ("ranks", "repeat", "warmup", "dtype", "op", "in_place", "timeout", "check")
+MAX_REPEAT = 10**6  # timed (or warm-up) iterations of one local run
+
+
+def run_local_sizes(schedule: Any, *, sizes: Sequence[int | str], channels: int = 1, fuse: bool = True,
+                    topology: Any = None, round_sizes: bool = False, **options: Any) -> list[SizeRun]:
     """``run_local`` at every size, in one launch of processes (see
     ``backends.torch.launch.run_local_sizes``); a schedule set serves each size with the entry
-    it picks. Every Program is verified before anything runs."""
-    from backends.torch.launch import run_local_sizes as launch
+    it picks. Every Program is verified before anything runs.
 
+    A size must be a whole number of ``dtype`` elements in every part of the buffer nccl-tests
+    counts (so the size run is the size asked); with ``round_sizes`` it is rounded down to the
+    nearest such size (at least one element per part) and the report's ``size_bytes`` says what
+    ran. Bad values (size, dtype, counts, timeout) raise InputError before any process starts."""
+    from ..errors import InputError
     from ..schedule_set import ScheduleSet
+    from ..units import parse_size
 
+    unknown = sorted(set(options) - set(RUN_OPTIONS))
+    if unknown:
+        raise InputError(f"unknown option {unknown[0]!r} of a local run (known: channels, fuse, topology, "
+                         f"round_sizes, {', '.join(RUN_OPTIONS)})")
+    _check_run_options(options)
+    channels, fuse, round_sizes = _positive(channels, "channels"), _flag(fuse, "fuse"), _flag(round_sizes, "round_sizes")
+    if isinstance(sizes, (str, int)) or not isinstance(sizes, Sequence) or not sizes:
+        raise InputError(f"sizes must be a non-empty list of sizes, got {sizes!r:.60}")
+    sizes = [parse_size(size) for size in sizes]
+    if min(sizes) < 1:
+        raise InputError(f"a local run needs a size of at least 1 byte, got {min(sizes)}")
     in_place = bool(options.get("in_place"))
     if isinstance(schedule, (str, os.PathLike)):
         from .msccl import load_any
 
         schedule = load_any(schedule, topology=topology, in_place=in_place)
-    sizes = list(sizes)
     entries = [schedule.pick(size) if isinstance(schedule, ScheduleSet) else None for size in sizes]
     programs: dict[int, Program] = {}
     for entry in entries:
         which = schedule if entry is None else entry.algorithm
         if id(which) not in programs:
             programs[id(which)] = runnable(which, channels=channels, fuse=fuse)
-    reports = launch([programs[id(schedule if e is None else e.algorithm)] for e in entries], sizes, **options)
+    chosen = [programs[id(schedule if e is None else e.algorithm)] for e in entries]
+    ranks = options.get("ranks")
+    if ranks is not None and ranks != chosen[0].collective.n_ranks:
+        raise InputError(f"the schedule {chosen[0].name!r} is for {chosen[0].collective.n_ranks} ranks, not {ranks}")
+    if not round_sizes:
+        for program, size in zip(chosen, sizes):
+            _check_whole(program, size, options.get("dtype", "float32"))
+    _check_memory(chosen, sizes, options.get("dtype", "float32"))
+    from backends.torch.launch import run_local_sizes as launch
+
+    reports = launch(chosen, sizes, **options)
     return [SizeRun(size, entry, report) for size, entry, report in zip(sizes, entries, reports)]
+
+
+def _positive(value: Any, name: str) -> int:
+    from ..errors import InputError
+
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{name} must be a positive integer, got {value!r:.60}")
+    return value
+
+
+def _flag(value: Any, name: str) -> bool:
+    from ..errors import InputError
+
+    if not isinstance(value, bool):
+        raise InputError(f"{name} must be True or False, got {value!r:.60}")
+    return value
+
+
+def _check_run_options(options: dict[str, Any]) -> None:
+    """The options of a local run, checked here so a bad one is bad input, not a backend error."""
+    from ..errors import InputError
+    from ..units import parse_seconds
+
+    if options.get("ranks") is not None:
+        _positive(options["ranks"], "ranks")
+    for name in ("repeat", "warmup"):
+        if name in options:
+            value = options[name]
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_REPEAT:
+                raise InputError(f"{name} must be a whole number in 0..{MAX_REPEAT}, got {value!r:.60}")
+    dtype = options.get("dtype", "float32")
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise InputError(f"unknown dtype {dtype!r:.40} (a local run takes {', '.join(DTYPES)})")
+    op = options.get("op", "sum")
+    if not isinstance(op, str) or not op:
+        raise InputError(f"op must be a reduction name such as 'sum', got {op!r:.60}")
+    for name in ("in_place", "check"):
+        if name in options:
+            _flag(options[name], name)
+    if "timeout" in options:
+        timeout = parse_seconds(options["timeout"])
+        if not timeout > 0:
+            raise InputError(f"timeout must be more than 0 seconds, got {options['timeout']!r}")
+        options["timeout"] = timeout
+
+
+def _part_bytes(program: Program, dtype: str) -> int:
+    """Bytes of the smallest size a local run of ``program`` takes exactly: one ``dtype``
+    element in each base slot of the buffer nccl-tests counts (``backends.torch.harness``)."""
+    coll = program.collective
+    slots = max(max(len(x) for x in coll.inputs), max(len(x) for x in coll.outputs)) // coll.chunk_factor
+    return DTYPES[dtype] * max(1, slots)
+
+
+def _check_whole(program: Program, size: int, dtype: str) -> None:
+    from ..errors import InputError
+    from ..units import format_size
+
+    unit = _part_bytes(program, dtype)
+    if size % unit:
+        low, high = size - size % unit, size - size % unit + unit
+        near = f"{format_size(low)} or {format_size(high)}" if low else format_size(high)
+        raise InputError(f"size {size} bytes is not a whole number of {dtype} elements per part of "
+                         f"{program.collective.kind} on {program.collective.n_ranks} ranks (a multiple of {unit} "
+                         f"bytes): the nearest sizes run exactly are {near} (or round down: --round, round_sizes=True)")
+
+
+def _check_memory(programs: Sequence[Program], sizes: Sequence[int], dtype: str) -> None:
+    """Refuse a size whose buffers cannot fit in this machine's memory before any process
+    starts (every rank holds its input and output and copies of them for the check)."""
+    from ..errors import InputError
+    from ..units import format_size
+
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not a POSIX system
+        return
+    for program, size in zip(programs, sizes):
+        coll = program.collective
+        unit = max(1, size // _part_bytes(program, dtype)) * DTYPES[dtype]
+        per_rank = max(len(i) + len(o) for i, o in zip(coll.inputs, coll.outputs)) // coll.chunk_factor * unit
+        need = 3 * per_rank * coll.n_ranks
+        if need > total:
+            raise InputError(f"size {format_size(size)} needs about {need / 2**30:.3g} GiB of memory for "
+                             f"{coll.n_ranks} local ranks; this machine has {total / 2**30:.3g} GiB")

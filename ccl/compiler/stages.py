@@ -16,9 +16,10 @@ import re
 import time
 from typing import Any
 
+from .. import interrupt
 from ..algorithm import Algorithm
 from ..collective import Collective, builtin
-from ..errors import InputError, SolverTimeout
+from ..errors import InputError, Interrupted, SolverTimeout
 from ..judge import CostJudge
 from ..lower import lower
 from ..problem import Problem, Request, Sketch, SynthesisResult
@@ -43,11 +44,13 @@ def load_topology(spec: str | Topology) -> Topology:
         if not os.path.exists(spec):
             raise InputError(f"{spec}: no such file")
         data = read_json(spec)
-        if isinstance(data, dict) and data.get("format") in ("ccl-topology", "ccl-algorithm"):
-            data = data["topology"]
         try:
+            if isinstance(data, dict) and data.get("format") in ("ccl-topology", "ccl-algorithm"):
+                data = data["topology"]
             return topology_from_json(data)
-        except (KeyError, TypeError, ValueError) as exc:
+        except KeyError as exc:
+            raise InputError(f"{spec}: malformed topology file: missing field {exc.args[0]!r}") from None
+        except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: int() of Infinity, 1e400
             raise InputError(f"{spec}: malformed topology file: {exc}") from None
     import topologies
 
@@ -118,7 +121,9 @@ def synthesize(problem: Problem, *, judge: CostJudge | None = None) -> Synthesis
     """The algorithm stage: run the problem's solver and verify what it returns. Cost-aware
     solvers get ``judge`` (default: the simulator timing the lowered Program, see
     ``timing.SimulationJudge``). A schedule that fails verification raises
-    VerificationError: nothing unverified leaves this function."""
+    VerificationError: nothing unverified leaves this function. When Ctrl-C stops the solver
+    (``ccl.interrupt``) with a schedule in hand, ``Interrupted`` is raised with ``best`` the
+    verified SynthesisResult (status "interrupted") for the caller to save."""
     import solvers
 
     if judge is None:
@@ -128,12 +133,20 @@ def synthesize(problem: Problem, *, judge: CostJudge | None = None) -> Synthesis
     start = time.perf_counter()
     status, gap = "ok", None
     try:
-        outcome = solvers.solve(problem, judge=judge)
+        with interrupt.clock():  # the request's time limit counts from here: imports and models included
+            outcome = solvers.solve(problem, judge=judge)
         algorithm, details = outcome.algorithm, outcome.details
     except SolverTimeout as exc:
         if not isinstance(exc.best, Algorithm):
             raise
         algorithm, status, gap, details = exc.best, "timeout", exc.gap, exc.details
+    except Interrupted as exc:  # Ctrl-C: the best schedule so far, verified, travels in the error
+        if not isinstance(exc.best, Algorithm):
+            raise
+        interrupt.acknowledge()
+        result = SynthesisResult(exc.best, "interrupted", time.perf_counter() - start, None, verify(exc.best),
+                                 exc.details)
+        raise Interrupted(exc.message, best=result, details=exc.details) from None
     seconds = time.perf_counter() - start
     checked = verify(algorithm)
     return SynthesisResult(algorithm, status, seconds, gap, checked, details)

@@ -37,13 +37,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import interrupt, validate
 from ..algorithm import Algorithm
-from ..collective import builtin
-from ..errors import CclError, InputError
+from ..collective import builtin, check_size
+from ..errors import CclError, InputError, Interrupted
 from ..problem import Problem, Request
 from ..schedule_set import Entry, ScheduleSet
 from ..topology import Topology
-from ..units import format_size, parse_sizes
+from ..units import format_size, parse_size, parse_sizes
 
 DEFAULT_SIZES = "1KiB..1GiB"
 DEFAULT_BUDGET = 30.0  # seconds; a second per rank on machines of more than 30 ranks
@@ -191,6 +192,29 @@ def _digest(alg: Algorithm) -> str:
     return h.hexdigest()
 
 
+def _check_arguments(topology: Any, kind: Any, sizes: Any, solvers: Any, chunks: Any, time_budget: Any,
+                     channels: Any, fuse: Any, options: Any, progress: Any, cache: Any) -> None:
+    """``tune``'s arguments, each of the right type and range (InputError naming it)."""
+    validate.instance(topology, Topology, "topology")
+    validate.text(kind, "collective", empty=False)
+    if sizes is not None and not isinstance(sizes, str):
+        validate.sequence(sizes, "sizes (text such as '1KiB..1GiB' or a list of bytes)")
+    if solvers is not None:
+        for name in validate.sequence(solvers, "solvers (a list of names)"):
+            validate.text(name, "a solver name", empty=False)
+    validate.integer(chunks, "chunks", least=1)
+    if time_budget is not None:
+        validate.number(time_budget, "time budget (seconds)", positive=True)
+    validate.integer(channels, "channels", least=1, most=2**31 - 1)
+    validate.flag(fuse, "fuse")
+    for item in validate.sequence(options, "options ((name, value) pairs)"):
+        if not isinstance(item, (tuple, list)) or len(item) != 2 or not isinstance(item[0], str):
+            raise InputError(f"options must be (name, value) pairs, got {validate.show(item)}")
+    if progress is not None and not callable(progress):
+        raise InputError(f"progress must be a function or None, got {validate.show(progress)}")
+    validate.flag(cache, "cache")
+
+
 def tune(
     topology: Topology,
     kind: str,
@@ -210,16 +234,11 @@ def tune(
     fraction)`` is told what runs and how far along the budget or the plan is. With
     ``cache``, an identical earlier request is answered from the result cache
     (``ccl.compiler.cache``)."""
-    from backends.sim import Simulator
-    from backends.sim.nccl import baselines
-    from solvers.bounds import lower_bound
-
     from . import cache as result_cache
-    from .stages import program as program_stage
-    from .stages import synthesize
 
     start = time.perf_counter()
-    sweep = parse_sizes(sizes) if isinstance(sizes, str) else sorted(set(int(s) for s in sizes or ()))
+    _check_arguments(topology, kind, sizes, solvers, chunks, time_budget, channels, fuse, options, progress, cache)
+    sweep = parse_sizes(sizes) if isinstance(sizes, str) else sorted(set(parse_size(s) for s in sizes or ()))
     if not sweep:
         sweep = parse_sizes(DEFAULT_SIZES)
     if any(s < 1 for s in sweep):
@@ -230,6 +249,7 @@ def tune(
         raise InputError(f"time budget must be a positive number of seconds, got {time_budget!r}")
     collective = builtin(kind, topology.n_ranks, root)
     kind = collective.kind
+    check_size(kind, topology.n_ranks, chunks)  # before any solver builds the chunked collective
     planned = plan(kind, topology.n_ranks, sweep, solvers)
     if not planned:
         raise InputError(f"no solver implements {kind}")
@@ -245,9 +265,44 @@ def tune(
             return TuneResult(hit, time.perf_counter() - start, True, key)
     say = progress or (lambda message, fraction: None)
     candidates: list[Candidate] = []
+    with interrupt.cooperative():  # Ctrl-C: stop after the candidate running, keep the ones timed
+        _run_candidates(topology, collective, todo, chunks, sweep, solvers, options, channels, fuse, time_budget,
+                        say, candidates)
+    stopped = interrupt.requested()
+    if stopped:
+        interrupt.acknowledge()
+    timed = [c for c in candidates if c.error is None and c.same_as is None and c.times_us]
+    if not timed:
+        if stopped:
+            raise Interrupted(f"stopped by Ctrl-C before any schedule of {kind} on {topology.name} was timed")
+        reasons = "; ".join(f"{c.label}: {c.error}" for c in candidates if c.error)
+        raise InputError(f"no schedule for {kind} on {topology.name}: {reasons}")
+    result = _schedule_set(topology, collective, kind, sweep, candidates, timed, asked)
+    if stopped:
+        raise Interrupted(f"stopped by Ctrl-C; the set holds the {len(timed)} schedule(s) timed so far",
+                          best=TuneResult(result, time.perf_counter() - start, False, None))
+    if key is not None:
+        result_cache.store_set(key, result)
+    say("done", 1.0)
+    return TuneResult(result, time.perf_counter() - start, False, key)
+
+
+def _run_candidates(topology: Topology, collective: Any, todo: list[tuple[str, int | None, int]], chunks: int,
+                    sweep: list[int], solvers: Sequence[str] | None, options: Sequence[tuple[str, Any]],
+                    channels: int, fuse: bool, time_budget: float, say: Callable[[str, float | None], None],
+                    candidates: list[Candidate]) -> None:
+    """Synthesize and time the planned candidates into ``candidates`` (see ``tune``); returns
+    early on Ctrl-C, keeping an interrupted solver's best schedule as a candidate."""
+    from backends.sim import Simulator
+
+    from .stages import program as program_stage
+    from .stages import synthesize
+
     seen: dict[str, str] = {}
     optional_start: float | None = None  # the budget counts from the first optional candidate
     for k, (name, size, factor) in enumerate(todo):
+        if interrupt.requested():
+            return
         label = _label(name, size, factor, chunks)
         cand = Candidate(label, name, size)
         candidates.append(cand)
@@ -263,7 +318,7 @@ def tune(
         say(f"[{k + 1}/{len(todo)}] synthesizing {label}", min(1.0, max(k / len(todo), elapsed / time_budget)))
         limit = None
         if name in SEARCHING:
-            limit = max(1.0, time_budget - elapsed)
+            limit = max(0.1, time_budget - elapsed)
             if name == "smt" and not solvers:
                 limit = min(limit, SMT_LIMIT)
         request = Request(solver=name, chunks=factor, size=size, time_limit=limit,
@@ -271,6 +326,11 @@ def tune(
         t0 = time.perf_counter()
         try:
             result = synthesize(Problem(topology, collective, request))
+        except Interrupted as exc:  # the solver's best schedule so far, verified, is still a candidate
+            if exc.best is None:
+                cand.error = exc.message
+                return
+            result = exc.best
         except CclError as exc:
             cand.error = exc.message
             continue
@@ -288,14 +348,25 @@ def tune(
         say(f"[{k + 1}/{len(todo)}] simulating {label} at {len(sweep)} sizes",
             min(1.0, max((k + 0.5) / len(todo), spent / time_budget)))
         try:
-            cand.times_us = [sim.run(s).report.time_us for s in sweep]
+            times = []
+            for s in sweep:
+                if interrupt.requested():  # an untimed candidate is dropped
+                    cand.error = "stopped by Ctrl-C while it was simulated"
+                    return
+                times.append(sim.run(s).report.time_us)
+            cand.times_us = times
         except CclError as exc:
             cand.error = f"simulation failed: {exc.message}"
             continue
-    timed = [c for c in candidates if c.error is None and c.same_as is None and c.times_us]
-    if not timed:
-        reasons = "; ".join(f"{c.label}: {c.error}" for c in candidates if c.error)
-        raise InputError(f"no schedule for {kind} on {topology.name}: {reasons}")
+
+
+def _schedule_set(topology: Topology, collective: Any, kind: str, sweep: list[int], candidates: list[Candidate],
+                  timed: list[Candidate], asked: dict[str, Any]) -> ScheduleSet:
+    """The set of the timed candidates: the fastest per swept size, runs of one winner as
+    entries, and the table against the bound and NCCL's models."""
+    from backends.sim.nccl import baselines
+    from solvers.bounds import lower_bound
+
     winners = []
     for i in range(len(sweep)):
         best = min(range(len(timed)), key=lambda j: (round(timed[j].times_us[i], 6), timed[j].messages, j))
@@ -324,9 +395,5 @@ def tune(
             row[f"{model.name}_us"] = round(model.time_us, 3)
         table.append(row)
     name = f"{kind}-{topology.name}-auto"
-    sset = ScheduleSet(name, topology, collective, tuple(entries), tuple(table),
+    return ScheduleSet(name, topology, collective, tuple(entries), tuple(table),
                        tuple(c.to_json() for c in candidates), asked)
-    if key is not None:
-        result_cache.store_set(key, sset)
-    say("done", 1.0)
-    return TuneResult(sset, time.perf_counter() - start, False, key)

@@ -133,7 +133,7 @@ def test_bad_input_is_one_line_and_exit_2(schedule, capsys, argv, code, needle):
 def test_run_checks_and_times_against_torch(schedule, capsys):
     pytest.importorskip("torch")
     path = schedule(topology="ring:2", collective="allgather", chunks=2)
-    code, out, err = run(capsys, "run", path, "--size", "4099B", "--repeat", "2", "--json")
+    code, out, err = run(capsys, "run", path, "--size", "4099B", "--round", "--repeat", "2", "--json")
     assert code == 0, err
     data = json.loads(out)
     assert data["correct"] is True and data["ranks"] == 2

@@ -12,7 +12,10 @@ from ccl.cli import main
 
 
 def run(capsys, *argv):
-    code = main(list(argv))
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # a bad option value: argparse exits 2
+        code = exc.code
     out, err = capsys.readouterr()
     return code, out, err
 

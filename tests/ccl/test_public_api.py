@@ -11,7 +11,7 @@ import ccl
 def test_public_names_are_pinned():
     assert sorted(ccl.__all__) == sorted([
         "BUFFERS", "OPS", "Algorithm", "BackendError", "CclError", "Collective", "CollectiveError",
-        "DslError", "InfeasibleError", "InputError", "Link", "Problem", "Report", "Request", "SharedLimit", "Sketch",
+        "DslError", "InfeasibleError", "InputError", "Interrupted", "Link", "Problem", "Report", "Request", "SharedLimit", "Sketch",
         "SolverTimeout", "Span", "Switch", "Topology", "TopologyError", "Transfer", "VerificationError",
         "VerificationResult", "Z3Error", "collectives", "load", "problem", "save", "simulate", "synthesize", "topology", "verify",
         "Op", "Program", "ProgramVerification", "lower", "verify_program", "SynthesisResult", "executor",

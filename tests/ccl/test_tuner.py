@@ -202,6 +202,9 @@ def test_emit_msccl_writes_one_verified_file_per_range(capsys, ring4_allreduce, 
         assert top == (0 if entry.max_bytes is None else entry.max_bytes - 1)
         expect = top + 1
     code, _, err = run(capsys, "emit", "msccl", src, "-o", src)
+    assert code == 2 and "is the input file" in err
+    (tmp_path / "other.json").write_text("{}")
+    code, _, err = run(capsys, "emit", "msccl", src, "-o", tmp_path / "other.json")
     assert code == 2 and "is a file" in err
     code, _, err = run(capsys, "emit", "msccl", src)
     assert code == 2 and "-o FOLDER" in err

@@ -1,0 +1,153 @@
+"""Resource limits: how much work an input may ask for, checked before memory is spent.
+
+Every count that input controls (the bytes of a file read, ranks, buffer slots, steps,
+simulated slices) has one limit here, with an environment variable that raises it for a
+user who really needs more. A limit is read from the environment each time it is checked, so a
+caller (or a test) may change it at run time. Exceeding one raises ``InputError`` (exit 2)
+with one line naming the value, the limit and the variable.
+
+Files are read through ``read_input_bytes`` / ``read_input_text`` / ``read_input_json``:
+regular files only (a device or FIFO such as ``/dev/zero`` is refused before reading), at
+most the size limit (at most limit + 1 bytes are ever read), JSON nesting too deep for the
+parser is an ``InputError``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InputError
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One limit: ``what`` it bounds (plural noun: "bytes", "slots"), its default and the
+    environment variable that overrides it."""
+
+    name: str
+    env: str
+    default: int
+    unit: str
+
+    @property
+    def value(self) -> int:
+        """The limit in force: the environment variable if set (a positive integer), else the
+        default."""
+        text = os.environ.get(self.env)
+        if text is None or not text.strip():
+            return self.default
+        try:
+            value = int(text.strip().replace("_", ""))
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise InputError(f"{self.env}={text!r}: expected a positive integer (the {self.name} limit, "
+                             f"default {self.default})")
+        return value
+
+    def hint(self) -> str:
+        return f"set {self.env} to raise it"
+
+    def check(self, amount: int, what: str) -> int:
+        """``amount`` if within the limit, else InputError: '<what> is/needs <amount> <unit>,
+        over the limit of N <unit> (set ENV to raise it)'."""
+        limit = self.value
+        if amount > limit:
+            raise InputError(self.message(amount, what, limit))
+        return amount
+
+    def message(self, amount: int, what: str, limit: int | None = None) -> str:
+        limit = self.value if limit is None else limit
+        return f"{what}: {amount} {self.unit}, over the limit of {limit} {self.unit} ({self.hint()})"
+
+
+MiB = 1 << 20
+
+INPUT_BYTES = Limit("input file size", "CCL_MAX_INPUT_BYTES", 256 * MiB, "bytes")
+RANKS = Limit("ranks", "CCL_MAX_RANKS", 1 << 20, "ranks")
+LINKS = Limit("links", "CCL_MAX_LINKS", 1 << 20, "links")
+SLOTS = Limit("buffer slots", "CCL_MAX_SLOTS", 1 << 23, "slots")
+STEPS = Limit("steps", "CCL_MAX_STEPS", 1 << 20, "steps")
+SMT_VARS = Limit("exact-solver model size", "CCL_MAX_SMT_VARS", 1 << 21, "variables")
+LOCAL_PROCESSES = Limit("local processes", "CCL_MAX_LOCAL_PROCESSES", 256, "processes")
+DSL_WORK = Limit("description work", "CCL_MAX_DSL_WORK", 20_000_000, "steps of work")
+SIM_OPS = Limit("simulated op instances", "CCL_MAX_SIM_OPS", 1 << 24, "op instances")
+
+ALL = (INPUT_BYTES, RANKS, LINKS, SLOTS, STEPS, SIM_OPS, SMT_VARS, DSL_WORK, LOCAL_PROCESSES)
+
+
+# ---------------------------------------------------------------------- files
+def read_input_bytes(path: str | os.PathLike[str], what: str = "file", display: str | None = None) -> bytes:
+    """The bytes of a regular file of at most ``INPUT_BYTES`` (InputError otherwise: missing,
+    a folder, a device or FIFO, too large, unreadable). Reads at most limit + 1 bytes.
+    Messages name the file as ``display`` (default: the path)."""
+    name = display if display is not None else os.fspath(path)
+    limit = INPUT_BYTES.value
+    try:
+        fd = os.open(os.fspath(path), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise InputError(f"{name}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{name}: is a folder, not a {what}") from None
+    except OSError as exc:
+        raise InputError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise InputError(f"{name}: is a folder, not a {what}")
+        if not stat.S_ISREG(info.st_mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode)
+                    else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "not a regular file")
+            raise InputError(f"{name}: is {kind}, not a regular {what} (only regular files are read)")
+        if info.st_size > limit:
+            raise InputError(INPUT_BYTES.message(info.st_size, f"{name} is too large", limit))
+        chunks = []
+        left = limit + 1
+        while left > 0:
+            piece = os.read(fd, min(left, 1 << 20))
+            if not piece:
+                break
+            chunks.append(piece)
+            left -= len(piece)
+        data = b"".join(chunks)
+    except OSError as exc:
+        raise InputError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:  # it grew while read
+        raise InputError(INPUT_BYTES.message(len(data), f"{name} is too large", limit))
+    return data
+
+
+def read_input_text(path: str | os.PathLike[str], what: str = "file", display: str | None = None) -> str:
+    """``read_input_bytes`` decoded as UTF-8 (InputError naming the file when it is not)."""
+    data = read_input_bytes(path, what, display)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        name = display if display is not None else os.fspath(path)
+        raise InputError(f"{name}: cannot read: not UTF-8 text (byte {exc.start})") from None
+
+
+def parse_json(text: str, name: str) -> Any:
+    """JSON text -> value; InputError located at the line and column when malformed or nested
+    too deeply for the parser."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{name}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+    except RecursionError:
+        raise InputError(f"{name}: JSON nested too deeply to read (arrays or objects nested "
+                         "thousands of levels deep)") from None
+    except ValueError as exc:  # an integer of more digits than Python converts (4300)
+        raise InputError(f"{name}: invalid JSON: {str(exc).split(';')[0]}") from None
+
+
+def read_input_json(path: str | os.PathLike[str]) -> Any:
+    """A JSON file read through ``read_input_text`` and ``parse_json``."""
+    return parse_json(read_input_text(path, "JSON file"), os.fspath(path))
+
