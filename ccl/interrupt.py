@@ -89,6 +89,47 @@ def left(deadline: float | None) -> float:
     return float("inf") if deadline is None else max(0.0, deadline - time.monotonic())
 
 
+class Abandon(BaseException):  # noqa: N818 - not an error: the signal to give a computation up
+    """Raised by ``abandoning()`` into the main thread's Python code once its condition holds (a
+    BaseException, so no ``except Exception`` in the abandoned code swallows it)."""
+
+
+@contextmanager
+def abandoning(due: Callable[[], bool], every: float = 0.1) -> Iterator[None]:
+    """Within the block, raise ``Abandon`` in the main thread at the first check (every ``every``
+    seconds, from SIGALRM) that finds ``due()`` true; at once if it already is. For long Python
+    computations (a simulation, a tree packing) whose result is given up at a deadline or on
+    Ctrl-C, wherever they are: the caller catches ``Abandon`` and falls back on what it holds.
+    Outside the main thread, or when an interval timer already runs (someone else's alarm),
+    only the check on entry is made: the caller must also poll between steps."""
+    if due():
+        raise Abandon
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getitimer(signal.ITIMER_REAL) != (0.0, 0.0)):
+        yield
+        return
+    state = {"open": True}
+
+    def on_alarm(signum: int, frame: object) -> None:
+        if state["open"] and due():
+            state["open"] = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            raise Abandon
+
+    try:
+        old = signal.signal(signal.SIGALRM, on_alarm)
+    except (ValueError, OSError):  # not the main interpreter
+        yield
+        return
+    signal.setitimer(signal.ITIMER_REAL, every, every)
+    try:
+        yield
+    finally:
+        state["open"] = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
 def acknowledge() -> None:
     """The computation has stopped and the driver holds its result: disarm the watchdog that
     would otherwise end the process ``GRACE`` seconds after the first Ctrl-C."""

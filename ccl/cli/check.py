@@ -176,7 +176,7 @@ def synthesize_file(args: argparse.Namespace) -> int:
     """``ccl synthesize FILE.ccl``: run the file's requests (all, or those named by --request),
     verify every schedule, and write them only when all succeed."""
     from .. import compiler
-    from ..errors import InputError
+    from ..errors import InputError, Interrupted
     from .synthesize import summary
 
     for flag, default in (("topology", None), ("collective", None), ("root", None), ("chunks", 1), ("solver", "auto"),
@@ -215,24 +215,54 @@ def synthesize_file(args: argparse.Namespace) -> int:
     from .progress import Progress
 
     bar = Progress()
-    for k, request in enumerate(requests):
-        bar.update(f"[{k + 1}/{len(requests)}] {request.name}: {request.problem.request.solver} ...",
-                   k / len(requests))
-        if request.groups is not None:
-            from ..compiler.groups import synthesize_groups
+    stopped = None  # Ctrl-C: the message, once the requests stop (see below)
+    kept_best = False  # the interrupted request's best schedule is the last result
+    try:
+        for k, request in enumerate(requests):
+            bar.update(f"[{k + 1}/{len(requests)}] {request.name}: {request.problem.request.solver} ...",
+                       k / len(requests))
+            if request.groups is not None:
+                from ..compiler.groups import synthesize_groups
 
-            req = request.problem.request
-            results.append(synthesize_groups(request.problem.topology, request.problem.collective.kind,
-                                             request.groups, size=req.size, solver=req.solver, chunks=req.chunks,
-                                             root=request.problem.collective.root, time_budget=req.time_limit))
-        elif request.problem.request.solver == "auto":
-            results.append(_tune_request(request))
-        else:
-            results.append(compiler.synthesize(request.problem))
+                req = request.problem.request
+                results.append(synthesize_groups(request.problem.topology, request.problem.collective.kind,
+                                                 request.groups, size=req.size, solver=req.solver, chunks=req.chunks,
+                                                 root=request.problem.collective.root, time_budget=req.time_limit))
+            elif request.problem.request.solver == "auto":
+                results.append(_tune_request(request))
+            else:
+                results.append(compiler.synthesize(request.problem))
+    except (Interrupted, KeyboardInterrupt) as exc:
+        # Ctrl-C: the requests finished and the interrupted one's best verified schedule (if
+        # any) are written together (all of those or none); the rest are reported not run
+        from .. import interrupt
+
+        interrupt.acknowledge()
+        stopped = f"request {requests[len(results)].name!r} stopped by Ctrl-C"
+        best = getattr(exc, "best", None)
+        if best is not None and (hasattr(best, "algorithm") or hasattr(best, "schedule_set")):
+            results.append(best)
+            kept_best = True
+    if stopped is not None and not results:
+        raise Interrupted(f"{stopped}, before any schedule was found: nothing written")
+
+    def stop_exit(kept: str) -> int:
+        import sys
+
+        from ..errors import EXIT_INTERRUPTED
+
+        which = ("the finished ones and the interrupted one's best" if kept_best
+                 else "the finished ones; the interrupted one had none yet")
+        print(f"ccl: interrupted: {stopped}; the verified schedules of {len(results)} of {len(requests)} "
+              f"request(s) ({which}) {kept}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
     if args.emit == "algorithm":
-        return emit_algorithms(args, [r.algorithm for r in results])
+        code = emit_algorithms(args, [r.algorithm for r in results])
+        return code if stopped is None else stop_exit("were printed")
     if args.emit == "program":
-        return emit_programs(args, [r.algorithm for r in results])
+        code = emit_programs(args, [r.algorithm for r in results])
+        return code if stopped is None else stop_exit("were printed")
     from ..schedule_set import set_to_json
     from ..serialize import algorithm_to_json, dumps, write_all
     from .synthesize import set_summary
@@ -245,9 +275,14 @@ def synthesize_file(args: argparse.Namespace) -> int:
         return write
 
     write_all([(target, writer(result)) for result, target in zip(results, outputs) if target])  # all or none
-    rows, lines = [], []
+    rows = [{"request": request.name, **result.to_json(), "output": target}
+            for request, result, target in zip(requests, results, outputs)]
+    if kept_best:  # the interrupted request's best (a tuned set's own status says "ok")
+        rows[-1]["status"] = "interrupted"
+    rows += [{"request": request.name, "status": "not run", "output": None}  # after Ctrl-C
+             for request in requests[len(results):]]
+    lines = []
     for request, result, target in zip(requests, results, outputs):
-        rows.append({"request": request.name, **result.to_json(), "output": target})
         where = f" -> {target}" if target else ""
         if hasattr(result, "schedule_set"):
             lines.append(f"{request.name}: " + set_summary(result, where))
@@ -257,9 +292,13 @@ def synthesize_file(args: argparse.Namespace) -> int:
                          f"{result.bound_us:.4g} us; every group verified{where}")
         else:
             lines.append(summary(result, request.name, where))
+    lines.extend(f"{request.name}: not run (stopped by Ctrl-C)" for request in requests[len(results):])
     if not args.output:
         lines.append("(not written: no -o given)")
-    emit(args, {"status": "ok", "file": args.file, "requests": rows}, "\n".join(lines))
+    emit(args, {"status": "ok" if stopped is None else "interrupted", "file": args.file, "requests": rows},
+         "\n".join(lines))
+    if stopped is not None:
+        return stop_exit(f"were written to {args.output}" if args.output else "were not written: no -o given")
     return 0
 
 

@@ -24,6 +24,14 @@ chunks). With ``--size`` the cost judge times every construction over pipeline s
 (``_search``: stage counts by hill climbing, then tapered stages when long pipelines win) and
 keeps the fastest; otherwise the best-rate construction with 4 stages.
 
+A time limit (from the start of the synthesis, ``ccl.interrupt.deadline``) or Ctrl-C cuts the
+planning and the search short wherever they are (``_Budget``: ``ccl.interrupt.abandoning``),
+early enough for the final build, verification and writing to end at the limit: the
+constructions made and the shapes judged by then decide (with none judged, the best-rate
+construction with 4 stages), reported as SolverTimeout or Interrupted carrying that schedule;
+with no construction made yet, SolverTimeout or Interrupted without one. Without a limit and
+without Ctrl-C nothing is cut: the schedule is the one the full search picks.
+
 The details report the rate the trees reach, the bound it meets, the construction, the trees
 per root and every shape tried. Once a synthesis has taken a second, progress lines go to
 stderr, none when ``CCL_QUIET`` is set (``ccl ... --quiet``).
@@ -59,19 +67,92 @@ def synthesize(problem: Problem, judge: CostJudge | None = None):
     if problem.request.steps is not None or problem.request.rounds is not None:
         raise InputError("solver 'packing' does not take --steps or --rounds: it optimizes throughput")
     start = time.perf_counter()
-    deadline = interrupt.deadline(problem.request.time_limit)  # bounds the pipeline-shape search
+    budget = _Budget(interrupt.deadline(problem.request.time_limit))
 
     quiet = os.environ.get("CCL_QUIET", "") not in ("", "0")
 
     def progress(message: str) -> None:  # on stderr, once the synthesis has taken a second
-        _stop_check()
+        budget.poll()
         if not quiet and time.perf_counter() - start > 1.0:
             print(f"ccl: packing: {message}", file=sys.stderr, flush=True)
 
+    with interrupt.cooperative():  # Ctrl-C stops the planning or the search: the budget sees it
+        if problem.collective.kind in routes.KINDS:
+            return _synthesize_routes(problem, judge, progress, start, budget)
+        return _synthesize_trees(problem, judge, progress, start, budget)
+
+
+class _Budget:
+    """The synthesis's deadline (``time.monotonic()``, or None) and Ctrl-C. The planning and every
+    judged shape run in ``region()``: given up (``interrupt.abandoning``) once ``due()``, which
+    is ``reserve`` seconds before the deadline: the time the final schedule takes to build, be
+    verified and be written (``RESERVE`` times the longest build seen), so the whole synthesis
+    ends at the limit. ``cut`` records what stopped early: "time limit" or "Ctrl-C"."""
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+        self.reserve = 0.0
+        self.cut: str | None = None
+        self._inside = 0
+
+    def due(self) -> bool:
+        if interrupt.requested():
+            return True
+        return self.deadline is not None and time.monotonic() >= self.deadline - self.reserve
+
+    def poll(self) -> None:
+        """Between steps (where no alarm reaches, e.g. outside the main thread)."""
+        if self._inside and self.due():
+            raise interrupt.Abandon
+
+    def region(self):
+        import contextlib
+
+        @contextlib.contextmanager
+        def inside():
+            self._inside += 1
+            try:
+                with interrupt.abandoning(self.due):
+                    yield
+            finally:
+                self._inside -= 1
+        return inside()
+
+    def abandoned(self) -> None:
+        """A region was given up: note why."""
+        self.cut = "Ctrl-C" if interrupt.requested() else "time limit"
+
+    def timed_build(self, make):
+        """``make()`` (a schedule build), its time counted in the reserve."""
+        t0 = time.monotonic()
+        out = make()
+        self.reserve = max(self.reserve, RESERVE * (time.monotonic() - t0))
+        return out
+
+
+RESERVE = 2.5  # the final build, verification and writing take about this many builds' time
+
+
+def _nothing(problem: Problem, budget: _Budget, what: str):
+    """Stopped before any schedule existed: Ctrl-C or the time limit, with no best."""
+    if interrupt.requested():
+        raise Interrupted(f"stopped by Ctrl-C while {what}, before any schedule was built")
+    raise SolverTimeout(f"time limit of {problem.request.time_limit:g} s reached while {what}, before any "
+                        "schedule was built (raise --time-limit)")
+
+
+def _synthesize_trees(problem: Problem, judge: CostJudge | None, progress, start: float, budget: _Budget):
     kind = problem.collective.kind
-    if kind in routes.KINDS:
-        return _synthesize_routes(problem, judge, progress, start, deadline)
-    candidates = plans(problem.topology, kind, problem.collective.root, progress)
+    partial: list[Packing] = []
+    try:
+        with budget.region():
+            candidates = plans(problem.topology, kind, problem.collective.root, progress, partial)
+    except interrupt.Abandon:
+        budget.abandoned()
+        # the candidates made by then, best rate first (as ``plans`` orders them)
+        candidates = sorted(partial, key=lambda p: sum(ph.achieved for ph in p.phases()))
+        if not candidates:
+            _nothing(problem, budget, "planning trees")
     planned = time.perf_counter() - start
     progress(f"planned in {planned:.1f} s: " + ", ".join(
         f"{_construction(p)} at {max(ph.achieved / ph.optimal for ph in p.phases()):.3f}x the bound rate"
@@ -79,8 +160,15 @@ def synthesize(problem: Problem, judge: CostJudge | None = None):
     base, n, lanes = pieces(problem), problem.topology.n_ranks, _lanes(problem)
     size = problem.request.size
     tried: list[dict] = []
-    if size is None or judge is None:
-        packing, shape = candidates[0], (DEFAULT_STAGES, 1.0)
+    fallback = None  # (packing index, shape, Algorithm): the schedule kept if the search is cut
+    if budget.cut is None and budget.deadline is not None:
+        # under a time limit, the best-rate schedule first: kept if nothing judged beats it in
+        # time, and its build time sets the reserve
+        shape = (DEFAULT_STAGES, 1.0)
+        fallback = (0, shape, budget.timed_build(
+            lambda: build(problem, candidates[0], slot_count(candidates[0], base, n, shape, lanes), *shape)))
+    if size is None or judge is None or budget.cut is not None:
+        index, shape = 0, (DEFAULT_STAGES, 1.0)
     else:
         proxies: dict[int, object] = {}
 
@@ -95,15 +183,19 @@ def synthesize(problem: Problem, judge: CostJudge | None = None):
                 out *= 2
             return out
 
-        index, shape, tried = _pick(
+        picked, tried = _pick(
             candidates, size, progress, name=_construction,
             rate=lambda pk: max(ph.achieved for ph in pk.phases()) * (size if pk.root is not None else size / n),
-            evaluate=lambda pk, c: _time(problem, pk, base, n, lanes, c, judge, size, proxy(pk)),
+            evaluate=lambda pk, c: _time(problem, pk, base, n, lanes, c, judge, size, proxy(pk), budget),
             tapered=lambda pk: proxy(pk) is None or pk.kind == "reducescatter", longest=longest,
-            judged_as=lambda pk: "allgather" if proxy(pk) is not None else kind, deadline=deadline)
-        packing = candidates[index]
+            judged_as=lambda pk: "allgather" if proxy(pk) is not None else kind, budget=budget)
+        index, shape = picked if picked is not None else (0, (DEFAULT_STAGES, 1.0))
+    packing = candidates[index]
     slots = slot_count(packing, base, n, shape, lanes)
-    alg = build(problem, packing, slots, *shape)
+    if fallback is not None and fallback[:2] == (index, shape):
+        alg = fallback[2]
+    else:
+        alg = build(problem, packing, slots, *shape)
     details = packing.details()
     details.update({"slots_per_part": slots, "stages": shape[0], "taper": shape[1],
                     "plan_seconds": round(planned, 3)})
@@ -111,15 +203,19 @@ def synthesize(problem: Problem, judge: CostJudge | None = None):
         details["constructions"] = [_construction(p) for p in candidates]
     if tried:
         details["pipeline_candidates"] = tried
-    return _finish(problem, alg, details, deadline)
+    return _finish(problem, alg, details, budget)
 
 
-def _synthesize_routes(problem: Problem, judge: CostJudge | None, progress, start: float,
-                       deadline: float | None = None):
+def _synthesize_routes(problem: Problem, judge: CostJudge | None, progress, start: float, budget: _Budget):
     """Gather and scatter: flow routes or direct ones (``routes``), judged like the trees."""
     root = problem.collective.root
     assert root is not None
-    candidates = routes.plans(problem.topology, problem.collective.kind, root)
+    try:
+        with budget.region():
+            candidates = routes.plans(problem.topology, problem.collective.kind, root)
+    except interrupt.Abandon:
+        budget.abandoned()
+        _nothing(problem, budget, "planning routes")
     planned = time.perf_counter() - start
     base, lanes = pieces(problem), _lanes(problem)
     size = problem.request.size
@@ -130,8 +226,13 @@ def _synthesize_routes(problem: Problem, judge: CostJudge | None, progress, star
         target = min(want, max(1, MAX_TRANSFERS // max(1, routes.transfers_per_slot(rt))))
         return base * max(1, target // base)
 
+    fallback = None
+    if budget.deadline is not None:
+        shape = (DEFAULT_STAGES, 1.0)
+        fallback = (0, shape, budget.timed_build(
+            lambda: routes.build(problem, candidates[0], slots_of(candidates[0], shape), *shape)))
     if size is None or judge is None:
-        routing, shape = candidates[0], (DEFAULT_STAGES, 1.0)
+        index, shape = 0, (DEFAULT_STAGES, 1.0)
     else:
         def longest(rt: routes.Routing) -> int:
             out = 16
@@ -139,58 +240,82 @@ def _synthesize_routes(problem: Problem, judge: CostJudge | None, progress, star
                 out *= 2
             return out
 
-        index, shape, tried = _pick(
+        def evaluate(rt: routes.Routing, c: tuple[int, float]) -> float:
+            alg = budget.timed_build(lambda: routes.build(problem, rt, slots_of(rt, c), *c))
+            return judge.time_us(alg, size)
+
+        picked, tried = _pick(
             candidates, size, progress, name=lambda rt: rt.construction,
             rate=lambda rt: rt.achieved * size / rt.n_ranks,
-            evaluate=lambda rt, c: _stop_check() or judge.time_us(routes.build(problem, rt, slots_of(rt, c), *c), size),
-            tapered=lambda rt: True, longest=longest, judged_as=lambda rt: rt.kind, deadline=deadline)
-        routing = candidates[index]
+            evaluate=evaluate, tapered=lambda rt: True, longest=longest, judged_as=lambda rt: rt.kind,
+            budget=budget)
+        index, shape = picked if picked is not None else (0, (DEFAULT_STAGES, 1.0))
+    routing = candidates[index]
     slots = slots_of(routing, shape)
-    alg = routes.build(problem, routing, slots, *shape)
+    if fallback is not None and fallback[:2] == (index, shape):
+        alg = fallback[2]
+    else:
+        alg = routes.build(problem, routing, slots, *shape)
     details = routing.details()
     details.update({"slots_per_part": slots, "stages": shape[0], "taper": shape[1],
                     "plan_seconds": round(planned, 3), "constructions": [rt.construction for rt in candidates]})
     if tried:
         details["pipeline_candidates"] = tried
-    return _finish(problem, alg, details, deadline)
+    return _finish(problem, alg, details, budget)
 
 
-def _finish(problem: Problem, alg, details: dict, deadline: float | None):
-    """The Solution, or SolverTimeout carrying it when the time limit cut the search short."""
+def _finish(problem: Problem, alg, details: dict, budget: _Budget):
+    """The Solution; SolverTimeout carrying it when the time limit cut the planning or the
+    search short; Interrupted carrying it on Ctrl-C."""
     from solvers import Solution
 
-    if deadline is not None and time.monotonic() >= deadline:
+    if interrupt.requested():
+        budget.cut = "Ctrl-C"
+    if budget.cut == "Ctrl-C":
+        details["interrupted"] = True
+        raise Interrupted("stopped by Ctrl-C: the best packing schedule so far is kept", best=alg, details=details)
+    if budget.cut is not None or (budget.deadline is not None and time.monotonic() >= budget.deadline):
         details["time_limited"] = True
-        raise SolverTimeout(f"time limit of {problem.request.time_limit:g} s reached: the pipeline shapes judged by "
-                            "then decided the schedule", best=alg, details=details)
+        raise SolverTimeout(f"time limit of {problem.request.time_limit:g} s reached: the constructions planned "
+                            "and pipeline shapes judged by then decided the schedule", best=alg, details=details)
     return Solution(alg, details)
 
 
 def _pick(candidates: list, size: float, progress, *, name, rate, evaluate, tapered, longest,
-          judged_as, deadline: float | None = None) -> tuple[int, tuple[int, float], list[dict]]:
+          judged_as, budget: _Budget) -> tuple[tuple[int, tuple[int, float]] | None, list[dict]]:
     """The judged search: every construction over pipeline shapes (``_search``), skipping those
-    whose bandwidth time alone (``rate``) exceeds the best time so far, until ``deadline``
-    (``time.monotonic()``; the best shape judged by then wins). Returns the winner's index, its
-    shape and every shape tried with its time."""
+    whose bandwidth time alone (``rate``) exceeds the best time so far, until the budget is due
+    (the best shape judged by then wins; each judgement runs in ``budget.region()`` and one cut
+    short is given up). Returns (the winner's index and shape, or None when nothing was judged)
+    and every shape tried with its time."""
     best: tuple[float, int, tuple[int, float]] | None = None
     tried: list[dict] = []
+
+    def guarded(candidate, c):
+        with budget.region():
+            return evaluate(candidate, c)
+
     for index, candidate in enumerate(candidates):
-        if best is not None and interrupt.stop_due(deadline):
+        if budget.cut is not None or budget.due():
+            if budget.cut is None:
+                budget.abandoned()
             break
         if best is not None and rate(candidate) >= best[0]:
             progress(f"{name(candidate)}: its rate alone takes longer than the best so far")
             continue
-        for shape, us in _search(lambda c, x=candidate: evaluate(x, c), tapered=tapered(candidate),
-                                 longest=longest(candidate)):
+        seen: dict[tuple[int, float], float] = {}
+        try:
+            _search(lambda c, x=candidate: guarded(x, c), tapered=tapered(candidate), longest=longest(candidate),
+                    seen=seen)
+        except interrupt.Abandon:
+            budget.abandoned()
+        for shape, us in seen.items():
             tried.append({"construction": name(candidate), "stages": shape[0], "taper": shape[1],
                           "judged_as": judged_as(candidate), "time_us": round(us, 3)})
             progress(f"{name(candidate)}, {shape[0]} stages, taper {shape[1]}: {us:.4g} us")
             if best is None or us < best[0]:
                 best = (us, index, shape)
-            if interrupt.stop_due(deadline):
-                break
-    assert best is not None
-    return best[1], best[2], tried
+    return (None if best is None else (best[1], best[2])), tried
 
 
 DEFAULT_STAGES = 4
@@ -202,16 +327,19 @@ def _construction(packing: Packing) -> str:
     return "+".join(sorted({p.construction for p in packing.phases()}))
 
 
-def _search(evaluate, tapered: bool = True, longest: int = 16):
+def _search(evaluate, tapered: bool = True, longest: int = 16, seen: dict | None = None):
     """Pipeline shapes (stages, taper) tried by the judge, with their times: uniform stage
     counts by hill climbing from 4 over 1, 2, 4, 8, 16 (up to ``longest``, a power of two;
     rooted trees carry few transfers per slot and afford up to 256), then, when the best has 8 or more
     stages (bandwidth binds) and ``tapered``, two tapered shapes whose last pieces are small
     (not for an allreduce under the allgather proxy: its slots start down as their sums
     complete, and tapering the proxy favoured did not carry over; a reducescatter's growing
-    stages are the time reverse of the allgather's shrinking ones, so the proxy holds)."""
+    stages are the time reverse of the allgather's shrinking ones, so the proxy holds).
+    ``seen``: the dict the times go to as they come (the caller keeps them if the search is
+    abandoned)."""
     ladder = [(1 << k, 1.0) for k in range(longest.bit_length())]
-    seen: dict[tuple[int, float], float] = {}
+    if seen is None:
+        seen = {}
 
     def ev(c: tuple[int, float]) -> float:
         if c not in seen:
@@ -233,19 +361,15 @@ def _search(evaluate, tapered: bool = True, longest: int = 16):
     return list(seen.items())
 
 
-def _stop_check() -> None:
-    """Between steps (progress lines, each shape judged): Ctrl-C inside a caller's cooperative
-    region (``ccl.interrupt``; the tuner's) stops the packing here."""
-    if interrupt.requested():
-        raise Interrupted("stopped by Ctrl-C while packing trees")
-
-
 def _time(problem: Problem, packing: Packing, base: int, n: int, lanes: int, shape: tuple[int, float],
-          judge: CostJudge, size: float, proxy) -> float:
-    _stop_check()
+          judge: CostJudge, size: float, proxy, budget: _Budget | None = None) -> float:
     if proxy is not None:
         problem, packing = proxy
-    return judge.time_us(build(problem, packing, slot_count(packing, base, n, shape, lanes), *shape), size)
+
+    def make():
+        return build(problem, packing, slot_count(packing, base, n, shape, lanes), *shape)
+
+    return judge.time_us(make() if budget is None else budget.timed_build(make), size)
 
 
 def _proxy(problem: Problem, packing: Packing):

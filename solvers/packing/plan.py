@@ -89,7 +89,7 @@ def plan(topology: Topology, kind: str, root: int | None,
 
 
 def plans(topology: Topology, kind: str, root: int | None,
-          progress: Callable[[str], None] | None = None) -> list[Packing]:
+          progress: Callable[[str], None] | None = None, partial: list | None = None) -> list[Packing]:
     """The candidate packings, cached per topology: first, best rate first (stitched first on
     a tie), the stitched trees on identical nodes (``stitch``) and the whole-graph packing
     (always for broadcast and reduce; otherwise when nothing is stitched, or the stitched trees
@@ -97,7 +97,11 @@ def plans(topology: Topology, kind: str, root: int | None,
     (``twohop``: up to 16 ranks, every pair linked) unless the best of those meets the bound
     with trees two hops deep; then, for small messages, the heaviest
     tree per root of each multi-tree construction and the shallowest trees (up to
-    ``SHALLOW_UP_TO`` ranks). A cost judge picks the one that runs fastest at a size."""
+    ``SHALLOW_UP_TO`` ranks). A cost judge picks the one that runs fastest at a size.
+
+    ``partial``: a list the candidates are appended to as they are made, for a caller that may
+    abandon the planning (``ccl.interrupt.abandoning``) and use those made by then (the cache
+    holds complete plans only)."""
     if kind not in KINDS:
         raise CollectiveError(f"packing implements {', '.join(KINDS)}, not {kind}")
     if topology.n_ranks < 2:
@@ -110,7 +114,7 @@ def plans(topology: Topology, kind: str, root: int | None,
     r = (root or 0) if rooted else None
     want_up = kind in ("reducescatter", "allreduce", "reduce")
     want_down = kind in ("allgather", "allreduce", "broadcast")
-    out: list[Packing] = []
+    out: list[Packing] = [] if partial is None else partial
     up = _stitched_phase(topology, True, progress, r) if want_up else None
     down = _stitched_phase(topology, False, progress, r) if want_down else None
     if (up is not None or not want_up) and (down is not None or not want_down):

@@ -308,3 +308,96 @@ def test_smt_time_limit_holds(tmp_path):
     if done.returncode == 0:
         assert json.loads(done.stdout)["synthesis_seconds"] <= 3 + 1.0
     assert wall <= 3 + 1.0 + 1.5 * start_cost, f"smt --time-limit 3 took {wall:.2f} s"
+
+
+# ---------------------------------------------------------------------- packing and description files
+def test_packing_time_limit_with_nothing_planned_is_a_timeout(capsys):
+    """A limit that passes before the tree planning made any construction: SolverTimeout (exit 5),
+    one line, no schedule written."""
+    from ccl.cli import main
+    from ccl.errors import EXIT_TIMEOUT
+
+    code = main(["synthesize", "-t", "ndv2:2", "-c", "allreduce", "-s", "packing", "--size", "64MiB",
+                 "--time-limit", "0.001"])
+    err = capsys.readouterr().err
+    assert code == EXIT_TIMEOUT, err
+    assert "time limit" in err and "planning trees" in err and "Traceback" not in err
+
+
+def test_abandoning_raises_in_running_python_code_once_due():
+    """``interrupt.abandoning``: the alarm gives a long Python loop up once the condition holds,
+    and leaves no timer or handler behind."""
+    end = time.monotonic() + 0.3
+    t0 = time.monotonic()
+    with pytest.raises(interrupt.Abandon):
+        with interrupt.abandoning(lambda: time.monotonic() >= end):
+            while time.monotonic() - t0 < 10:
+                sum(range(1000))
+    assert time.monotonic() - t0 < 1.0
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None)
+    with interrupt.abandoning(lambda: False):  # not due: the block runs to its end
+        pass
+
+
+def test_sigint_stops_packing_and_saves_its_schedule(tmp_path):
+    """ndv2:4 allreduce at 64 MiB judges pipeline shapes for a minute: SIGINT stops it within
+    about a second with the best schedule so far (a judged shape, or the best-rate trees with the
+    default stages), verified and saved; before the planning made a construction, nothing."""
+    rc, reacted, out, err = _interrupt_after(
+        _ccl("synthesize", "-t", "ndv2:4", "-c", "allreduce", "-s", "packing", "--size", "64MiB", "-o", "p.json",
+             "--json"), 2.0, cwd=tmp_path)
+    _check_interrupted(rc, reacted, err)
+    assert reacted is not None  # a minute of work: it cannot have finished
+    if (tmp_path / "p.json").exists():
+        _verify(tmp_path / "p.json")
+        assert json.loads(out)["status"] == "interrupted"
+        assert "the best schedule found so far was verified and written to p.json" in err
+    else:
+        assert "before any schedule was built" in err
+
+
+def test_sigint_in_a_description_file_writes_the_finished_requests_and_the_best(tmp_path):
+    """`ccl synthesize FILE.ccl`: Ctrl-C during the second of three requests writes the first
+    and the second's best (if any) together, reports `not run` for the third, exits 130."""
+    (tmp_path / "reqs.ccl").write_text(textwrap.dedent("""\
+        from machines import dgx1, ndv2
+        synthesize allgather on dgx1 with ring as "quick"
+        synthesize allreduce(size = 64 MiB) on ndv2(4) with packing as "slow"
+        synthesize allgather on dgx1 with ring as "never"
+        """))
+    (tmp_path / "out").mkdir()
+    rc, reacted, out, err = _interrupt_after(_ccl("synthesize", "reqs.ccl", "-o", "out", "--json"), 2.5,
+                                             cwd=tmp_path)
+    _check_interrupted(rc, reacted, err)
+    assert reacted is not None
+    data = json.loads(out)
+    assert data["status"] == "interrupted"
+    statuses = {r["request"]: r["status"] for r in data["requests"]}
+    assert statuses["quick"] == "ok" and statuses["never"] == "not run"
+    _verify(tmp_path / "out" / "quick.json")
+    assert not (tmp_path / "out" / "never.json").exists()
+    if "slow" in statuses:
+        assert statuses["slow"] == "interrupted"
+        _verify(tmp_path / "out" / "slow.json")
+    else:
+        assert not (tmp_path / "out" / "slow.json").exists()
+    assert "stopped by Ctrl-C" in err and "written to out" in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("topology", "limit"), [("ndv2:2", 2), ("ndv2:4", 1), ("ndv2:4", 3)])
+def test_packing_time_limit_holds(tmp_path, topology, limit):
+    """The packing's planning and judged search stop at the limit (18 s and a minute without
+    one) with the best schedule so far, verified, status timeout; the synthesis ends within
+    max(10%, 1 s) of the limit."""
+    start_cost, _ = _wall(_ccl("synthesize", "-t", "ndv2:4", "-c", "allgather", "-s", "ring"), tmp_path)
+    wall, done = _wall(_ccl("synthesize", "-t", topology, "-c", "allreduce", "-s", "packing", "--size", "64MiB",
+                            "--time-limit", str(limit), "--json", "-o", "p.json"), tmp_path)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    slack = max(0.1 * limit, 1.0)
+    assert data["status"] == "timeout" and data["details"]["time_limited"]
+    assert data["synthesis_seconds"] <= limit + slack, data["synthesis_seconds"]
+    assert wall <= limit + slack + 1.5 * start_cost, f"packing --time-limit {limit} took {wall:.2f} s"
+    _verify(tmp_path / "p.json")
