@@ -85,7 +85,11 @@ def read_input_bytes(path: str | os.PathLike[str], what: str = "file", display: 
     """The bytes of a regular file of at most ``INPUT_BYTES`` (InputError otherwise: missing,
     a folder, a device or FIFO, too large, unreadable). Reads at most limit + 1 bytes.
     Messages name the file as ``display`` (default: the path)."""
-    name = display if display is not None else os.fspath(path)
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise InputError(f"expected a file path (str or os.PathLike), got {type(path).__name__}")
+    name = display if display is not None else os.fsdecode(path)
+    if "\x00" in os.fsdecode(path):
+        raise InputError(f"{name!r}: a file name cannot contain a NUL character")
     limit = INPUT_BYTES.value
     try:
         fd = os.open(os.fspath(path), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -129,15 +133,84 @@ def read_input_text(path: str | os.PathLike[str], what: str = "file", display: s
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        name = display if display is not None else os.fspath(path)
+        name = display if display is not None else os.fsdecode(path)
         raise InputError(f"{name}: cannot read: not UTF-8 text (byte {exc.start})") from None
+
+
+# Memory a parsed JSON value takes per array, object or element (a ',' '[' or '{' of its
+# text): about 37 bytes for a real schedule, up to ~72 for hostile text such as "[[],[],...]"
+# (an empty list per 3 bytes). A text shorter than the budget / JSON_BYTES_PER_CHAR is parsed
+# without counting.
+JSON_BYTES_PER_ITEM = 64
+JSON_BYTES_PER_CHAR = 1 + JSON_BYTES_PER_ITEM * 2 // 3 + 1  # the most the estimate gives per byte ("[],")
+JSON_MEMORY_FACTOR = 16  # a parse may take 16 bytes per byte of INPUT_BYTES (4 GiB by default)
+JSON_MEMORY_FLOOR = 64 * MiB  # ... and at least this much (when free), however low INPUT_BYTES is
+
+
+def memory_available() -> int | None:
+    """Bytes this process may still allocate, as far as cheaply known: the address-space limit
+    (``ulimit -v``) less what is mapped, and the memory the system reports available; None
+    when neither is known."""
+    budgets = []
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            with open("/proc/self/statm") as fh:
+                mapped = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            budgets.append(soft - mapped)
+    except (ImportError, OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    budgets.append(int(line.split()[1]) * 1024)
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    return min(budgets) if budgets else None
+
+
+def _too_large_to_parse(name: str, needed: int | None = None, budget: int | None = None) -> InputError:
+    about = "" if needed is None else f" (needs about {needed >> 20} MiB, {max(budget or 0, 0) >> 20} MiB allowed)"
+    return InputError(f"{name}: too large to parse in memory{about}: parsing may take the memory free or "
+                      f"{JSON_MEMORY_FACTOR} bytes per byte of the input file limit ({INPUT_BYTES.value} bytes, "
+                      f"{INPUT_BYTES.env}), whichever is less")
+
+
+def parse_memory_budget() -> int:
+    """Bytes parsing one JSON file may take: ``JSON_MEMORY_FACTOR`` x ``INPUT_BYTES`` (at least
+    ``JSON_MEMORY_FLOOR``), and no more than ``memory_available``."""
+    budget = max(JSON_MEMORY_FACTOR * INPUT_BYTES.value, JSON_MEMORY_FLOOR)
+    available = memory_available()
+    return budget if available is None else min(budget, available)
+
+
+def check_parse_memory(text: str | bytes, name: str) -> None:
+    """InputError when parsing JSON ``text`` would take more than ``parse_memory_budget``: its
+    arrays, objects and elements counted (only for a text large enough to matter)."""
+    if len(text) * JSON_BYTES_PER_CHAR <= JSON_MEMORY_FLOOR:  # small: no need to look further
+        return
+    budget = parse_memory_budget()
+    if len(text) * JSON_BYTES_PER_CHAR <= budget:
+        return
+    items = (text.count(b"[") + text.count(b"{") + text.count(b",")) if isinstance(text, bytes) else (
+        text.count("[") + text.count("{") + text.count(","))
+    needed = len(text) + items * JSON_BYTES_PER_ITEM
+    if needed > budget:
+        raise _too_large_to_parse(name, needed, budget)
 
 
 def parse_json(text: str, name: str) -> Any:
     """JSON text -> value; InputError located at the line and column when malformed or nested
-    too deeply for the parser."""
+    too deeply for the parser, or when it would not fit in memory."""
+    check_parse_memory(text, name)
     try:
         return json.loads(text)
+    except MemoryError:
+        raise _too_large_to_parse(name) from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{name}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
     except RecursionError:
@@ -149,5 +222,5 @@ def parse_json(text: str, name: str) -> Any:
 
 def read_input_json(path: str | os.PathLike[str]) -> Any:
     """A JSON file read through ``read_input_text`` and ``parse_json``."""
-    return parse_json(read_input_text(path, "JSON file"), os.fspath(path))
+    return parse_json(read_input_text(path, "JSON file"), os.fsdecode(path))
 

@@ -45,17 +45,59 @@ def topology_to_json(topo: Topology) -> dict[str, Any]:
     }
 
 
+def _int(value: Any, field: str) -> int:
+    """An integer field of a file: an int, or a float with an integral value (2.0); InputError
+    naming ``field`` for anything else (1.7, true, "3", null)."""
+    if type(value) is int:
+        return value
+    if type(value) is float and value.is_integer():
+        return int(value)
+    raise InputError(f"{field}: expected an integer, got {json.dumps(value) if _plain(value) else repr(value)}")
+
+
+def _num(value: Any, field: str) -> float:
+    """A number field of a file: an int or a float, not a bool or a string."""
+    if type(value) in (int, float):
+        return float(value)
+    raise InputError(f"{field}: expected a number, got {json.dumps(value) if _plain(value) else repr(value)}")
+
+
+def _plain(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str)) and len(str(value)) < 80
+
+
+def _ints(values: Any, field: str) -> tuple[int, ...]:
+    if not isinstance(values, list):
+        raise InputError(f"{field}: expected an array of integers")
+    return tuple(_int(v, f"{field}[{i}]") for i, v in enumerate(values))
+
+
+def _link(k: int, row: Any) -> Link:
+    if not isinstance(row, list) or len(row) != len(LINK_FIELDS):
+        raise InputError(f"links[{k}]: expected an array of {len(LINK_FIELDS)} fields {LINK_FIELDS}")
+    a, b, bw, lat, lanes = row
+    return Link(_int(a, f"links[{k}] src"), _int(b, f"links[{k}] dst"), _num(bw, f"links[{k}] bandwidth_GBps"),
+                _num(lat, f"links[{k}] latency_us"), _int(lanes, f"links[{k}] lanes"))
+
+
+def _pair(field: str, pair: Any) -> tuple[int, int]:
+    if not isinstance(pair, list) or len(pair) != 2:
+        raise InputError(f"{field}: expected a [src, dst] pair")
+    return _int(pair[0], f"{field} src"), _int(pair[1], f"{field} dst")
+
+
 def topology_from_json(data: dict[str, Any]) -> Topology:
     return Topology(
         name=str(data["name"]),
-        n_ranks=int(data["n_ranks"]),
-        links=tuple(Link(int(a), int(b), float(bw), float(lat), int(lanes)) for a, b, bw, lat, lanes in data["links"]),
+        n_ranks=_int(data["n_ranks"], "topology n_ranks"),
+        links=tuple(_link(k, row) for k, row in enumerate(data["links"])),
         switches=tuple(Switch(s["name"], s.get("kind", "switch"), s.get("node")) for s in data.get("switches", [])),
         limits=tuple(
-            SharedLimit(x["name"], tuple((int(a), int(b)) for a, b in x["links"]), float(x["bandwidth_GBps"]))
-            for x in data.get("limits", [])
+            SharedLimit(x["name"], tuple(_pair(f"limits[{i}] links[{j}]", p) for j, p in enumerate(x["links"])),
+                        _num(x["bandwidth_GBps"], f"limits[{i}] bandwidth_GBps"))
+            for i, x in enumerate(data.get("limits", []))
         ),
-        node_of=tuple(int(a) for a in data.get("node_of", [])),
+        node_of=_ints(data.get("node_of", []), "topology node_of"),
     )
 
 
@@ -88,18 +130,31 @@ def collective_to_json(coll: Collective) -> dict[str, Any]:
 
 
 def collective_from_json(data: dict[str, Any]) -> Collective:
+    n_ranks = _int(data["n_ranks"], "collective n_ranks")
+    chunk_factor = _int(data.get("chunk_factor", 1), "collective chunk_factor")
+    root = data.get("root")
+    if root is not None:
+        root = _int(root, "collective root")
     if data.get("explicit"):
+        def rows(key: str) -> list[Any]:
+            value = data[key]
+            if not isinstance(value, list) or not all(isinstance(x, list) for x in value):
+                raise InputError(f"collective {key}: expected an array of arrays per rank")
+            return value
+
         return Collective(
             name=str(data["name"]),
             kind=str(data["kind"]),
-            n_ranks=int(data["n_ranks"]),
-            inputs=tuple(tuple(int(c) for c in slots) for slots in data["inputs"]),
-            outputs=tuple(tuple(frozenset(int(c) for c in need) for need in slots) for slots in data["outputs"]),
-            aliases=tuple(tuple(None if a is None else int(a) for a in slots) for slots in data["aliases"]),
-            root=data.get("root"),
-            chunk_factor=int(data.get("chunk_factor", 1)),
+            n_ranks=n_ranks,
+            inputs=tuple(_ints(slots, f"collective inputs[{r}]") for r, slots in enumerate(rows("inputs"))),
+            outputs=tuple(tuple(frozenset(_ints(need, f"collective outputs[{r}][{i}]")) for i, need in enumerate(slots))
+                          for r, slots in enumerate(rows("outputs"))),
+            aliases=tuple(tuple(None if a is None else _int(a, f"collective aliases[{r}][{i}]")
+                                for i, a in enumerate(slots)) for r, slots in enumerate(rows("aliases"))),
+            root=root,
+            chunk_factor=chunk_factor,
         )
-    coll = builtin(str(data["kind"]), int(data["n_ranks"]), data.get("root"), int(data.get("chunk_factor", 1)))
+    coll = builtin(str(data["kind"]), n_ranks, root, chunk_factor)
     name = str(data.get("name", coll.name))
     return coll if name == coll.name else replace(coll, name=name)
 
@@ -163,7 +218,7 @@ def algorithm_from_json(data: dict[str, Any], *, topology: Topology | None = Non
         collective=collective,
         topology=topology,
         transfers=tuple(transfers),
-        rounds=None if rounds is None else tuple(rounds),
+        rounds=None if rounds is None else _ints(rounds, "rounds"),
         solver=str(data.get("solver", "")),
     )
 
@@ -172,7 +227,7 @@ def _check_ranks(coll: Any, topology: Topology) -> None:
     """A collective's JSON names the topology's rank count (checked before it is built: a
     collective of the wrong size may be large)."""
     n = coll.get("n_ranks") if isinstance(coll, dict) else None
-    if n is not None and n != topology.n_ranks:
+    if n is not None and _int(n, "collective n_ranks") != topology.n_ranks:
         raise CollectiveError(f"the collective has {n!r} ranks but topology {topology.name!r} has {topology.n_ranks}")
 
 
@@ -232,13 +287,13 @@ def program_from_json(data: dict[str, Any]) -> Program:
     _check_ranks(data["collective_spec"], topology)
     if len(rows) != topology.n_ranks:
         raise CollectiveError(f"ops has {len(rows)} ranks but topology {topology.name!r} has {topology.n_ranks}")
-    steps = data.get("steps", 0)
-    if type(steps) is int:
-        limits.STEPS.check(steps, "the program's steps")
+    steps = _int(data.get("steps", 0), "program steps")
+    limits.STEPS.check(steps, "the program's steps")
+    channels = _int(data.get("channels", 1), "program channels")
     return Program(name=str(data["name"]), collective=collective_from_json(data["collective_spec"]),
                    topology=topology, ops=rows,
-                   scratch=tuple(tuple(x) for x in data["scratch"]), channels=data.get("channels", 1),
-                   solver=str(data.get("solver", "")), steps=int(data.get("steps", 0)))
+                   scratch=tuple(_ints(x, f"program scratch[{i}]") for i, x in enumerate(data["scratch"])),
+                   channels=channels, solver=str(data.get("solver", "")), steps=steps)
 
 
 def _dump_rows(rows: list[list[Any]], indent: str) -> str:

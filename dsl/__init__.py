@@ -16,7 +16,7 @@ and a caret. The language is described in ``docs/dsl.md``; the grammar is ``dsl/
 
 from __future__ import annotations
 
-from ccl.errors import DslError
+from ccl.errors import DslError, InputError
 from ccl.limits import read_input_text
 
 from . import ast
@@ -60,6 +60,9 @@ def parse_file(path: str) -> ast.File:
     except DslError as exc:
         exc.source = text
         raise
+    except MemoryError:
+        raise InputError(f"{path}: too large to parse in memory (input files are limited by "
+                         "CCL_MAX_INPUT_BYTES; lower it to refuse such files early, or free memory)") from None
 
 
 def load_string(text: str, filename: str = "<string>", *, base: str | None = None,

@@ -222,6 +222,8 @@ class Loader:
 
     def load_file(self, path: str | os.PathLike[str]) -> Module:
         display = str(path)
+        if "\x00" in display:
+            raise InputError(f"{display!r}: a file name cannot contain a NUL character")
         real = Path(path)
         if not real.exists():
             raise InputError(f"{display}: no such file")

@@ -17,7 +17,14 @@ import sys
 from collections.abc import Sequence
 
 from .. import interrupt
-from ..errors import EXIT_INTERNAL, CclError, InfeasibleError, Interrupted, SolverTimeout
+from ..errors import (
+    EXIT_INTERNAL,
+    CclError,
+    InfeasibleError,
+    InputError,
+    Interrupted,
+    SolverTimeout,
+)
 from . import (
     bounds,
     cache,
@@ -64,6 +71,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    for arg in sys.argv[1:] if argv is None else argv:
+        if isinstance(arg, str) and "\x00" in arg:  # only a caller in-process can pass one
+            print(f"ccl: {InputError(f'argument {arg!r} contains a NUL character (no file name or value can)').render()}",
+                  file=sys.stderr)
+            return InputError.exit_code
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -86,6 +98,10 @@ def _main(argv: Sequence[str] | None) -> int:
         if getattr(args, "json", False):
             print(json.dumps({"status": "interrupted", "ok": False, **Interrupted().to_json()}, indent=2))
         return interrupt.EXIT_INTERRUPTED
+    except MemoryError:  # the input or the work asked for more memory than the machine gives
+        print("ccl: out of memory (the input or the options ask for more memory than is available; "
+              "try a smaller input or a larger memory limit)", file=sys.stderr)
+        return EXIT_INTERNAL
     except Exception as exc:  # noqa: BLE001 - the last line of defence: no traceback for users
         if os.environ.get("CCL_DEBUG"):
             raise

@@ -15,6 +15,24 @@ from typing import Any
 from .common import command, emit, positive_int, seconds_arg
 from .outputs import declare
 
+MAX_REPEAT = 1000  # timed repetitions of one measurement (every pair of ranks, every size)
+
+
+def _check_probe_memory(n: int, sizes: list[int]) -> None:
+    """Refuse sizes whose buffers cannot fit in this machine's memory before any process starts
+    (each rank holds a buffer per size and a landing buffer of the largest per peer)."""
+    from ..errors import InputError
+    from ..units import format_size
+
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not a POSIX system
+        return
+    need = n * (sum(sizes) + n * max(sizes))
+    if need > total:
+        raise InputError(f"--sizes up to {format_size(max(sizes))} on {n} local processes need about "
+                         f"{need / 2**30:.3g} GiB of memory; this machine has {total / 2**30:.3g} GiB")
+
 
 def _measure_local(n: int, sizes: list[int], repeat: int, concurrent: bool, timeout: float) -> dict[str, Any]:
     from backends.torch.launch import Call, run_jobs
@@ -54,6 +72,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from ..serialize import write_all
     from ..units import format_size, parse_sizes
 
+    if args.repeat > MAX_REPEAT:
+        raise InputError(f"--repeat {args.repeat}: at most {MAX_REPEAT} timed repetitions per measurement")
     sizes = parse_sizes(args.sizes)
     if len(sizes) < 2:
         raise InputError("--sizes needs at least two sizes to fit a latency and a bandwidth")
@@ -69,6 +89,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         from ..limits import LOCAL_PROCESSES
 
         LOCAL_PROCESSES.check(args.local, f"--local {args.local} asks for too many processes")
+        _check_probe_memory(args.local, sizes)
         with Progress() as progress:
             progress(f"probe: timing {args.local} local gloo processes (pairs, fan-out and fan-in, disjoint "
                      "pairs at once)")

@@ -38,7 +38,7 @@ def is_xml(path: str | os.PathLike[str]) -> bool:
             return False
         with open(path, "rb") as fh:
             head = fh.read(256).lstrip()
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL byte in the name (the reader refuses it)
         return False
     return head.startswith(b"<")
 

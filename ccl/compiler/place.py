@@ -32,9 +32,13 @@ from ..collective import Collective
 from ..errors import InputError
 from ..groups import Groups
 from ..topology import Topology
-from ..units import format_size, parse_size
+from ..units import MAX_SIZE, format_size, parse_size
 
 KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv")
+MAX_CALLS = 1e12  # calls of one axis's collective per training step
+# The largest model shape ``Model`` takes (far beyond any trained model; its traffic must also
+# stay within MAX_SIZE per call).
+MODEL_BOUNDS = {"layers": 10**5, "hidden": 10**7, "tokens": 10**9, "microbatches": 10**6}
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,18 @@ class Traffic:
     kind: str
     size: int
     count: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise InputError(f"traffic kind {self.kind!r:.40} is not one of {', '.join(KINDS)}")
+        if isinstance(self.size, bool) or not isinstance(self.size, int) or not 0 <= self.size <= MAX_SIZE:
+            shown = format_size(self.size) if isinstance(self.size, int) and self.size > 0 else repr(self.size)
+            raise InputError(f"{self.kind} of {shown:.40}: the size must be a whole number of bytes in "
+                             f"0..{MAX_SIZE} (1 PiB)")
+        if (isinstance(self.count, bool) or not isinstance(self.count, (int, float))
+                or not 0 < self.count <= MAX_CALLS):
+            raise InputError(f"{self.kind} x {self.count!r:.40}: the calls per step must be a number in "
+                             f"(0, {MAX_CALLS:g}]")
 
     def text(self) -> str:
         count = f" x {self.count:g}" if self.count != 1 else ""
@@ -68,16 +84,26 @@ class Model:
     tokens: int
     microbatches: int = 1
 
+    def __post_init__(self) -> None:
+        for name, most in MODEL_BOUNDS.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+                raise InputError(f"model {name} {value!r:.40}: expected a whole number in 1..{most}")
+
     def traffic(self, sizes: dict[str, int]) -> dict[str, Traffic]:
         tp, pp, dp = sizes.get("tp", 1), sizes.get("pp", 1), sizes.get("dp", 1)
         activation = self.tokens * self.hidden * 2
+        params = 12 * self.layers * self.hidden ** 2
+        if max(activation, params * 2) > MAX_SIZE:
+            raise InputError(f"model of {self.layers} layers, hidden {self.hidden}, {self.tokens} tokens: its "
+                             f"{'activations' if activation > MAX_SIZE else 'gradients'} are over "
+                             f"{format_size(MAX_SIZE)} per call, the largest message size")
         out: dict[str, Traffic] = {}
         if tp > 1:
             out["tp"] = Traffic("allreduce", activation, 4 * self.microbatches * self.layers / pp)
         if pp > 1:
             out["pp"] = Traffic("sendrecv", activation, 2 * self.microbatches)
         if dp > 1:
-            params = 12 * self.layers * self.hidden ** 2
             out["dp"] = Traffic("allreduce", int(params * 2 // (tp * pp)), 1)
         return out
 

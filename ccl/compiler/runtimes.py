@@ -138,6 +138,9 @@ def run_local_sizes(schedule: Any, *, sizes: Sequence[int | str], channels: int 
         from .msccl import load_any
 
         schedule = load_any(schedule, topology=topology, in_place=in_place)
+    n_ranks = getattr(getattr(schedule, "collective", None), "n_ranks", None)
+    if isinstance(n_ranks, int):  # before lowering anything: one local process per rank
+        _check_processes(n_ranks, f"the schedule {getattr(schedule, 'name', '')!r} is for {n_ranks} ranks")
     entries = [schedule.pick(size) if isinstance(schedule, ScheduleSet) else None for size in sizes]
     programs: dict[int, Program] = {}
     for entry in entries:
@@ -156,6 +159,13 @@ def run_local_sizes(schedule: Any, *, sizes: Sequence[int | str], channels: int 
 
     reports = launch(chosen, sizes, **options)
     return [SizeRun(size, entry, report) for size, entry, report in zip(sizes, entries, reports)]
+
+
+def _check_processes(n: int, what: str) -> None:
+    """A local run starts one process per rank: at most ``ccl.limits.LOCAL_PROCESSES``."""
+    from ..limits import LOCAL_PROCESSES
+
+    LOCAL_PROCESSES.check(n, f"{what}: a local run starts one process per rank")
 
 
 def _positive(value: Any, name: str) -> int:
@@ -181,6 +191,7 @@ def _check_run_options(options: dict[str, Any]) -> None:
 
     if options.get("ranks") is not None:
         _positive(options["ranks"], "ranks")
+        _check_processes(options["ranks"], f"ranks {options['ranks']}")
     for name in ("repeat", "warmup"):
         if name in options:
             value = options[name]

@@ -48,6 +48,8 @@ def load_topology(spec: str | Topology) -> Topology:
             if isinstance(data, dict) and data.get("format") in ("ccl-topology", "ccl-algorithm"):
                 data = data["topology"]
             return topology_from_json(data)
+        except InputError as exc:
+            raise InputError(f"{spec}: {exc.message}") from None
         except KeyError as exc:
             raise InputError(f"{spec}: malformed topology file: missing field {exc.args[0]!r}") from None
         except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: int() of Infinity, 1e400

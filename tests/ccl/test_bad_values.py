@@ -9,6 +9,7 @@ the line names the bad value (or the option, for an empty value).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -92,6 +93,12 @@ def _cases() -> list[tuple[list[str], str]]:
     # placement
     add(["place", "-t", "dgx1"], "--plan", (("tp=0", "axis tp"), ("tp=-1", "-1"), ("tp=x", "x"), ("tp=3", "3"), ""))
     add(["place", "-t", "dgx1", "--plan", "tp=8"], "--model", ("-7B", "nan", "abc", "1e400"))
+    model = ["place", "-t", "dgx1", "--plan", "tp=8", "--layers", "32", "--hidden", "4096", "--tokens", "4096"]
+    for option in ("--layers", "--hidden", "--tokens", "--microbatches"):
+        add([a for a in model if a not in (option,)] if option == "--microbatches" else
+            model[:model.index(option)] + model[model.index(option) + 2:], option, ("1000000000000",))
+    add(["place", "-t", "dgx1", "--plan", "tp=8"], "--comm", (("tp=allreduce:1MiB*1e300", "1e+300"),))
+    add(["probe", "--local", "2"], "--repeat", ("1000000000",))
     return cases
 
 
@@ -167,3 +174,71 @@ def test_sizes_and_times_are_read_exactly():
             parse_seconds(bad)
     with pytest.raises(InputError, match="at least 1 byte"):
         parse_sizes("0")
+
+
+# Integer fields of the JSON formats: a float (even integral ones beyond this reader's leniency
+# for 2.0), a bool, a string or null is refused naming the file and the field.
+INT_FIELDS = {
+    "chunk_factor": (lambda a: a["collective"], "chunk_factor", "collective chunk_factor"),
+    "collective-ranks": (lambda a: a["collective"], "n_ranks", "collective n_ranks"),
+    "topology-ranks": (lambda a: a["topology"], "n_ranks", "topology n_ranks"),
+    "root": (lambda a: a["collective"], "root", "collective root"),
+    "lanes": (lambda a: a["topology"]["links"][0], 4, "links[0] lanes"),
+    "link-src": (lambda a: a["topology"]["links"][0], 0, "links[0] src"),
+    "node_of": (lambda a: a["topology"]["node_of"], 0, "topology node_of[0]"),
+    "step": (lambda a: a["transfers"][0], 0, "step"),
+}
+
+
+@pytest.mark.parametrize("value", [1.7, True, "2", None], ids=["float", "bool", "str", "null"])
+@pytest.mark.parametrize("field", list(INT_FIELDS))
+def test_integer_fields_of_a_file_must_be_integers(field, value, ag, tmp_path, capsys):
+    import json
+
+    where, key, name = INT_FIELDS[field]
+    data = json.loads(Path(ag).read_text())
+    if field == "node_of" and not data["topology"].get("node_of"):
+        data["topology"]["node_of"] = [0, 0, 0, 0]
+    if value is None and field == "root":  # null is "no root"
+        return
+    where(data)[key] = value
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    assert _run(["verify", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(path) in err and name in err, err
+
+
+def test_integral_floats_are_read_as_integers(ag, tmp_path, capsys):
+    import json
+
+    data = json.loads(Path(ag).read_text())
+    data["collective"]["chunk_factor"] = 1.0
+    data["topology"]["n_ranks"] = 4.0
+    path = tmp_path / "ok.json"
+    path.write_text(json.dumps(data))
+    assert _run(["verify", str(path)]) == 0, capsys.readouterr().err
+
+
+def test_program_and_set_files_check_their_integers(ag, tmp_path, capsys):
+    import json
+
+    import ccl
+    from ccl.schedule_set import Entry, ScheduleSet, set_to_json
+    from ccl.serialize import program_to_json
+
+    alg = ccl.load(ag)
+    program = program_to_json(ccl.lower(alg))
+    sset = set_to_json(ScheduleSet("s", alg.topology, alg.collective, (Entry(alg, 0, None, "ring"),), (), (), {}))
+    cases = {"prog-steps": (dict(program, steps=2.5), "program steps"),
+             "prog-channels": (dict(program, channels=True), "program channels"),
+             "prog-chunk_factor": (dict(program, collective_spec=dict(program["collective_spec"], chunk_factor=1.7)),
+                                   "collective chunk_factor"),
+             "set-chunk_factor": (dict(sset, collective=dict(sset["collective"], chunk_factor="1")),
+                                  "collective chunk_factor")}
+    for label, (data, name) in cases.items():
+        path = tmp_path / f"{label}.json"
+        path.write_text(json.dumps(data))
+        assert _run(["verify", str(path)]) == 2, label
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and str(path) in err and name in err, (label, err)

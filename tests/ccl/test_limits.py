@@ -93,6 +93,9 @@ def files(tmp_path_factory):
     (d / "prog_steps.json").write_text(json.dumps(dict(program, steps=10**9)))
     (d / "prog_ranks.json").write_text(json.dumps(dict(program, collective_spec=dict(program["collective_spec"],
                                                                                       n_ranks=10**6))))
+    # "[[],[],...]" expands ~20x when parsed: over the child's 2 GiB cap, refused before parsing
+    with open(d / "expands.json", "w") as fh:
+        fh.write("[" + "[]," * 30_000_000 + "[]]")
     return d
 
 
@@ -141,6 +144,21 @@ HOSTILE = {
                   ["--instances 1000000000", "at most"]),
     "probe-processes": (["probe", "--local", "100000"], {}, 2, ["100000 processes", "CCL_MAX_LOCAL_PROCESSES"]),
     "bad-variable": (["verify", "ag.json"], {"CCL_MAX_SLOTS": "lots"}, 2, ["CCL_MAX_SLOTS", "positive integer"]),
+    "json-expands": (["verify", "expands.json"], {}, 2, ["expands.json", "too large to parse in memory",
+                                                          "CCL_MAX_INPUT_BYTES"]),
+    "nul-path": (["verify", "in\x00.json"], {}, 2, ["NUL character"]),
+    "nul-topology": (["synthesize", "-t", "t\x00.json", "-c", "allgather"], {}, 2, ["NUL character"]),
+    "nul-dsl": (["check", "d\x00.ccl"], {}, 2, ["NUL character"]),
+    "run-ranks": (["run", "ag.json", "--size", "1KiB", "--ranks", "1000000000"], {}, 2,
+                  ["ranks 1000000000", "1000000000 processes", "CCL_MAX_LOCAL_PROCESSES"]),
+    "run-schedule-ranks": (["run", "ag.json", "--size", "1KiB"], {"CCL_MAX_LOCAL_PROCESSES": "3"}, 2,
+                           ["is for 4 ranks", "limit of 3 processes", "CCL_MAX_LOCAL_PROCESSES"]),
+    "probe-memory": (["probe", "--local", "2", "--sizes", "4KiB,1024TiB"], {}, 2, ["GiB of memory"]),
+    "probe-repeat": (["probe", "--local", "2", "--repeat", "1000000000"], {}, 2, ["--repeat 1000000000", "at most"]),
+    "place-model": (["place", "-t", "dgx1", "--plan", "tp=8", "--layers", "100000", "--hidden", "10000000",
+                     "--tokens", "4096"], {}, 2, ["gradients", "1024TiB"]),
+    "place-layers": (["place", "-t", "dgx1", "--plan", "tp=8", "--layers", "1000000000", "--hidden", "4096",
+                      "--tokens", "4096"], {}, 2, ["layers 1000000000", "1..100000"]),
     # within the limits: a sparse step costs nothing, and raising a limit lets a file through
     "sparse-step": (["verify", "sparse.json"], {}, 0, []),
     "raised": (["verify", "far_step.json"], {"CCL_MAX_STEPS": "2000000000"}, 0, []),
@@ -202,3 +220,55 @@ def test_the_python_api_checks_before_building(monkeypatch):
     monkeypatch.setenv("CCL_MAX_SLOTS", "10")
     with pytest.raises(CollectiveError, match="chunk factor 3"):
         builtin("allreduce", 2).chunk_up(3)
+
+
+def test_input_paths_with_a_nul_byte_are_bad_input(tmp_path):
+    """Only a caller in-process can pass one (not a shell): the readers, the DSL and the CLI
+    refuse it as bad input."""
+    import dsl
+
+    for read in (limits.read_input_json, limits.read_input_text, dsl.load, dsl.parse_file, load_algorithm):
+        with pytest.raises(InputError, match="NUL"):
+            read(str(tmp_path / "in\x00.json"))
+
+
+def test_out_of_memory_while_parsing_is_bad_input(tmp_path, monkeypatch):
+    """A MemoryError while parsing a file (the estimate missed) names the file and the limit."""
+    path = tmp_path / "x.json"
+    path.write_text("[1]")
+
+    def no_memory(text):
+        raise MemoryError
+
+    monkeypatch.setattr(limits.json, "loads", no_memory)
+    with pytest.raises(InputError, match=r"x.json: too large to parse in memory: .*CCL_MAX_INPUT_BYTES"):
+        limits.read_input_json(path)
+
+
+def test_parse_memory_estimate_only_counts_large_text(monkeypatch):
+    """Normal files cost nothing extra; a text whose items outgrow the parse budget (16 bytes per
+    byte of the input limit, at most the memory free) is refused."""
+    monkeypatch.setattr(limits, "memory_available", lambda: 8 << 20)  # the memory free, when less
+    limits.check_parse_memory("[" + "1," * 1000 + "1]", "small")  # 2 KB: not even counted
+    limits.check_parse_memory(" " * 3_000_000, "blank")  # large but no items
+    with pytest.raises(InputError, match=r"wide: too large to parse in memory \(needs about 124 MiB, 8 MiB "
+                                         r"allowed\).*CCL_MAX_INPUT_BYTES"):
+        limits.check_parse_memory("[" + "[]," * 1_000_000 + "[]]", "wide")
+    monkeypatch.setattr(limits, "memory_available", lambda: None)
+    monkeypatch.setenv("CCL_MAX_INPUT_BYTES", str(8 << 20))  # a budget of 128 MiB
+    with pytest.raises(InputError, match=r"needs about 312 MiB, 128 MiB allowed"):
+        limits.check_parse_memory(b"[" + b"[]," * 2_500_000 + b"[]]", "wide")
+    monkeypatch.setenv("CCL_MAX_INPUT_BYTES", str(32 << 20))
+    limits.check_parse_memory(b"[" + b"[]," * 2_500_000 + b"[]]", "wide")
+
+
+def test_the_cli_reports_running_out_of_memory_in_one_line(files, monkeypatch, capsys):
+    import ccl.serialize
+
+    def no_memory(path):
+        raise MemoryError
+
+    monkeypatch.setattr(ccl.serialize, "read_json", no_memory)
+    assert main(["verify", str(files / "ag.json")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ccl: out of memory") and len(err.strip().splitlines()) == 1, err
