@@ -23,18 +23,15 @@ SIZE_UNITS: dict[str, int] = {
     "TiB": 2**40,
 }
 
-TIME_UNITS: dict[str, float] = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
-
-# Bandwidth in GB/s per unit.
-BANDWIDTH_UNITS: dict[str, float] = {
-    "GB/s": 1.0,
-    "MB/s": 1e-3,
-    "KB/s": 1e-6,
-    "TB/s": 1e3,
-    "Gbps": 1.0 / 8.0,
-    "Mbps": 1.0 / 8000.0,
-    "Tbps": 1000.0 / 8.0,
-}
+# Exact factors (the parsers compute with these: no float rounding), and the float tables
+# derived from them: time in microseconds, bandwidth in GB/s per unit.
+_TIME_EXACT = {"ns": Fraction(1, 1000), "us": Fraction(1), "ms": Fraction(1000), "s": Fraction(10**6)}
+_SECONDS_EXACT = {unit: factor / 10**6 for unit, factor in _TIME_EXACT.items()}
+_BANDWIDTH_EXACT = {"GB/s": Fraction(1), "MB/s": Fraction(1, 1000), "KB/s": Fraction(1, 10**6),
+                    "TB/s": Fraction(1000), "Gbps": Fraction(1, 8), "Mbps": Fraction(1, 8000),
+                    "Tbps": Fraction(1000, 8)}
+TIME_UNITS: dict[str, float] = {unit: float(factor) for unit, factor in _TIME_EXACT.items()}
+BANDWIDTH_UNITS: dict[str, float] = {unit: float(factor) for unit, factor in _BANDWIDTH_EXACT.items()}
 
 _NUMBER = re.compile(r"^\s*([-+]?)([0-9]*)(?:\.([0-9]*))?(?:[eE]([-+]?[0-9]+))?\s*([A-Za-z/]*)\s*$")
 
@@ -87,18 +84,22 @@ def _number(value: object, what: str) -> Fraction:
     return Fraction(value)
 
 
+def _quantity(text: object, what: str, units: dict[str, Fraction], default: str) -> Fraction:
+    """``text`` (a number with an optional unit of ``units``; bare: ``default``) or a Python
+    number (already in the default unit) as an exact Fraction of the default unit."""
+    if not isinstance(text, str):
+        return _number(text, what)
+    value, unit = _split(text, what)
+    unit = unit or default
+    if unit not in units:
+        raise InputError(f"unknown {what.split()[0]} unit {unit!r} in {text!r} (known: {', '.join(units)})")
+    return value * units[unit]
+
+
 def parse_size(text: str | int) -> int:
     """'64MiB' -> 67108864. A bare number is bytes. The result must be a whole number of bytes,
     not negative and at most ``MAX_SIZE`` (1 PiB); a float must be whole (1e6, not 1.5)."""
-    if isinstance(text, str):
-        value, unit = _split(text, "size")
-        unit = unit or "B"
-        if unit not in SIZE_UNITS:
-            known = ", ".join(SIZE_UNITS)
-            raise InputError(f"unknown size unit {unit!r} in {text!r} (known: {known})")
-        size = value * SIZE_UNITS[unit]
-    else:
-        size = _number(text, "size")
+    size = _quantity(text, "size", SIZE_UNITS, "B")
     shown = repr(text) if isinstance(text, str) else _short(text)
     if size < 0:
         raise InputError(f"size must not be negative, got {shown}")
@@ -161,49 +162,24 @@ def parse_sizes(text: str | int) -> list[int]:
 def parse_time(text: str | float) -> float:
     """'2.6us' -> 2.6; '1ms' -> 1000.0. A bare number is microseconds; not negative, at most
     ``MAX_MICROSECONDS``."""
-    if isinstance(text, str):
-        value, unit = _split(text, "time")
-        unit = unit or "us"
-        if unit not in TIME_UNITS:
-            raise InputError(f"unknown time unit {unit!r} in {text!r} (known: ns, us, ms, s)")
-        us = value * _TIME_EXACT[unit]
-    else:
-        us = _number(text, "time")
+    us = _quantity(text, "time", _TIME_EXACT, "us")
     return float(_in_range(us, text, "time", 0, MAX_MICROSECONDS, "us"))
 
 
 def parse_seconds(text: str | float) -> float:
     """A time limit, budget or timeout: '60' or '60s' or '2ms' -> seconds; not negative, at
     most ``MAX_SECONDS``."""
-    if isinstance(text, str):
-        value, unit = _split(text, "time limit")
-        if unit and unit not in TIME_UNITS:
-            raise InputError(f"unknown time unit {unit!r} in {text!r} (known: ns, us, ms, s)")
-        seconds = value * _TIME_EXACT[unit] / 10**6 if unit else value
-    else:
-        seconds = _number(text, "time limit")
+    seconds = _quantity(text, "time limit", _SECONDS_EXACT, "s")
     return float(_in_range(seconds, text, "time limit", 0, MAX_SECONDS, "s"))
 
 
 def parse_bandwidth(text: str | float) -> float:
     """'25GB/s' -> 25.0; '100Gbps' -> 12.5. A bare number is GB/s; not negative, at most
     ``MAX_BANDWIDTH``."""
-    if isinstance(text, str):
-        value, unit = _split(text, "bandwidth")
-        unit = unit or "GB/s"
-        if unit not in BANDWIDTH_UNITS:
-            known = ", ".join(BANDWIDTH_UNITS)
-            raise InputError(f"unknown bandwidth unit {unit!r} in {text!r} (known: {known})")
-        gbps = value * _BANDWIDTH_EXACT[unit]
-    else:
-        gbps = _number(text, "bandwidth")
+    gbps = _quantity(text, "bandwidth", _BANDWIDTH_EXACT, "GB/s")
     return float(_in_range(gbps, text, "bandwidth", 0, MAX_BANDWIDTH, "GB/s"))
 
 
-_TIME_EXACT = {"ns": Fraction(1, 1000), "us": Fraction(1), "ms": Fraction(1000), "s": Fraction(10**6)}
-_BANDWIDTH_EXACT = {"GB/s": Fraction(1), "MB/s": Fraction(1, 1000), "KB/s": Fraction(1, 10**6),
-                    "TB/s": Fraction(1000), "Gbps": Fraction(1, 8), "Mbps": Fraction(1, 8000),
-                    "Tbps": Fraction(1000, 8)}
 
 
 def _in_range(value: Fraction, text: object, what: str, least: int, most: int, unit: str) -> Fraction:

@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from .common import add_problem_arguments, command, emit
+from .common import add_problem_arguments, command, emit, parsed
 
 # nccl-tests' names of the element types and their sizes (count = size / element bytes)
 NCCL_TYPE = {"float32": "float", "float16": "half", "bfloat16": "bfloat16", "float64": "double",
@@ -21,28 +21,17 @@ ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8"
 
 def size_arg(text: str) -> int:
     """A size with units (``64MiB``, ``1GB``, bytes when bare), positive."""
-    from ..errors import InputError
     from ..units import parse_size
 
-    try:
-        size = parse_size(text)
-    except InputError as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
-    if size < 1:
-        raise argparse.ArgumentTypeError(f"size must be at least 1 byte, got {text!r}")
-    return size
+    return parsed(parse_size, text, positive="size must be at least 1 byte")
 
 
 def sizes_arg(text: str) -> list[int]:
     """One size or a sweep (``ccl.units.parse_sizes``): ``64MiB``, ``1KiB,64MiB``,
     ``1KiB..1GiB`` (powers of two), ``1KiB..1GiB*4``; sorted, without repeats."""
-    from ..errors import InputError
     from ..units import parse_sizes
 
-    try:
-        return parse_sizes(text)
-    except InputError as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
+    return parsed(parse_sizes, text)
 
 
 SIZE_HELP = ("bytes the collective is called with, nccl-tests convention: one size (64MiB, 1GB, 4096) or a "

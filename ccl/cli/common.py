@@ -122,30 +122,34 @@ def rank_int(text: str) -> int:
     return value
 
 
+def parsed(parse: Callable[[str], Any], text: str, *, positive: str | None = None) -> Any:
+    """``parse(text)`` (a ``ccl.units`` reader) as an option type: its InputError becomes
+    argparse's error (exit 2, one line); with ``positive``, a value not above 0 is refused with
+    that message."""
+    from ..errors import InputError
+
+    try:
+        value = parse(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    if positive is not None and not value > 0:
+        raise argparse.ArgumentTypeError(f"{positive}, got {text!r}")
+    return value
+
+
 def seconds_arg(text: str) -> float:
     """A time limit or timeout: more than 0 seconds, finite and at most ``ccl.units.MAX_SECONDS``
     (``60``, ``60s``, ``2ms``, ``1.5``)."""
-    from ..errors import InputError
     from ..units import parse_seconds
 
-    try:
-        value = parse_seconds(text)
-    except InputError as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected more than 0 seconds, got {text!r}")
-    return value
+    return parsed(parse_seconds, text, positive="expected more than 0 seconds")
 
 
 def budget_arg(text: str) -> float:
     """A time budget: 0 or more seconds (``seconds_arg``'s forms)."""
-    from ..errors import InputError
     from ..units import parse_seconds
 
-    try:
-        return parse_seconds(text)
-    except InputError as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
+    return parsed(parse_seconds, text)
 
 
 def add_problem_arguments(p: argparse.ArgumentParser, *, required: bool = True) -> None:

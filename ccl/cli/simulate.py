@@ -7,22 +7,15 @@ from typing import Any
 
 from ..files import batch
 from .bounds import SIZE_HELP, sizes_arg
-from .common import command, emit
+from .common import command, emit, parsed
 from .outputs import declare
 from .stages import add_emit, emit_programs, lowering
 
 
 def bandwidth_arg(text: str) -> float:
-    from ..errors import InputError
     from ..units import parse_bandwidth
 
-    try:
-        value = parse_bandwidth(text)
-    except InputError as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"bandwidth must be positive, got {text!r}")
-    return value
+    return parsed(parse_bandwidth, text, positive="bandwidth must be positive")
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
