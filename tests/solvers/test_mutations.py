@@ -28,6 +28,8 @@ import topologies as T
 from ccl import Algorithm, CollectiveError, Problem, Request, Transfer, VerificationError, verify
 from ccl.collective import ROOTED_KINDS, builtin
 
+from ..mutation.mutants import Wrong, run_algorithm
+
 SAMPLE = 30  # transfers mutated per schedule (all of them when there are fewer)
 MULTINODE = ("hierarchical", "rail-rings", "hierarchical-pipelined")  # multi-node machines only
 GRIDS = ("torus-2d", "torus-2d-tree", "blueconnect")  # multi-node machines and linked grids
@@ -73,45 +75,14 @@ def rejected(algorithm: Algorithm, transfers: list[Transfer]) -> bool:
 
 
 def concretely_correct(algorithm: Algorithm, transfers: list[Transfer]) -> bool:
-    """Run the schedule on random 62-bit integers with exact sums; an undefined read, a reduce into
-    nothing, a colliding copy or a missing link makes it incorrect."""
-    coll, topo = algorithm.collective, algorithm.topology
-    rng = random.Random(7)
-    value = {c: rng.getrandbits(62) for slots in coll.inputs for c in slots}
-    mem: dict[tuple[int, str, int], int] = {}
-    for r, slots in enumerate(coll.inputs):
-        for i, c in enumerate(slots):
-            mem[(r, "input", i)] = value[c]
-        for j, a in enumerate(coll.aliases[r]):
-            if a is not None:
-                mem[(r, "output", j)] = value[slots[a]]
-    steps: dict[int, list[Transfer]] = {}
-    for t in transfers:
-        steps.setdefault(t.step, []).append(t)
-    for step in sorted(steps):
-        writes: dict[tuple[int, str, int], list[tuple[str, int]]] = {}
-        for t in steps[step]:
-            if t.src != t.dst and topo.flat_link(t.src, t.dst) is None:
-                return False
-            for j in range(t.count):
-                got = mem.get((t.src, t.src_buf, t.src_index + j))
-                if got is None:
-                    return False
-                writes.setdefault((t.dst, t.dst_buf, t.dst_index + j), []).append((t.op, got))
-        for slot, ws in writes.items():
-            if any(op == "copy" for op, _ in ws):
-                if len(ws) > 1:
-                    return False
-                mem[slot] = ws[0][1]
-            else:
-                if slot not in mem:
-                    return False
-                mem[slot] += sum(v for _, v in ws)
-    return all(
-        mem.get((r, "output", j)) == sum(value[c] for c in need)
-        for r, slots in enumerate(coll.outputs)
-        for j, need in enumerate(slots)
-    )
+    """Run the schedule with the mutation tests' reference interpreter (random 62-bit integers,
+    exact sums): an undefined read, a reduce into nothing, a colliding copy, a slot out of range or
+    a missing link makes it incorrect."""
+    try:
+        run_algorithm(algorithm.collective, algorithm.topology, transfers)
+    except Wrong:
+        return False
+    return True
 
 
 def other_slot(algorithm: Algorithm, t: Transfer) -> tuple[str, int]:
