@@ -31,7 +31,7 @@ from .errors import CollectiveError
 from .topology import Topology
 
 BUFFERS = ("input", "output", "scratch")
-OPS = ("copy", "reduce")
+OPS = ("copy", "reduce")  # tuples: membership by ==, so an unhashable value is refused, not a TypeError
 
 
 class _TransferFields(NamedTuple):
@@ -46,10 +46,6 @@ class _TransferFields(NamedTuple):
     op: str = "copy"
 
 
-_BUFFER_SET = BUFFERS  # tuples: membership by ==, so an unhashable value is refused, not a TypeError
-_OP_SET = OPS
-
-
 class Transfer(_TransferFields):
     """One move of ``count`` consecutive slots. A NamedTuple rather than a dataclass because
     schedules reach millions of transfers. Built, it checks what it can alone (integers, not
@@ -62,8 +58,8 @@ class Transfer(_TransferFields):
                 count: int = 1, op: str = "copy") -> Transfer:
         if (type(step) is not int or type(src) is not int or type(src_index) is not int or type(dst) is not int
                 or type(dst_index) is not int or type(count) is not int or step < 0 or src < 0 or dst < 0
-                or src_index < 0 or dst_index < 0 or count < 1 or src_buf not in _BUFFER_SET
-                or dst_buf not in _BUFFER_SET or op not in _OP_SET):
+                or src_index < 0 or dst_index < 0 or count < 1 or src_buf not in BUFFERS
+                or dst_buf not in BUFFERS or op not in OPS):
             fields = (step, src, src_buf, src_index, dst, dst_buf, dst_index, count, op)
             raise CollectiveError(f"transfer {_show(fields)}: {_field_problem(fields)}")
         return tuple.__new__(cls, (step, src, src_buf, src_index, dst, dst_buf, dst_index, count, op))
@@ -108,21 +104,16 @@ class Algorithm:
             "output": [len(x) for x in self.collective.outputs],
             "scratch": [limits.SLOTS.value] * n,  # as many as used, up to the limit
         }
-        ops = OPS
         last = -1
         max_step = limits.STEPS.value
         for k, t in enumerate(transfers):
-            step, src, sbuf, sidx, dst, dbuf, didx, count, op = t
-            try:
-                ok = (
-                    type(step) is int and type(src) is int and type(dst) is int and type(sidx) is int
-                    and type(didx) is int and type(count) is int and 0 <= step < max_step and count >= 1
-                    and 0 <= src < n and 0 <= dst < n and sidx >= 0 and didx >= 0 and op in ops
-                    and sidx + count <= sizes[sbuf][src] and didx + count <= sizes[dbuf][dst]
-                    and not (src == dst and sbuf == dbuf and abs(sidx - didx) < count)
-                )
-            except (KeyError, TypeError):
-                ok = False
+            step, src, sbuf, sidx, dst, dbuf, didx, count, _ = t
+            # a Transfer has checked its own fields (integers, not negative, known buffer and op)
+            ok = (
+                step < max_step and src < n and dst < n
+                and sidx + count <= sizes[sbuf][src] and didx + count <= sizes[dbuf][dst]
+                and not (src == dst and sbuf == dbuf and abs(sidx - didx) < count)
+            )
             if not ok:
                 raise CollectiveError(f"algorithm {self.name!r}: transfer {k} ({t!r}): {_problem(t, n, sizes)}")
             if step > last:
@@ -151,17 +142,9 @@ class Algorithm:
         return sum(self.rounds) if self.rounds is not None else self.n_steps
 
     @cached_property
-    def by_step(self) -> tuple[tuple[int, ...], ...]:
-        """Indices of the transfers of each step."""
-        out: list[list[int]] = [[] for _ in range(self.n_steps)]
-        for k, t in enumerate(self.transfers):
-            out[t.step].append(k)
-        return tuple(tuple(x) for x in out)
-
-    @cached_property
     def used_steps(self) -> tuple[tuple[int, tuple[int, ...]], ...]:
-        """(step, indices of its transfers) for every step that has transfers, in step order:
-        ``by_step`` without the empty steps (what costs memory by transfer, not by step number)."""
+        """(step, indices of its transfers) for every step that has transfers, in step order
+        (memory by transfer, not by step number: a lone late step costs nothing)."""
         out: dict[int, list[int]] = {}
         for k, t in enumerate(self.transfers):
             out.setdefault(t.step, []).append(k)
@@ -229,32 +212,20 @@ def _field_problem(fields: tuple) -> str:
     if count < 1:
         return f"count {count} is not positive"
     for name, buf in (("src_buf", sbuf), ("dst_buf", dbuf)):
-        if buf not in _BUFFER_SET:
+        if buf not in BUFFERS:
             return f"buffer {validate.show(buf)} ({name}) is not one of {BUFFERS}"
     return f"op {validate.show(op)} is not one of {OPS}"
 
 
 def _problem(t: Transfer, n: int, sizes: dict[str, list[int]]) -> str:
-    """Why a transfer is malformed, in words."""
-    step, src, sbuf, sidx, dst, dbuf, didx, count, op = t
-    if not all(type(x) is int for x in (step, src, sidx, dst, didx, count)):
-        return "step, ranks, indices and count must be integers"
-    if step < 0:
-        return f"step {step} is negative"
+    """Why a transfer does not fit the algorithm, in words (its own fields were checked when
+    it was built)."""
+    step, src, sbuf, sidx, dst, dbuf, didx, count, _ = t
     if step >= limits.STEPS.value:
         return limits.STEPS.message(step + 1, f"step {step} makes too many steps")
     for rank in (src, dst):
-        if not 0 <= rank < n:
+        if not rank < n:
             return f"rank {rank} is not in 0..{n - 1}"
-    for buf in (sbuf, dbuf):
-        if buf not in sizes:
-            return f"buffer {buf!r} is not one of {BUFFERS}"
-    if op not in OPS:
-        return f"op {op!r} is not one of {OPS}"
-    if count < 1:
-        return f"count {count} is not positive"
-    if sidx < 0 or didx < 0:
-        return f"index {min(sidx, didx)} is negative"
     for verb, rank, buf, idx in (("reads", src, sbuf, sidx), ("writes", dst, dbuf, didx)):
         if buf == "scratch" and idx + count > sizes[buf][rank]:
             return limits.SLOTS.message(idx + count, f"{verb} scratch[{idx}..{idx + count - 1}] of rank {rank}, "
