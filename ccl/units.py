@@ -10,6 +10,7 @@ import re
 from fractions import Fraction
 
 from .errors import InputError
+from .validate import show
 
 SIZE_UNITS: dict[str, int] = {
     "B": 1,
@@ -47,9 +48,9 @@ def _split(text: str, what: str) -> tuple[Fraction, str]:
     """The number (exact: no float rounding or overflow) and the unit of ``text``."""
     if not isinstance(text, str):
         raise InputError(f"{what} must be a number or text such as {_EXAMPLE.get(what, '1')!r}, "
-                         f"got {type(text).__name__} {_short(text)}")
+                         f"got {type(text).__name__} {show(text)}")
     if len(text) > MAX_TEXT:
-        raise InputError(f"cannot read {what} {_short(text)}: longer than {MAX_TEXT} characters")
+        raise InputError(f"cannot read {what} {show(text)}: longer than {MAX_TEXT} characters")
     match = _NUMBER.match(text)
     if not match or not (match.group(2) or match.group(3)):
         raise InputError(f"cannot read {what} {text!r}: expected a number with a unit")
@@ -65,20 +66,11 @@ def _split(text: str, what: str) -> tuple[Fraction, str]:
 _EXAMPLE = {"size": "64MiB", "time": "2us", "time limit": "60s", "bandwidth": "25GB/s"}
 
 
-def _short(value: object) -> str:
-    """``repr(value)`` cut to 40 characters (an int too long for ``repr`` says so)."""
-    try:
-        text = repr(value)
-    except ValueError:  # an int of more digits than Python prints
-        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"  # type: ignore[attr-defined]
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _number(value: object, what: str) -> Fraction:
     """A number given as a Python value (not text) exactly, refusing bools, nan and inf."""
     if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
         raise InputError(f"{what} must be a number or text such as {_EXAMPLE.get(what, '1')!r}, "
-                         f"got {type(value).__name__} {_short(value)}")
+                         f"got {type(value).__name__} {show(value)}")
     if isinstance(value, float) and not math.isfinite(value):
         raise InputError(f"{what} must be a finite number, got {value!r}")
     return Fraction(value)
@@ -100,7 +92,7 @@ def parse_size(text: str | int) -> int:
     """'64MiB' -> 67108864. A bare number is bytes. The result must be a whole number of bytes,
     not negative and at most ``MAX_SIZE`` (1 PiB); a float must be whole (1e6, not 1.5)."""
     size = _quantity(text, "size", SIZE_UNITS, "B")
-    shown = repr(text) if isinstance(text, str) else _short(text)
+    shown = repr(text) if isinstance(text, str) else show(text)
     if size < 0:
         raise InputError(f"size must not be negative, got {shown}")
     if size.denominator != 1:
@@ -183,7 +175,7 @@ def parse_bandwidth(text: str | float) -> float:
 
 
 def _in_range(value: Fraction, text: object, what: str, least: int, most: int, unit: str) -> Fraction:
-    shown = repr(text) if isinstance(text, str) else _short(text)
+    shown = repr(text) if isinstance(text, str) else show(text)
     if value < least:
         rule = "be positive" if what == "bandwidth" else "not be negative"
         raise InputError(f"{what} must {rule}, got {shown}")
