@@ -162,8 +162,10 @@ def _worker(rank: int, n: int, folder: str, timeout: float) -> int:
                 raise
             except Exception as exc:  # noqa: BLE001 - named by its job, reported below
                 where = f"{job.label or f'job {i}'}: " if job.label or len(jobs) > 1 else ""
-                raise runtime.ScheduleError(f"rank {rank}: {where}{type(exc).__name__}: "
-                                            f"{runtime._first_line(exc)}") from exc
+                text = runtime._first_line(exc)
+                if runtime._is_timeout(text):  # e.g. in torch's own collective, run for comparison
+                    where += f"timed out after {timeout:g} s waiting for a peer (peer lost or stalled): "
+                raise runtime.ScheduleError(f"rank {rank}: {where}{type(exc).__name__}: {text}") from exc
         report(("ok", out))
         dist.destroy_process_group()
         return 0
