@@ -16,7 +16,7 @@ from ..symmetry import rank_orbits
 from .flows import Capacities, FlowGraph, capacities
 from .split import remove_switches
 from .stitch import node_topology, physical_time, rail_chains, stitch
-from .trees import Tree, pack_trees
+from .trees import Tree, pack_shallow, pack_trees
 
 KINDS = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce")
 
@@ -264,12 +264,47 @@ def _phase(topology: Topology, reverse: bool, root: int | None,
             achieved = per_unit / q2 if q2 else float("inf")
             demand = {root: q2}
     trees = pack_trees(n, ranks_only, demand, progress)
+    if not topology.switches and n <= LEVELS_RANKS:
+        # a small rank graph packs in milliseconds: grown level by level too, the shallower
+        # packing kept (the same rate; a pipeline's fill is its deepest tree's)
+        levels = pack_trees(n, ranks_only, demand, progress, by_levels=True)
+        if _depth_key(levels) < _depth_key(trees):
+            trees = levels
+        if root is not None:
+            trees = _shallowest(n, ranks_only, root, demand[root], trees)
     if topology.switches:
         # An arc of the split graph is a path through switches, but a schedule's transfer
         # travels the route the flattened topology gives the pair (least latency), which may
         # load other links: the rate the schedule meets is the one on the physical links.
         achieved = max(achieved, physical_time(topology, trees, reverse))
     return Phase(reverse, tuple(trees), optimal, achieved, caps.exact)
+
+
+LEVELS_RANKS = 64
+
+
+SHALLOW_SIZE = 4000  # trees x arcs x levels up to which the depth-bounded MILP is tried
+
+
+def _shallowest(n: int, caps: dict[tuple[int, int], int], root: int, q: int, trees: list[Tree]) -> list[Tree]:
+    """A rooted packing of ``q`` unit trees no deeper than needed: the depth-bounded MILP
+    (``pack_shallow``) at each depth below the greedy packing's, least first, on small graphs;
+    ``trees`` when no shallower packing is found."""
+    arcs = sum(1 for (a, b), c in caps.items() if c > 0 and a != b)
+    deepest = _depth_key(trees)[0]
+    for depth in range(2, deepest):
+        if q * arcs * depth > SHALLOW_SIZE:
+            break
+        found = pack_shallow(n, caps, root, q, depth)
+        if found is not None:
+            return found if _depth_key(found) < _depth_key(trees) else trees
+    return trees
+
+
+def _depth_key(trees: list[Tree]) -> tuple[int, Fraction]:
+    """Deepest tree, then the weighted mean depth."""
+    depths = [(max(t.depth().values()), t.weight) for t in trees]
+    return max(d for d, _ in depths), Fraction(sum(d * w for d, w in depths), sum(w for _, w in depths))
 
 
 FLAT_LIMIT = 48  # vertices up to which the whole graph is packed too when stitching misses the bound

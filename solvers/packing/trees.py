@@ -13,6 +13,7 @@ rank; the multiplicities of a root's trees sum to its demand.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,37 +45,48 @@ class Tree:
 
 
 def pack_trees(n: int, caps: dict[tuple[int, int], int], demand: dict[int, int],
-               progress: Callable[[str], None] | None = None) -> list[Tree]:
+               progress: Callable[[str], None] | None = None, *, by_levels: bool = False) -> list[Tree]:
     """Trees spanning ranks 0..n-1, ``demand[r]`` units rooted at each r, using at most
     ``caps`` on every arc. Raises InfeasibleError if the demands do not pack (a caller's bug: it
-    checks the flow condition first)."""
+    checks the flow condition first).
+
+    Each tree grows breadth first. By default a tree grows until it spans before the next one
+    starts, so the first trees take the short arcs and the last ones may be deep; ``by_levels``
+    grows the trees in turn, one level each per turn, which shares the short arcs out and
+    evens the depths (a pipeline's fill is the deepest tree's). Either way the result packs."""
     residual = {k: v for k, v in caps.items() if v > 0}
-    pending: deque[Tree] = deque()
+    heads: dict[int, list[int]] = {}
+    for a, b in sorted(residual):
+        heads.setdefault(a, []).append(b)
+    active: list[Tree] = []
     for r in sorted(demand):
         if demand[r] > 0:
-            pending.append(Tree(r, demand[r], {}, [r]))
-    active: list[Tree] = list(pending)
+            active.append(Tree(r, demand[r], {}, [r]))
+    queues = {id(t): deque(t.order) for t in active}
+    turn: deque[Tree] = deque(active)
     out: list[Tree] = []
     big = min(INT32 - 1, sum(residual.values()) + sum(demand.values()) + 1)
-    done_count = 0
-    while pending:
-        tree = pending.popleft()
-        if progress is not None and done_count % 16 == 0:
-            progress(f"packing trees: {done_count} done, {len(pending) + 1} to go")
+    while turn:
+        tree = turn.popleft()
+        if progress is not None and len(out) % 16 == 0:
+            progress(f"packing trees: {len(out)} done, {len(active)} to go")
+        queue = queues[id(tree)]
         inside = set(tree.order)
-        queue = deque(tree.order)
-        while queue and len(inside) < n:
+        level = len(queue) if by_levels else -1  # vertices to expand this turn (-1: all)
+        while queue and len(inside) < n and level != 0:
+            level -= 1
             x = queue.popleft()
-            for y in sorted(b for (a, b) in residual if a == x):
-                if y in inside:
+            for y in heads.get(x, ()):
+                if y in inside or (x, y) not in residual:
                     continue
                 mu = _extension(n, residual, active, tree, x, y, big)
                 if mu <= 0:
                     continue
                 if mu < tree.weight:
                     rest = Tree(tree.root, tree.weight - mu, dict(tree.parent), list(tree.order))
-                    pending.append(rest)
                     active.append(rest)
+                    queues[id(rest)] = deque(rest.order)
+                    turn.append(rest)
                     tree.weight = mu
                 tree.parent[y] = x
                 tree.order.append(y)
@@ -85,12 +97,14 @@ def pack_trees(n: int, caps: dict[tuple[int, int], int], demand: dict[int, int],
                     residual[(x, y)] = left
                 else:
                     del residual[(x, y)]
-        if len(inside) < n:
+        if len(inside) == n:
+            active.remove(tree)
+            out.append(tree)
+        elif not queue:
             raise InfeasibleError(f"tree packing failed: a tree of root {tree.root} cannot reach every rank",
                                   bound="branching condition")
-        active.remove(tree)
-        out.append(tree)
-        done_count += 1
+        else:
+            turn.append(tree)
     return merge_equal(out)
 
 
@@ -135,3 +149,97 @@ def _extension(n: int, residual: dict[tuple[int, int], int], active: list[Tree],
     graph.data = np.minimum(graph.data, INT32 - 1).astype(np.int32)
     flow = int(maximum_flow(graph, x, y).flow_value)
     return min(tree.weight, residual[(x, y)], flow - others)
+
+
+def pack_shallow(n: int, caps: dict[tuple[int, int], int], root: int, q: int, depth: int,
+                 node_limit: int = 2000) -> list[Tree] | None:
+    """``q`` unit trees rooted at ``root``, spanning ranks 0..n-1 within ``caps``, none deeper
+    than ``depth``, with the least summed depth of their vertices the MILP finds (HiGHS under a
+    node limit, so the answer does not depend on the machine's speed); None when it proves there
+    are none or finds none within the limit.
+
+    Variables y[t, arc, l]: tree t reaches the arc's head at level l over the arc. Each rank
+    but the root has one parent per tree; an arc at level l > 1 leaves a vertex its tree
+    reaches at level l - 1, at level 1 only the root's arcs; an arc carries at most its
+    capacity of trees. Trees are interchangeable, so they are ordered (by the summed index of
+    the root arcs each takes) to cut the symmetry."""
+    import scipy.sparse as sp
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    arcs = sorted((a, b) for (a, b), c in caps.items() if c > 0 and a != b and b != root and a < n and b < n)
+    if q < 1 or depth < 1 or not arcs:
+        return None
+    L = depth
+    index = {}
+    for t in range(q):
+        for i, (a, _) in enumerate(arcs):
+            for lv in range(1, L + 1):
+                if lv == 1 and a != root or lv > 1 and a == root:
+                    continue
+                index[(t, i, lv)] = len(index)
+    nv = len(index)
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    lo: list[float] = []
+    hi: list[float] = []
+
+    def row(entries: list[tuple[int, float]], low: float, high: float) -> None:
+        r = len(lo)
+        for c, v in entries:
+            rows.append(r)
+            cols.append(c)
+            vals.append(v)
+        lo.append(low)
+        hi.append(high)
+
+    into: dict[int, list[int]] = {}
+    for i, (_, b) in enumerate(arcs):
+        into.setdefault(b, []).append(i)
+    for t in range(q):
+        for v in range(n):
+            if v == root:
+                continue
+            entries = [(index[(t, i, lv)], 1.0) for i in into.get(v, ()) for lv in range(1, L + 1)
+                       if (t, i, lv) in index]
+            if not entries:
+                return None
+            row(entries, 1.0, 1.0)
+        for i, (a, _) in enumerate(arcs):
+            if a == root:
+                continue
+            for lv in range(2, L + 1):
+                parent = [(index[(t, k, lv - 1)], -1.0) for k in into.get(a, ()) if (t, k, lv - 1) in index]
+                row([(index[(t, i, lv)], 1.0), *parent], -math.inf, 0.0)
+    for i, (a, b) in enumerate(arcs):
+        entries = [(index[(t, i, lv)], 1.0) for t in range(q) for lv in range(1, L + 1) if (t, i, lv) in index]
+        row(entries, -math.inf, float(caps[(a, b)]))
+    # symmetry: the summed index (among the root's arcs) of the root arcs a tree takes does not
+    # decrease from tree t to tree t + 1 (any packing can be renumbered so)
+    first = [i for i, (a, _) in enumerate(arcs) if a == root]
+    for t in range(q - 1):
+        entries = [(index[(t, i, 1)], float(k)) for k, i in enumerate(first)]
+        entries += [(index[(t + 1, i, 1)], -float(k)) for k, i in enumerate(first)]
+        row(entries, -math.inf, 0.0)
+    cost = np.zeros(nv)
+    for (_, _, lv), c in index.items():
+        cost[c] = lv
+    matrix = sp.csr_matrix((vals, (rows, cols)), shape=(len(lo), nv))
+    result = milp(cost, integrality=np.ones(nv), bounds=Bounds(0, 1),
+                  constraints=LinearConstraint(matrix, lo, hi), options={"node_limit": node_limit})
+    if result.x is None or result.status not in (0, 1):
+        return None
+    chosen = np.round(result.x).astype(int)
+    trees: list[Tree] = []
+    for t in range(q):
+        parent: dict[int, int] = {}
+        level: dict[int, int] = {root: 0}
+        for (tt, i, lv), c in index.items():
+            if tt == t and chosen[c]:
+                a, b = arcs[i]
+                parent[b] = a
+                level[b] = lv
+        order = sorted(level, key=lambda v: (level[v], v))
+        tree = Tree(root, 1, parent, order)
+        trees.append(tree)
+    return merge_equal(trees)
