@@ -258,7 +258,8 @@ def _packing_set(args: argparse.Namespace) -> int:
                    default=d.get("achieved_us_per_MB", 0) / d["optimal_us_per_MB"] if "optimal_us_per_MB" in d else 0)
         row: dict[str, Any] = {
             "construction": m.key[0], "trees_per_root": d.get("trees_per_root", d.get("routes_per_piece")),
-            "height": height, "stages": d["stages"], "taper": d["taper"], "slots_per_part": d["slots_per_part"],
+            "height": height, "stages": d["stages"], "taper": d["taper"], "stagger": bool(d.get("stagger")),
+            "slots_per_part": d["slots_per_part"],
             "rate_over_bound": round(rate, 6), "steps": m.algorithm.n_steps,
             "wins_from_bytes": int(m.wins_from) if i else None,
             "wins_to_bytes": int(m.wins_to) if i < len(members) - 1 else None,
@@ -267,12 +268,13 @@ def _packing_set(args: argparse.Namespace) -> int:
         }
         if args.save_dir:
             path = os.path.join(args.save_dir, f"{coll.name}-{topo.name}-{i + 1}-{row['construction']}"
-                                f"-s{row['stages']}.json")
+                                f"-s{row['stages']}{'-staggered' if row['stagger'] else ''}.json")
             planned.append((path, m.algorithm))
             row["file"] = path
         rows.append(row)
         table.append([_approx(m.wins_from) if i else "-", _approx(m.wins_to) if i < len(members) - 1 else "-",
-                      row["construction"], str(row["trees_per_root"]), str(height), str(d["stages"]), str(d["taper"]),
+                      row["construction"], str(row["trees_per_root"]), str(height),
+                      str(d["stages"]) + ("s" if row["stagger"] else ""), str(d["taper"]),
                       f"{rate:.3f}", str(row["steps"]),
                       ", ".join(f"{x['size']}: {x['time_us']:.4g} us ({x['bound_ratio']:.2f})" for x in row["sweep"])])
     save_all(args, planned)

@@ -164,11 +164,11 @@ def _synthesize_trees(problem: Problem, judge: CostJudge | None, progress, start
     if budget.cut is None and budget.deadline is not None:
         # under a time limit, the best-rate schedule first: kept if nothing judged beats it in
         # time, and its build time sets the reserve
-        shape = (DEFAULT_STAGES, 1.0)
+        shape = DEFAULT_SHAPE
         fallback = (0, shape, budget.timed_build(
             lambda: build(problem, candidates[0], slot_count(candidates[0], base, n, shape, lanes), *shape)))
     if size is None or judge is None or budget.cut is not None:
-        index, shape = 0, (DEFAULT_STAGES, 1.0)
+        index, shape = 0, DEFAULT_SHAPE
     else:
         proxies: dict[int, object] = {}
 
@@ -188,8 +188,9 @@ def _synthesize_trees(problem: Problem, judge: CostJudge | None, progress, start
             rate=lambda pk: max(ph.achieved for ph in pk.phases()) * (size if pk.root is not None else size / n),
             evaluate=lambda pk, c: _time(problem, pk, base, n, lanes, c, judge, size, proxy(pk), budget),
             tapered=lambda pk: proxy(pk) is None or pk.kind == "reducescatter", longest=longest,
-            judged_as=lambda pk: "allgather" if proxy(pk) is not None else kind, budget=budget)
-        index, shape = picked if picked is not None else (0, (DEFAULT_STAGES, 1.0))
+            judged_as=lambda pk: "allgather" if proxy(pk) is not None else kind, budget=budget,
+            stagger=lambda pk: n <= STAGGER_RANKS and kind in STAGGER_KINDS)
+        index, shape = picked if picked is not None else (0, DEFAULT_SHAPE)
     packing = candidates[index]
     slots = slot_count(packing, base, n, shape, lanes)
     if fallback is not None and fallback[:2] == (index, shape):
@@ -197,7 +198,7 @@ def _synthesize_trees(problem: Problem, judge: CostJudge | None, progress, start
     else:
         alg = build(problem, packing, slots, *shape)
     details = packing.details()
-    details.update({"slots_per_part": slots, "stages": shape[0], "taper": shape[1],
+    details.update({"slots_per_part": slots, "stages": shape[0], "taper": shape[1], "stagger": shape[2],
                     "plan_seconds": round(planned, 3)})
     if len(candidates) > 1:
         details["constructions"] = [_construction(p) for p in candidates]
@@ -221,18 +222,18 @@ def _synthesize_routes(problem: Problem, judge: CostJudge | None, progress, star
     size = problem.request.size
     tried: list[dict] = []
 
-    def slots_of(rt: routes.Routing, shape: tuple[int, float]) -> int:
+    def slots_of(rt: routes.Routing, shape: tuple[int, float, bool]) -> int:
         want = rt.routes_per_piece() * _per_share(shape, lanes)
         target = min(want, max(1, MAX_TRANSFERS // max(1, routes.transfers_per_slot(rt))))
         return base * max(1, target // base)
 
     fallback = None
     if budget.deadline is not None:
-        shape = (DEFAULT_STAGES, 1.0)
+        shape = DEFAULT_SHAPE
         fallback = (0, shape, budget.timed_build(
-            lambda: routes.build(problem, candidates[0], slots_of(candidates[0], shape), *shape)))
+            lambda: routes.build(problem, candidates[0], slots_of(candidates[0], shape), *shape[:2])))
     if size is None or judge is None:
-        index, shape = 0, (DEFAULT_STAGES, 1.0)
+        index, shape = 0, DEFAULT_SHAPE
     else:
         def longest(rt: routes.Routing) -> int:
             out = 16
@@ -240,22 +241,22 @@ def _synthesize_routes(problem: Problem, judge: CostJudge | None, progress, star
                 out *= 2
             return out
 
-        def evaluate(rt: routes.Routing, c: tuple[int, float]) -> float:
-            alg = budget.timed_build(lambda: routes.build(problem, rt, slots_of(rt, c), *c))
+        def evaluate(rt: routes.Routing, c: tuple[int, float, bool]) -> float:
+            alg = budget.timed_build(lambda: routes.build(problem, rt, slots_of(rt, c), *c[:2]))
             return judge.time_us(alg, size)
 
         picked, tried = _pick(
             candidates, size, progress, name=lambda rt: rt.construction,
             rate=lambda rt: rt.achieved * size / rt.n_ranks,
             evaluate=evaluate, tapered=lambda rt: True, longest=longest, judged_as=lambda rt: rt.kind,
-            budget=budget)
-        index, shape = picked if picked is not None else (0, (DEFAULT_STAGES, 1.0))
+            budget=budget, stagger=lambda rt: False)
+        index, shape = picked if picked is not None else (0, DEFAULT_SHAPE)
     routing = candidates[index]
     slots = slots_of(routing, shape)
     if fallback is not None and fallback[:2] == (index, shape):
         alg = fallback[2]
     else:
-        alg = routes.build(problem, routing, slots, *shape)
+        alg = routes.build(problem, routing, slots, *shape[:2])
     details = routing.details()
     details.update({"slots_per_part": slots, "stages": shape[0], "taper": shape[1],
                     "plan_seconds": round(planned, 3), "constructions": [rt.construction for rt in candidates]})
@@ -282,44 +283,69 @@ def _finish(problem: Problem, alg, details: dict, budget: _Budget):
 
 
 def _pick(candidates: list, size: float, progress, *, name, rate, evaluate, tapered, longest,
-          judged_as, budget: _Budget) -> tuple[tuple[int, tuple[int, float]] | None, list[dict]]:
-    """The judged search: every construction over pipeline shapes (``_search``), skipping those
-    whose bandwidth time alone (``rate``) exceeds the best time so far, until the budget is due
-    (the best shape judged by then wins; each judgement runs in ``budget.region()`` and one cut
-    short is given up). Returns (the winner's index and shape, or None when nothing was judged)
-    and every shape tried with its time."""
-    best: tuple[float, int, tuple[int, float]] | None = None
+          judged_as, budget: _Budget, stagger) -> tuple[tuple[int, tuple[int, float, bool]] | None, list[dict]]:
+    """The judged search: every construction over the uniform pipeline shapes (``_search``),
+    skipping those whose bandwidth time alone (``rate``) exceeds the best time so far, then the
+    finer shapes (``_refine``) of the construction that leads, until the budget is due (the best
+    shape judged by then wins; each judgement runs in ``budget.region()`` and one cut short is
+    given up). Returns (the winner's index and shape, or None when nothing was judged) and every
+    shape tried with its time."""
+    best: tuple[float, int, tuple[int, float, bool]] | None = None
     tried: list[dict] = []
+    seen: dict[int, dict[tuple[int, float, bool], float]] = {}
 
     def guarded(candidate, c):
         with budget.region():
             return evaluate(candidate, c)
 
-    for index, candidate in enumerate(candidates):
+    def record(index: int, run) -> None:
+        nonlocal best
+        candidate = candidates[index]
+        times = seen.setdefault(index, {})
+        known = set(times)
+        try:
+            run(lambda c, x=candidate: guarded(x, c), times)
+        except interrupt.Abandon:
+            budget.abandoned()
+        for shape, us in times.items():
+            if shape in known:
+                continue
+            tried.append({"construction": name(candidate), "stages": shape[0], "taper": shape[1],
+                          "stagger": shape[2], "judged_as": judged_as(candidate), "time_us": round(us, 3)})
+            progress(f"{name(candidate)}, {shape[0]} stages, taper {shape[1]}"
+                     f"{', staggered' if shape[2] else ''}: {us:.4g} us")
+            if best is None or us < best[0]:
+                best = (us, index, shape)
+
+    def stopped() -> bool:
         if budget.cut is not None or budget.due():
             if budget.cut is None:
                 budget.abandoned()
+            return True
+        return False
+
+    for index, candidate in enumerate(candidates):
+        if stopped():
             break
         if best is not None and rate(candidate) >= best[0]:
             progress(f"{name(candidate)}: its rate alone takes longer than the best so far")
             continue
-        seen: dict[tuple[int, float], float] = {}
-        try:
-            _search(lambda c, x=candidate: guarded(x, c), tapered=tapered(candidate), longest=longest(candidate),
-                    seen=seen)
-        except interrupt.Abandon:
-            budget.abandoned()
-        for shape, us in seen.items():
-            tried.append({"construction": name(candidate), "stages": shape[0], "taper": shape[1],
-                          "judged_as": judged_as(candidate), "time_us": round(us, 3)})
-            progress(f"{name(candidate)}, {shape[0]} stages, taper {shape[1]}: {us:.4g} us")
-            if best is None or us < best[0]:
-                best = (us, index, shape)
+        record(index, lambda ev, times, x=candidate: _search(ev, longest=longest(x), seen=times))
+    if best is not None and not stopped():
+        lead = candidates[best[1]]
+        record(best[1], lambda ev, times: _refine(ev, times, tapered=tapered(lead), longest=longest(lead),
+                                                  stagger=stagger(lead)))
     return (None if best is None else (best[1], best[2])), tried
 
 
 DEFAULT_STAGES = 4
+DEFAULT_SHAPE = (DEFAULT_STAGES, 1.0, False)
 MAX_TRANSFERS = 800_000
+STAGGER_RANKS = 64  # above this many ranks staggered shapes are not judged: their simulation (every
+# shared link's fair shares recomputed at each of many more distinct instants) takes minutes
+STAGGER_KINDS = ("allgather", "broadcast")  # reductions staggered chain their partial sums through
+# many more local ops, which the simulator's dependency contraction walks one level at a time
+STAGGER_STAGES = 64  # the most stages a staggered shape is judged with
 PROXY_RANKS = 32  # above this many ranks, allreduce and reducescatter pipelines are judged as allgathers
 
 
@@ -327,21 +353,16 @@ def _construction(packing: Packing) -> str:
     return "+".join(sorted({p.construction for p in packing.phases()}))
 
 
-def _search(evaluate, tapered: bool = True, longest: int = 16, seen: dict | None = None):
-    """Pipeline shapes (stages, taper) tried by the judge, with their times: uniform stage
-    counts by hill climbing from 4 over 1, 2, 4, 8, 16 (up to ``longest``, a power of two;
-    rooted trees carry few transfers per slot and afford up to 256), then, when the best has 8 or more
-    stages (bandwidth binds) and ``tapered``, two tapered shapes whose last pieces are small
-    (not for an allreduce under the allgather proxy: its slots start down as their sums
-    complete, and tapering the proxy favoured did not carry over; a reducescatter's growing
-    stages are the time reverse of the allgather's shrinking ones, so the proxy holds).
-    ``seen``: the dict the times go to as they come (the caller keeps them if the search is
-    abandoned)."""
-    ladder = [(1 << k, 1.0) for k in range(longest.bit_length())]
+def _search(evaluate, longest: int = 16, seen: dict | None = None):
+    """Uniform pipeline shapes (stages, taper 1, not staggered) tried by the judge, with their
+    times: stage counts by hill climbing from 4 over 1, 2, 4, 8, 16 (up to ``longest``, a power
+    of two; rooted trees carry few transfers per slot and afford up to 256). ``seen``: the dict
+    the times go to as they come (the caller keeps them if the search is abandoned)."""
+    ladder = [(1 << k, 1.0, False) for k in range(longest.bit_length())]
     if seen is None:
         seen = {}
 
-    def ev(c: tuple[int, float]) -> float:
+    def ev(c: tuple[int, float, bool]) -> float:
         if c not in seen:
             seen[c] = evaluate(c)
         return seen[c]
@@ -354,14 +375,56 @@ def _search(evaluate, tapered: bool = True, longest: int = 16, seen: dict | None
             j += step
         if j != i:
             break  # improving one way; the other side of a unimodal curve is worse
-    best = min(seen, key=lambda c: (seen[c], c))
-    if tapered and best[0] >= 8:
-        for c in ((best[0] * 3 // 4, 0.85), (best[0], 0.9)):
-            ev(c)
     return list(seen.items())
 
 
-def _time(problem: Problem, packing: Packing, base: int, n: int, lanes: int, shape: tuple[int, float],
+def _refine(evaluate, seen: dict, tapered: bool = True, longest: int = 16, stagger: bool = False):
+    """Finer shapes around the best uniform one in ``seen`` (the leading construction's):
+    3/2 and 3/4 of its stage count (the time is flat near its minimum, but a power of two can
+    be a tenth off); then, when the best has 8 or more stages (bandwidth binds) and ``tapered``,
+    two tapered shapes whose last pieces are small (not for an allreduce under the allgather
+    proxy: its slots start down as their sums complete, and tapering the proxy favoured did not
+    carry over; a reducescatter's growing stages are the time reverse of the allgather's
+    shrinking ones, so the proxy holds); with ``stagger``, staggered shapes (each branch of a
+    tree shifts its stage boundaries, ``schedule._phase``) from twice the best stage count,
+    doubled or halved while that pays (at most ``STAGGER_STAGES``), and the best of those
+    tapered (allgather and broadcast on up to ``STAGGER_RANKS`` ranks): a link shared by several
+    pairs no longer sits idle while every pair waits out its latency at the same stage
+    boundary, which lets longer pipelines pay."""
+
+    def ev(c: tuple[int, float, bool]) -> float:
+        if c not in seen:
+            seen[c] = evaluate(c)
+        return seen[c]
+
+    def best() -> tuple[int, float, bool]:
+        return min(seen, key=lambda c: (seen[c], c))
+
+    top = best()
+    for k in (top[0] * 3 // 2, top[0] * 3 // 4):
+        if 2 <= k <= longest:
+            ev((k, 1.0, False))
+    top = best()
+    if tapered and top[0] >= 8:
+        for c in ((top[0] * 3 // 4, 0.85, False), (top[0], 0.9, False)):
+            ev(c)
+    if stagger and top[0] >= 2:
+        most = min(longest, STAGGER_STAGES)
+        k = min(max(4, 2 * top[0]), most)
+        ev((k, 1.0, True))
+        for factor in (2, 0.5):
+            j = k
+            while 4 <= int(j * factor) <= most and ev((int(j * factor), 1.0, True)) < ev((j, 1.0, True)):
+                j = int(j * factor)
+            if j != k:
+                break
+        staggered = min((c for c in seen if c[2]), key=lambda c: (seen[c], c))
+        if tapered and staggered[0] >= 8:
+            ev((staggered[0], 0.95, True))
+    return list(seen.items())
+
+
+def _time(problem: Problem, packing: Packing, base: int, n: int, lanes: int, shape: tuple[int, float, bool],
           judge: CostJudge, size: float, proxy, budget: _Budget | None = None) -> float:
     if proxy is not None:
         problem, packing = proxy
@@ -391,25 +454,38 @@ def _proxy(problem: Problem, packing: Packing):
     return proxy_problem, proxy_packing
 
 
-def slot_count(packing: Packing, base: int, n: int, shape: tuple[int, float] = (DEFAULT_STAGES, 1.0),
+def slot_count(packing: Packing, base: int, n: int, shape: tuple[int, float, bool] = DEFAULT_SHAPE,
                lanes: int = 1) -> int:
     """Slots per part: fine enough that shares follow the trees' rates (8 per tree of the root
     with most trees) and that every tree's share has the pipeline's stages (``_per_share``);
-    within a budget of transfers; a multiple of the request's chunks."""
+    within a budget of transfers; a multiple of the request's chunks. A tree's consecutive slots
+    of one stage travel as one transfer per arc, so the budget bounds the stages (twice as many
+    runs when staggered: an allreduce's slots go down as the staggered sums complete), not the
+    slots, which are bounded by ``MAX_BUFFER_SLOTS`` per rank instead; when even one slot per
+    stage is over budget, the slots are (every slot may then be a transfer of its own)."""
     per_slot = _per_slot(packing, n)
     want = packing.trees_per_root() * _per_share(shape, lanes)
-    target = min(want, max(1, MAX_TRANSFERS // per_slot))
+    runs = packing.trees_per_root() * shape[0] * (2 if shape[2] else 1)
+    if per_slot * runs <= MAX_TRANSFERS:
+        cap = MAX_BUFFER_SLOTS // n
+    else:
+        cap = MAX_TRANSFERS // per_slot
+    target = min(want, max(1, cap))
     return base * max(1, target // base)
 
 
-def _per_share(shape: tuple[int, float], lanes: int) -> int:
+MAX_BUFFER_SLOTS = 1 << 15  # slots of all parts together in a rank's buffer
+
+
+def _per_share(shape: tuple[int, float, bool], lanes: int) -> int:
     """Slots of one tree's share: at least 8, and per stage as many as ``lanes`` (a message
     takes one lane, and the lowering cuts a pair's slots of a step into one message per lane:
-    a stage of one slot would leave the others idle) and four when tapered. Uniform stages are
-    a multiple of ``lanes`` slots each, so every lane of a link gets the same bytes: 8 slots
-    over 5 lanes would go as 2, 2, 2, 1, 1 and take 1.25x the time of 8/5 per lane."""
-    stages, taper = shape
-    want = max(8, stages * max(lanes, 4 if taper < 1 else 1))
+    a stage of one slot would leave the others idle) and four when tapered or staggered (a
+    boundary moves by whole slots). Uniform stages are a multiple of ``lanes`` slots each, so
+    every lane of a link gets the same bytes: 8 slots over 5 lanes would go as 2, 2, 2, 1, 1
+    and take 1.25x the time of 8/5 per lane."""
+    stages, taper, stagger = shape
+    want = max(8, stages * max(lanes, 4 if taper < 1 or stagger else 1))
     if lanes > 1 and taper >= 1:
         unit = stages * lanes
         want = -(-want // unit) * unit

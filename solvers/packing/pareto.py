@@ -35,7 +35,8 @@ class Member:
     @property
     def key(self) -> tuple:
         d = self.details
-        return (d.get("construction") or _construction(d), d.get("stages"), d.get("taper"), d.get("slots_per_part"))
+        return (d.get("construction") or _construction(d), d.get("stages"), d.get("taper"), d.get("stagger"),
+                d.get("slots_per_part"))
 
 
 def _construction(details: dict) -> str:

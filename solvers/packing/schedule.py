@@ -78,32 +78,33 @@ def _up_stages(share: int, stages: int, taper: float = 1.0) -> list[int]:
     return [last - k for k in reversed(down)]
 
 
-def build(problem: Problem, packing: Packing, slots: int, stages: int, taper: float = 1.0) -> Algorithm:
+def build(problem: Problem, packing: Packing, slots: int, stages: int, taper: float = 1.0,
+          stagger: bool = False) -> Algorithm:
     kind = problem.collective.kind
     n = problem.topology.n_ranks
     C = slots
     if kind == "allgather":
         b, _ = builder(problem, C, "packing", "packing")
-        _down(b, packing.down, C, (stages, taper), lambda r, q, j: ("output", q * C + j), {})
+        _down(b, packing.down, C, (stages, taper, n if stagger else 0), lambda r, q, j: ("output", q * C + j), {})
     elif kind == "reducescatter":
         b, _ = builder(problem, C, "packing", "packing")
-        _up(b, packing.up, C, (stages, taper), lambda r, q, j: ("output", j) if r == q else ("input", q * C + j))
+        _up(b, packing.up, C, (stages, taper, n if stagger else 0), lambda r, q, j: ("output", j) if r == q else ("input", q * C + j))
     elif kind == "allreduce":
         b, _ = builder(problem, n * C, "packing", "packing")
 
         def loc(r: int, q: int, j: int) -> tuple[str, int]:
             return ("output", q * C + j)
 
-        done = _up(b, packing.up, C, (stages, taper), loc)
-        _down(b, packing.down, C, (stages, taper), loc, {key: s + 1 for key, s in done.items()})
+        done = _up(b, packing.up, C, (stages, taper, n if stagger else 0), loc)
+        _down(b, packing.down, C, (stages, taper, n if stagger else 0), loc, {key: s + 1 for key, s in done.items()})
     elif kind == "broadcast":
         b, _ = builder(problem, C, "packing", "packing")
         root = packing.root
-        _down(b, packing.down, C, (stages, taper), lambda r, q, j: ("input" if r == root else "output", j), {})
+        _down(b, packing.down, C, (stages, taper, n if stagger else 0), lambda r, q, j: ("input" if r == root else "output", j), {})
     elif kind == "reduce":
         b, _ = builder(problem, C, "packing", "packing")
         root = packing.root
-        _up(b, packing.up, C, (stages, taper), lambda r, q, j: ("output" if r == root else "input", j))
+        _up(b, packing.up, C, (stages, taper, n if stagger else 0), lambda r, q, j: ("output" if r == root else "input", j))
     else:  # pragma: no cover - plan() refuses other kinds
         raise AssertionError(kind)
     return b.build()
@@ -121,20 +122,25 @@ def _runs(starts: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
     return [(a, b, c) for a, b, c in out]
 
 
-def _down(b, phase: Phase, C: int, stages: tuple[int, float], loc, ready: dict[tuple[int, int], int]) -> None:
+def _down(b, phase: Phase, C: int, stages: tuple, loc, ready: dict[tuple[int, int], int]) -> None:
     """Copy every slot down its tree; slot j of root q may leave the root at step
-    ``ready[(q, j)]`` (default: its pipeline stage)."""
+    ``ready[(q, j)]`` (default: its pipeline stage, shifted per branch when staggered)."""
     for q, carried in _assign(phase, C).items():
         for tree, offsets in carried:
             depth = tree.depth()
-            starts = [(j, ready.get((q, j), g)) for j, g in zip(offsets, _stages(len(offsets), *stages))]
-            for j, count, start in _runs(starts):
-                for v in tree.order[1:]:
-                    par = tree.parent[v]
-                    b.move_run(start + depth[v] - 1, par, loc(par, q, j), v, loc(v, q, j), count, "copy")
+            base = _stages(len(offsets), *stages[:2])
+            for top, members in _branches(tree):
+                if ready:
+                    starts = [(j, ready.get((q, j), g)) for j, g in zip(offsets, base)]
+                else:
+                    starts = list(zip(offsets, _shift(base, _phase(stages, q, top, tree))))
+                for j, count, start in _runs(starts):
+                    for v in members:
+                        par = tree.parent[v]
+                        b.move_run(start + depth[v] - 1, par, loc(par, q, j), v, loc(v, q, j), count, "copy")
 
 
-def _up(b, phase: Phase, C: int, stages: tuple[int, float], loc) -> dict[tuple[int, int], int]:
+def _up(b, phase: Phase, C: int, stages: tuple, loc) -> dict[tuple[int, int], int]:
     """Reduce every slot up its (reversed) tree; returns the step at which each slot's sum is
     complete at its root."""
     done: dict[tuple[int, int], int] = {}
@@ -142,11 +148,67 @@ def _up(b, phase: Phase, C: int, stages: tuple[int, float], loc) -> dict[tuple[i
         for tree, offsets in carried:
             depth = tree.depth()
             D = max(depth.values())
-            starts = list(zip(offsets, _up_stages(len(offsets), *stages)))
-            for j, count, g in _runs(starts):
-                for v in tree.order[1:]:
-                    par = tree.parent[v]
-                    b.move_run(g + D - depth[v], v, loc(v, q, j), par, loc(par, q, j), count, "reduce")
-                for k in range(count):
-                    done[(q, j + k)] = g + D - 1
+            base = _up_stages(len(offsets), *stages[:2])
+            for top, members in _branches(tree):
+                starts = list(zip(offsets, _shift(base, _phase(stages, q, top, tree), up=True)))
+                for j, count, g in _runs(starts):
+                    for v in members:
+                        par = tree.parent[v]
+                        b.move_run(g + D - depth[v], v, loc(v, q, j), par, loc(par, q, j), count, "reduce")
+                    for k in range(count):
+                        key = (q, j + k)
+                        done[key] = max(done.get(key, 0), g + D - 1)
     return done
+
+
+def _branches(tree: Tree) -> list[tuple[int, list[int]]]:
+    """The root's children, each with the vertices of its subtree (the child first, parents
+    before children)."""
+    top: dict[int, int] = {}
+    out: dict[int, list[int]] = {}
+    for v in tree.order[1:]:
+        par = tree.parent[v]
+        t = v if par == tree.root else top[par]
+        top[v] = t
+        out.setdefault(t, []).append(v)
+    return list(out.items())
+
+
+GOLDEN = 0.6180339887498949
+
+
+def _phase(stages: tuple, q: int, top: int, tree: Tree) -> float:
+    """How far (a fraction of a stage) the branch under ``top`` shifts its stage boundaries, when
+    the shape staggers: spread by the pair's distance so that neither a sender's branches nor a
+    receiver's senders cross stage boundaries together (a link that waits out every branch's
+    latency at once sits idle)."""
+    if len(stages) < 3 or not stages[2]:
+        return 0.0
+    n = stages[2]
+    return ((top - q) % n) / n
+
+
+def _shift(stage_of: list[int], phi: float, up: bool = False) -> list[int]:
+    """``stage_of`` (non-decreasing, 0-based) with every boundary between stages moved
+    ``phi`` of the way into the next stage (up a tree: into the previous one, the time
+    reverse), so the first stage grows and the last shrinks (up: the first shrinks)."""
+    if phi <= 0.0 or not stage_of:
+        return stage_of
+    seq = stage_of[::-1] if up else stage_of
+    if up:
+        last = seq[0]
+        seq = [last - g for g in seq]
+    share = len(seq)
+    starts = [j for j in range(1, share) if seq[j] != seq[j - 1]]
+    bounds = [0, *starts, share]
+    moved = [bounds[k] + int(phi * (bounds[k + 1] - bounds[k])) for k in range(1, len(bounds) - 1)]
+    out = []
+    k = 0
+    for j in range(share):
+        while k < len(moved) and moved[k] <= j:
+            k += 1
+        out.append(seq[0] + k if not up else k)
+    if up:
+        last = out[-1]
+        out = [last - g for g in out][::-1]
+    return out
