@@ -141,7 +141,13 @@ def test_compare_sweep_rows(capsys):
     # the same numbers as the single-size command
     code, out, _ = run(capsys, "compare", "-t", "ring:4", "-c", "allreduce", "--size", "1MiB", "--json")
     single = json.loads(out)
-    assert "rows" not in single and single["comparisons"][0]["best"] == data["rows"][1]["best"]
+    assert "rows" not in single
+    # one size also runs the solvers fast enough on this many ranks (packing): the best of the
+    # schedules both ran is the sweep's
+    shared = {r["name"] for r in data["comparisons"][1]["rows"]}
+    timed = [r for r in single["comparisons"][0]["rows"]
+             if r["source"] == "schedule" and r["time_us"] is not None and r["name"] in shared]
+    assert min(timed, key=lambda r: (r["time_us"], r["name"]))["name"] == data["rows"][1]["best"]
     def timings(comparison):  # without the synthesis times (the clock's)
         return {r["name"]: {k: v for k, v in r.items() if k != "synthesis_seconds"} for r in comparison["rows"]}
 

@@ -113,6 +113,7 @@ def test_trees_pack_exactly_at_the_rate_and_not_above(seed):
     demand = {r: q for r in range(n)}
     assert _packable(n, scaled, demand)
     check_trees(n, pack_trees(n, scaled, demand), scaled, demand)
+    check_trees(n, pack_trees(n, scaled, demand, by_levels=True), scaled, demand)
     # any faster uniform rate is refused: the tight cut lets only q units per part out
     assert not _packable(n, scaled, {r: q + 1 for r in range(n)})
 
@@ -165,10 +166,13 @@ def test_every_schedule_verifies_on_library_topologies(spec, kind):
 def test_the_size_picks_the_pipeline_from_the_judge():
     solution = synth(T.build("dgx1"), "allgather", size=1 << 28)
     tried = solution.details["pipeline_candidates"]
-    assert tried[0]["stages"] == 4 and len({(t["construction"], t["stages"], t["taper"]) for t in tried}) == len(tried)
+    assert tried[0]["stages"] == 4
+    assert len({(t["construction"], t["stages"], t["taper"], t["stagger"]) for t in tried}) == len(tried)
+    assert any(t["stagger"] for t in tried)  # a few ranks: staggered shapes are judged too
     assert "packed" in {t["construction"] for t in tried} <= {"packed", "shallow"}  # shallow may be pruned
     best = min(tried, key=lambda t: t["time_us"])
-    assert (solution.details["stages"], solution.details["taper"]) == (best["stages"], best["taper"])
+    assert (solution.details["stages"], solution.details["taper"], solution.details["stagger"]) == (
+        best["stages"], best["taper"], best["stagger"])
     assert compiler.simulate(solution.algorithm, 1 << 28, bound=False, baselines=False).time_us == \
         pytest.approx(best["time_us"], rel=1e-6)
 
@@ -220,6 +224,124 @@ from solvers.packing.stitch import node_topology, physical_time  # noqa: E402
 
 CLUSTERS = ["dgx-h100:3", "dgx-a100:2,fabric=leafspine", pytest.param("dgx2:2,fabric=rail", marks=pytest.mark.slow),
             "ndv2:3", "dgx-h100:4,fabric=switch"]
+
+
+@pytest.mark.parametrize("spec", ["dgx1", "torus:3x3", "ndv2:2"])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("shape", [(4, 1.0), (8, 0.9)])
+def test_staggered_pipelines_verify(spec: str, kind: str, shape: tuple[int, float]) -> None:
+    """Every branch of a tree shifting its stage boundaries (by a different fraction) still
+    moves every slot down (or up) its tree in order: the schedules verify for every kind."""
+    from solvers.packing import slot_count
+    from solvers.packing.schedule import build
+
+    topo = _TOPOLOGIES.setdefault(spec, T.build(spec))  # one object: its packings are cached
+    root = 1 if kind in ("broadcast", "reduce") else None
+    problem = Problem(topo, builtin(kind, topo.n_ranks, root=root), Request("packing"))
+    packing = plan(topo, kind, root)
+    slots = slot_count(packing, 1, topo.n_ranks, (*shape, True))
+    alg = build(problem, packing, slots, *shape, True)
+    plain = build(problem, packing, slots, *shape, False)
+    assert verify(alg).transfers == len(alg.transfers)
+    # staggering moves boundaries; it adds no transfers beyond one run per stage and branch
+    assert len(alg.transfers) <= 2 * len(plain.transfers)
+
+
+_TOPOLOGIES: dict = {}
+
+
+def test_a_shifted_stage_map_moves_every_boundary_into_the_next_stage() -> None:
+    from solvers.packing.schedule import _shift, _stages, _up_stages
+
+    for share, stages, taper in [(64, 16, 0.9), (40, 8, 1.0), (7, 3, 1.0), (12, 12, 1.0)]:
+        for up in (False, True):
+            base = (_up_stages if up else _stages)(share, stages, taper)
+            for phi in (0.0, 0.25, 0.5, 0.99):
+                moved = _shift(base, phi, up=up)
+                assert len(moved) == share and moved[0] == 0
+                assert all(b - a in (0, 1) for a, b in zip(moved, moved[1:]))  # stages in order, none empty
+                assert max(moved) == max(base)  # as many stages as before
+                if phi == 0.0:
+                    assert moved == base
+                sizes = [moved.count(g) for g in range(max(moved) + 1)]
+                plain = [base.count(g) for g in range(max(base) + 1)]
+                if up:  # the first stage shrinks (or stays), the last grows
+                    assert sizes[0] <= plain[0] and sizes[-1] >= plain[-1]
+                else:  # the first stage grows (or stays), the last shrinks
+                    assert sizes[0] >= plain[0] and sizes[-1] <= plain[-1]
+
+
+def _least_depth_brute_force(n: int, caps: dict[tuple[int, int], int], root: int, q: int) -> int | None:
+    """The least depth of q arc-disjoint (within caps) spanning out-trees of root, by trying every
+    parent choice of every tree."""
+    import itertools
+
+    others = [v for v in range(n) if v != root]
+    choices = [[u for u in range(n) if caps.get((u, v), 0) > 0 and u != v] for v in others]
+    best = None
+    trees = []
+    for parents in itertools.product(*choices):
+        parent = dict(zip(others, parents))
+        depth = {root: 0}
+        ok = True
+        for v in others:  # follow parents to the root; a cycle is no tree
+            path, x = [], v
+            while x not in depth and x not in path:
+                path.append(x)
+                x = parent[x]
+            if x not in depth:
+                ok = False
+                break
+            for y in reversed(path):
+                depth[y] = depth[parent[y]] + 1
+        if ok:
+            trees.append((parent, max(depth.values())))
+    for combo in itertools.combinations_with_replacement(range(len(trees)), q):
+        use: dict[tuple[int, int], int] = {}
+        for i in combo:
+            for v, u in trees[i][0].items():
+                use[(u, v)] = use.get((u, v), 0) + 1
+        if all(c <= caps.get(e, 0) for e, c in use.items()):
+            d = max(trees[i][1] for i in combo)
+            best = d if best is None else min(best, d)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_depth_bounded_packing_is_sat_exactly_from_the_least_depth(seed: int) -> None:
+    """pack_shallow finds q trees at the least feasible depth (by brute force) and none below."""
+    import random
+
+    from solvers.packing.trees import pack_shallow
+
+    rng = random.Random(seed)
+    n = rng.choice([4, 5])
+    caps: dict[tuple[int, int], int] = {}
+    for a in range(n):
+        for b in range(n):
+            if a != b and rng.random() < 0.6:
+                caps[(a, b)] = rng.choice([1, 1, 2])
+    q = rng.choice([1, 2])
+    least = _least_depth_brute_force(n, caps, 0, q)
+    for depth in range(1, n):
+        found = pack_shallow(n, caps, 0, q, depth, node_limit=10**6)
+        if least is None or depth < least:
+            assert found is None
+        else:
+            assert found is not None
+            check_trees(n, found, caps, {0: q})
+            assert max(max(t.depth().values()) for t in found) <= depth
+
+
+def test_level_by_level_packing_evens_the_depths_of_a_torus_broadcast() -> None:
+    from solvers.packing.plan import _depth_key
+
+    topo = T.build("torus:4x4")
+    trees = plan(topo, "broadcast", 0).phases()[0].trees
+    assert len(trees) == 4 and _depth_key(list(trees))[0] <= 5  # one after another: 5, 6, 6, 7
+    # dgx1's six trees (one per NVLink lane of every GPU): the depth-bounded MILP, 4 deep (greedy: 7)
+    trees = plan(T.build("dgx1"), "broadcast", 0).phases()[0].trees
+    assert sum(t.weight for t in trees) == 6 and _depth_key(list(trees))[0] == 4
 
 
 @pytest.mark.parametrize("spec", CLUSTERS)
@@ -479,9 +601,12 @@ def test_slot_counts_split_evenly_over_the_lanes_of_every_link() -> None:
     problem = Problem(T.build("amd8"), builtin("allreduce", 8), Request(solver="packing"))
     assert _lanes(problem) == 30
     for stages in (1, 2, 4, 16):
-        share = _per_share((stages, 1.0), 30)
-        assert share % (stages * 30) == 0 and share >= 8
-    assert _per_share((4, 1.0), 1) == 8 and _per_share((4, 1.0), 2) == 8 and _per_share((8, 0.85), 1) == 32
+        for stagger in (False, True):
+            share = _per_share((stages, 1.0, stagger), 30)
+            assert share % (stages * 30) == 0 and share >= 8
+    assert _per_share((4, 1.0, False), 1) == 8 and _per_share((4, 1.0, False), 2) == 8
+    assert _per_share((8, 0.85, False), 1) == 32
+    assert _per_share((8, 1.0, True), 1) == 32  # a staggered boundary moves by quarters of a stage
     dgx1 = Problem(T.build("dgx1"), builtin("allgather", 8), Request(solver="packing"))
     assert _lanes(dgx1) == 2
 
