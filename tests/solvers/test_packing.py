@@ -605,7 +605,7 @@ def test_slot_counts_split_evenly_over_the_lanes_of_every_link() -> None:
             share = _per_share((stages, 1.0, stagger), 30)
             assert share % (stages * 30) == 0 and share >= 8
     assert _per_share((4, 1.0, False), 1) == 8 and _per_share((4, 1.0, False), 2) == 8
-    assert _per_share((8, 0.85, False), 1) == 32
+    assert _per_share((8, 0.85, False), 1) == 64
     assert _per_share((8, 1.0, True), 1) == 32  # a staggered boundary moves by quarters of a stage
     dgx1 = Problem(T.build("dgx1"), builtin("allgather", 8), Request(solver="packing"))
     assert _lanes(dgx1) == 2
