@@ -85,26 +85,26 @@ def build(problem: Problem, packing: Packing, slots: int, stages: int, taper: fl
     C = slots
     if kind == "allgather":
         b, _ = builder(problem, C, "packing", "packing")
-        _down(b, packing.down, C, (stages, taper, n if stagger else 0), lambda r, q, j: ("output", q * C + j), {})
+        _down(b, packing.down, C, (stages, taper, stagger), n, lambda r, q, j: ("output", q * C + j), {})
     elif kind == "reducescatter":
         b, _ = builder(problem, C, "packing", "packing")
-        _up(b, packing.up, C, (stages, taper, n if stagger else 0), lambda r, q, j: ("output", j) if r == q else ("input", q * C + j))
+        _up(b, packing.up, C, (stages, taper, stagger), n, lambda r, q, j: ("output", j) if r == q else ("input", q * C + j))
     elif kind == "allreduce":
         b, _ = builder(problem, n * C, "packing", "packing")
 
         def loc(r: int, q: int, j: int) -> tuple[str, int]:
             return ("output", q * C + j)
 
-        done = _up(b, packing.up, C, (stages, taper, n if stagger else 0), loc)
-        _down(b, packing.down, C, (stages, taper, n if stagger else 0), loc, {key: s + 1 for key, s in done.items()})
+        done = _up(b, packing.up, C, (stages, taper, stagger), n, loc)
+        _down(b, packing.down, C, (stages, taper, stagger), n, loc, {key: s + 1 for key, s in done.items()})
     elif kind == "broadcast":
         b, _ = builder(problem, C, "packing", "packing")
         root = packing.root
-        _down(b, packing.down, C, (stages, taper, n if stagger else 0), lambda r, q, j: ("input" if r == root else "output", j), {})
+        _down(b, packing.down, C, (stages, taper, stagger), n, lambda r, q, j: ("input" if r == root else "output", j), {})
     elif kind == "reduce":
         b, _ = builder(problem, C, "packing", "packing")
         root = packing.root
-        _up(b, packing.up, C, (stages, taper, n if stagger else 0), lambda r, q, j: ("output" if r == root else "input", j))
+        _up(b, packing.up, C, (stages, taper, stagger), n, lambda r, q, j: ("output" if r == root else "input", j))
     else:  # pragma: no cover - plan() refuses other kinds
         raise AssertionError(kind)
     return b.build()
@@ -122,25 +122,25 @@ def _runs(starts: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
     return [(a, b, c) for a, b, c in out]
 
 
-def _down(b, phase: Phase, C: int, stages: tuple, loc, ready: dict[tuple[int, int], int]) -> None:
+def _down(b, phase: Phase, C: int, shape: tuple, n: int, loc, ready: dict[tuple[int, int], int]) -> None:
     """Copy every slot down its tree; slot j of root q may leave the root at step
     ``ready[(q, j)]`` (default: its pipeline stage, shifted per branch when staggered)."""
     for q, carried in _assign(phase, C).items():
         for tree, offsets in carried:
             depth = tree.depth()
-            base = _stages(len(offsets), *stages[:2])
-            for top, members in _branches(tree):
+            base = _stages(len(offsets), *shape[:2])
+            for top, members in _groups(tree, shape[2] and not ready):
                 if ready:
                     starts = [(j, ready.get((q, j), g)) for j, g in zip(offsets, base)]
                 else:
-                    starts = list(zip(offsets, _shift(base, _phase(stages, q, top, tree))))
+                    starts = list(zip(offsets, _shift(base, _phase(shape, q, top, n))))
                 for j, count, start in _runs(starts):
                     for v in members:
                         par = tree.parent[v]
                         b.move_run(start + depth[v] - 1, par, loc(par, q, j), v, loc(v, q, j), count, "copy")
 
 
-def _up(b, phase: Phase, C: int, stages: tuple, loc) -> dict[tuple[int, int], int]:
+def _up(b, phase: Phase, C: int, shape: tuple, n: int, loc) -> dict[tuple[int, int], int]:
     """Reduce every slot up its (reversed) tree; returns the step at which each slot's sum is
     complete at its root."""
     done: dict[tuple[int, int], int] = {}
@@ -148,9 +148,9 @@ def _up(b, phase: Phase, C: int, stages: tuple, loc) -> dict[tuple[int, int], in
         for tree, offsets in carried:
             depth = tree.depth()
             D = max(depth.values())
-            base = _up_stages(len(offsets), *stages[:2])
-            for top, members in _branches(tree):
-                starts = list(zip(offsets, _shift(base, _phase(stages, q, top, tree), up=True)))
+            base = _up_stages(len(offsets), *shape[:2])
+            for top, members in _groups(tree, shape[2]):
+                starts = list(zip(offsets, _shift(base, _phase(shape, q, top, n), up=True)))
                 for j, count, g in _runs(starts):
                     for v in members:
                         par = tree.parent[v]
@@ -161,9 +161,12 @@ def _up(b, phase: Phase, C: int, stages: tuple, loc) -> dict[tuple[int, int], in
     return done
 
 
-def _branches(tree: Tree) -> list[tuple[int, list[int]]]:
-    """The root's children, each with the vertices of its subtree (the child first, parents
-    before children)."""
+def _groups(tree: Tree, by_branch: bool) -> list[tuple[int, list[int]]]:
+    """The vertices below the root in the order they joined, as one group (keyed by the root),
+    or ``by_branch``: per child of the root, its subtree (the child first, parents before
+    children)."""
+    if not by_branch:
+        return [(tree.root, tree.order[1:])]
     top: dict[int, int] = {}
     out: dict[int, list[int]] = {}
     for v in tree.order[1:]:
@@ -174,18 +177,12 @@ def _branches(tree: Tree) -> list[tuple[int, list[int]]]:
     return list(out.items())
 
 
-GOLDEN = 0.6180339887498949
-
-
-def _phase(stages: tuple, q: int, top: int, tree: Tree) -> float:
-    """How far (a fraction of a stage) the branch under ``top`` shifts its stage boundaries, when
+def _phase(shape: tuple, q: int, top: int, n: int) -> float:
+    """How far (a fraction of a stage) the branch under ``top`` shifts its stage boundaries when
     the shape staggers: spread by the pair's distance so that neither a sender's branches nor a
     receiver's senders cross stage boundaries together (a link that waits out every branch's
     latency at once sits idle)."""
-    if len(stages) < 3 or not stages[2]:
-        return 0.0
-    n = stages[2]
-    return ((top - q) % n) / n
+    return ((top - q) % n) / n if shape[2] else 0.0
 
 
 def _shift(stage_of: list[int], phi: float, up: bool = False) -> list[int]:
