@@ -68,6 +68,13 @@ class Transfer(_TransferFields):
     def _make(cls, iterable: Iterable) -> Transfer:  # _replace and unpickling check too
         return cls(*iterable)
 
+    @classmethod
+    def unchecked(cls, fields: tuple) -> Transfer:
+        """A transfer from fields a solver computed itself (integers it counted, buffer and op
+        names it wrote): ``__new__``'s type checks skipped, which matters at millions of
+        transfers; ``Algorithm`` still checks every rank, index and count."""
+        return tuple.__new__(cls, fields)
+
     def describe(self) -> str:
         span = "" if self.count == 1 else f"..+{self.count}"
         return (

@@ -138,6 +138,7 @@ class Assembly:
         self._emit_messages(np.flatnonzero(net), stage_of, big)
         self._emit_applies(uses, stage_of, big, groups.keys)
         self._emit_groups(groups, stage_of, base[len(uses):])
+        self._emit_free(groups.free, big)
         del use, uses, staged, stage_of, base, net, runs
         self.runs = None  # every op is a row now
         return self._finish()
@@ -171,12 +172,18 @@ class Assembly:
         return staged
 
     def _local_groups(self, local: np.ndarray, uses: np.ndarray) -> _Groups:
-        """Steps of a rank with local runs are ordered in Python (reads before overwrites,
-        snapshots for cycles); no other step needs ordering."""
+        """Steps of a rank whose local runs read a slot another of its ops writes in that step
+        are ordered in Python (reads before overwrites, snapshots for cycles); in every other
+        step the local runs follow the staged receives' applies in run order (``free``), which
+        is the order the Python one gives when nothing conflicts."""
+
         runs = self.runs
         groups = _Groups()
         if not len(local):
             return groups
+        clash = self._conflicting(local, uses)
+        groups.free = local[~clash]
+        local = local[clash]
         members: dict[tuple[int, int], list[int]] = {}
         for i in local.tolist():
             members.setdefault((int(runs.src[i]), int(runs.step[i])), []).append(i)
@@ -193,6 +200,43 @@ class Assembly:
             for j, (buf, index, count) in enumerate(snapshots):
                 groups.snapshots.append((key[0], key[1], j, buf, index, count))
         return groups
+
+    def _conflicting(self, local: np.ndarray, uses: np.ndarray) -> np.ndarray:
+        """Per local run: whether its (rank, step) has a local run reading a slot that another
+        local run or staged receive's apply of that rank writes in the same step (aliased
+        output slots count as their input slots)."""
+        import numpy as np
+
+        runs = self.runs
+        base, canon = self._layout()
+        total = int(base[-1]) + 1
+        steps = int(runs.step.max(initial=0)) + 2
+        group = runs.src[local].astype(np.int64) * steps + runs.step[local] + 1  # (rank, step) of each
+        apply_group = runs.dst[uses].astype(np.int64) * steps + runs.step[uses] + 1
+
+        def slots(ids: np.ndarray, rank: np.ndarray, buf: np.ndarray, index: np.ndarray, grp: np.ndarray):
+            which, off = _expand(runs.count[ids].astype(np.int64))
+            at = ids[which]
+            slot = canon[base[rank[at] * 3 + buf[at]] + index[at] + off]
+            return grp[which] * total + slot, at
+
+        r_key, r_op = slots(local, runs.src, runs.src_buf, runs.src_index, group)
+        w_keys = [slots(local, runs.dst, runs.dst_buf, runs.dst_index, group)]
+        if len(uses):
+            w_keys.append(slots(uses, runs.dst, runs.dst_buf, runs.dst_index, apply_group))
+        w_key = np.concatenate([k for k, _ in w_keys])
+        w_op = np.concatenate([o for _, o in w_keys])
+        order = np.argsort(w_key, kind="stable")
+        w_key, w_op = w_key[order], w_op[order]
+        lo = np.searchsorted(w_key, r_key, side="left")
+        hi = np.searchsorted(w_key, r_key, side="right")
+        # a read clashes when its slot has a writer other than its own run
+        many = hi - lo >= 2
+        one = (hi - lo == 1)
+        other = np.zeros(len(r_key), dtype=bool)
+        other[one] = w_op[lo[one]] != r_op[one]
+        bad_groups = np.unique(group[np.searchsorted(local, r_op[many | other])])
+        return np.isin(group, bad_groups)
 
     def _allocate(self, use: dict[str, np.ndarray]) -> np.ndarray:
         """Staging bases: the j-th use of a layout (the size classes of the range) in a rank's
@@ -301,6 +345,18 @@ class Assembly:
                   sub=runs.src[uses] * big + runs.tag[uses], kind=np.where(runs.reduce[uses], REDUCE, COPY),
                   buf=runs.dst_buf[uses], index=runs.dst_index[uses], count=runs.count[uses], peer=-1,
                   src_buf=SCRATCH, src_index=stage_of[uses], tag=-1, channel=0)
+
+    def _emit_free(self, free: np.ndarray | None, big: int) -> None:
+        """The local runs of steps that need no ordering, after the step's applies, in run order."""
+        import numpy as np
+
+        if free is None or not len(free):
+            return
+        runs = self.runs
+        self._add(len(free), rank=runs.src[free], step=runs.step[free], section=LOCAL, sub=self.n * big + free,
+                  kind=np.where(runs.reduce[free], REDUCE, COPY), buf=runs.dst_buf[free],
+                  index=runs.dst_index[free], count=runs.count[free], peer=-1, src_buf=runs.src_buf[free],
+                  src_index=runs.src_index[free], tag=-1, channel=0)
 
     def _emit_groups(self, groups: _Groups, stage_of: np.ndarray, snap_base: np.ndarray) -> None:
         runs = self.runs
@@ -492,6 +548,7 @@ class _Groups:
         self.keys: set[tuple[int, int]] = set()
         self.orders: dict[tuple[int, int], tuple[list[tuple[int, int]], int, int]] = {}
         self.snapshots: list[tuple[int, int, int, int, int, int]] = []  # rank, step, j, buf, index, count
+        self.free = None  # local runs of the steps that need no ordering (a numpy array)
 
 
 def _order_locals(applies: list[int], local: list[int], runs: Runs,

@@ -18,6 +18,8 @@ from ccl.collective import Collective
 from ccl.errors import InfeasibleError
 from ccl.topology import Topology
 
+from .coalesce import coalesce_rows
+
 Slot = tuple[str, int]
 
 
@@ -104,7 +106,9 @@ class ScheduleBuilder:
         else:
             self._logical.append((step, src, src_slot[0], src_slot[1], dst, dst_slot[0], dst_slot[1], op, count))
 
-    def build(self) -> Algorithm:
+    def build(self, coalesce: bool = False) -> Algorithm:
+        """The Algorithm; ``coalesce``: scattered pieces one rank sends another in a step go as
+        one message through scratch (``solvers.coalesce``)."""
         path = self.router.path
         by_step: dict[int, list[tuple[tuple[int, ...], tuple]]] = {}
         longest: dict[int, int] = {}
@@ -122,11 +126,12 @@ class ScheduleBuilder:
             physical += longest[s]
         out: list[Transfer] = []
         if all(h == 1 for h in longest.values()):
-            for s in steps:
-                b0 = base[s]
-                for _, (_, src, sbuf, sidx, dst, dbuf, didx, op, count) in by_step[s]:
-                    out.append(Transfer(b0, src, sbuf, sidx, dst, dbuf, didx, count, op))
-            return Algorithm(self.name, self.collective, self.topology, tuple(out), solver=self.solver)
+            rows = [(base[s], src, sbuf, sidx, dst, dbuf, didx, count, op)
+                    for s in steps for _, (_, src, sbuf, sidx, dst, dbuf, didx, op, count) in by_step[s]]
+            if coalesce:
+                rows = coalesce_rows(rows, self.topology.n_ranks) or rows
+            return Algorithm(self.name, self.collective, self.topology, tuple(map(Transfer.unchecked, rows)),
+                             solver=self.solver)
         # Forwarding slots go above the scratch the template itself uses, in two banks (even and
         # odd physical steps) so a slot is never rewritten in the step that forwards it.
         used = [0] * self.topology.n_ranks
@@ -161,4 +166,6 @@ class ScheduleBuilder:
                     out.append(Transfer(t_recv, prev[0], prev[1], prev[2], m, "scratch", slot, 1, "copy"))
                     prev = (m, "scratch", slot)
                 out.append(Transfer(b0 + len(p) - 2, prev[0], prev[1], prev[2], dst, dbuf, didx, 1, op))
+        if coalesce:
+            out = [Transfer.unchecked(t) for t in coalesce_rows(out, self.topology.n_ranks) or out]
         return Algorithm(self.name, self.collective, self.topology, tuple(out), solver=self.solver)

@@ -21,11 +21,15 @@ local ops complete when issued.
 In ``step`` mode the ops of step s are issued no earlier than the completion of every op of
 the steps before (a barrier between steps).
 
-Two loops implement this. The fast one handles links without limits and free local ops: there
+Three loops implement this. The fast one handles links without limits and free local ops: there
 a message's times are known when it takes its lane, so its completions are applied at once,
 and so are those of every op they make ready (everything those post becomes ready no earlier,
-and ready messages are taken in time order from one heap). The general one takes every event
-in time order from the heap; the tests check both agree.
+and ready messages are taken in time order from one heap). The op-level one (``fluid``)
+handles dependency mode with free local ops otherwise: links under limits (with lazy flow
+progress and fair shares recomputed per connected component), and programs whose chains of
+local ops would make the fast loop's contraction quadratic. The general one takes every event
+(local ops included) in time order from the heap and recomputes every fair share. The tests
+check all three agree.
 """
 
 from __future__ import annotations
@@ -44,6 +48,14 @@ from .graph import ProgramGraph, as_array
 
 INF = math.inf
 _EPS = 1e-12
+GRID = 2.0**-32  # microseconds: a fluid flow finishes on this grid (about 0.23 fs)
+
+
+def on_grid(t: float) -> float:
+    """``t`` rounded to ``GRID``. Flows that finish together in exact arithmetic, whose times
+    were summed in different orders, then finish at one instant, so ties between the messages
+    they make ready break the same way in every loop."""
+    return round(t / GRID) * GRID
 
 
 @dataclass(frozen=True)
@@ -97,11 +109,22 @@ class Engine:
     def uses_fast_loop(self) -> bool:
         return not self.fluid and self.local_rate is None
 
+    def uses_fluid_loop(self, mode: str) -> bool:
+        """The op-level loop of ``fluid``: dependency mode and local ops free, on links under
+        limits, or without limits when the fast loop's contraction of local ops would cost
+        much more than the ops themselves."""
+        return self.local_rate is None and mode == "dependency" and (
+            self.fluid or not self.g.contraction_is_cheap())
+
     # ------------------------------------------------------------------ entry points
     def run(self, mode: str) -> None:
         """``dependency``: every op as soon as it is ready; ``step``: a barrier between steps."""
-        if self.uses_fast_loop:
+        if self.uses_fast_loop and not self.uses_fluid_loop(mode):
             self._fast(mode)
+        elif self.uses_fluid_loop(mode):
+            from .fluid import run as run_fluid
+
+            run_fluid(self)
         else:
             self._general_run(mode)
         self._check_finished()
@@ -447,7 +470,7 @@ class Engine:
                 if st[1] > 0 and st[0] / st[1] < nxt:
                     nxt = st[0] / st[1]
             if nxt < INF:
-                push(heap, (clock_fluid[0] + max(nxt, 0.0), FLUID, version[0]))
+                push(heap, (on_grid(clock_fluid[0] + max(nxt, 0.0)), FLUID, version[0]))
 
         for v, t in ready:
             push(heap, (t, READY, -1 - v))  # ops issued at their start time, in order
@@ -474,7 +497,7 @@ class Engine:
                 advance_fluid(t)
                 finished = sorted(q for q, st in active.items()
                                   if st[0] <= _EPS * max(1.0, self.msg_bytes[q // m] / m)
-                                  or (st[1] > 0 and st[0] / st[1] <= 1e-12 * max(1.0, t)))
+                                  or (st[1] > 0 and on_grid(t + st[0] / st[1]) <= t))
                 if not finished:  # rounding: the nearest one finishes now
                     finished = [min(active, key=lambda q: (active[q][0] / active[q][1] if active[q][1] > 0 else INF,
                                                            q))]

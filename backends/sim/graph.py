@@ -127,10 +127,13 @@ class ProgramGraph:
             self._cache["ops"] = (remaining.tolist(), out_ptr.tolist(), self.dep_dst[order].tolist())
         return self._cache["ops"]
 
-    def contracted(self) -> tuple[np.ndarray, np.ndarray]:
+    def contracted(self, budget: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
         """(src, dst) arrays: op dst waits, directly or through local ops only, for the send or
         receive src (deps on local ops replaced by their own, repeatedly; unordered, and a pair
-        may repeat, which only counts the same wait twice)."""
+        may repeat, which only counts the same wait twice). Each round expands only the waits
+        still passing through a local op. ``budget``: None once the expansions exceed it (long
+        chains of local ops, as a reduction accumulating many pieces makes, cost the square of
+        their length here; the op-level loop follows them in linear time)."""
         if "contracted" not in self._cache:
             n = self.n_ops
             local = self.op_message < 0
@@ -142,21 +145,33 @@ class ProgramGraph:
             del by_local, l_dst, l_src
             src, dst = self.dep_src.astype(np.int64), self.dep_dst.astype(np.int64)
             limit = 4 * len(src) + 1024
-            while True:
+            out_src: list[np.ndarray] = []
+            out_dst: list[np.ndarray] = []
+            work = 0
+            while len(src):
                 through = local[src]
-                if not np.any(through):
-                    break
+                out_src.append(src[~through])
+                out_dst.append(dst[~through])
                 via, to = src[through], dst[through]
                 counts = in_ptr[via + 1] - in_ptr[via]
+                work += int(counts.sum())
+                if budget is not None and work > budget:
+                    return None
                 which = np.repeat(np.arange(len(via), dtype=np.int64), counts)
                 off = np.arange(len(which), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-                src = np.concatenate([src[~through], in_idx[in_ptr[via][which] + off]])
-                dst = np.concatenate([dst[~through], to[which]])
+                src = in_idx[in_ptr[via][which] + off]
+                dst = to[which]
                 if len(src) > limit:  # many paths through local ops: drop repeats before going on
                     key = _sorted_unique(dst * max(n, 1) + src)
                     dst, src = np.divmod(key, max(n, 1))
-            self._cache["contracted"] = (src, dst)
+            self._cache["contracted"] = (np.concatenate(out_src) if out_src else src,
+                                         np.concatenate(out_dst) if out_dst else dst)
         return self._cache["contracted"]
+
+    def contraction_is_cheap(self) -> bool:
+        """Whether ``contracted`` costs little more than the dependencies themselves (the fast
+        loop's precondition; computing it keeps the result)."""
+        return self.contracted(budget=8 * len(self.dep_src) + 100_000) is not None
 
     def message_lists(self, slices: int = 1) -> tuple[array, array, array]:
         """For the fast loop, over message instances (q = message * slices + j): (the

@@ -45,7 +45,6 @@ import sys
 import time
 
 from ccl import interrupt
-from ccl.collective import builtin
 from ccl.errors import InputError, Interrupted, SolverTimeout
 from ccl.judge import CostJudge
 from ccl.problem import Problem
@@ -53,10 +52,10 @@ from ccl.problem import Problem
 from ..common import pieces
 from . import routes
 from .plan import KINDS as TREE_KINDS
-from .plan import Packing, Phase, plan, plans
-from .schedule import build
+from .plan import Packing, plan, plans
+from .schedule import Shape, build
 
-__all__ = ["KINDS", "Packing", "plan", "plans", "synthesize"]
+__all__ = ["KINDS", "Packing", "Shape", "plan", "plans", "synthesize"]
 
 KINDS = (*TREE_KINDS, *routes.KINDS)
 
@@ -166,40 +165,33 @@ def _synthesize_trees(problem: Problem, judge: CostJudge | None, progress, start
         # time, and its build time sets the reserve
         shape = DEFAULT_SHAPE
         fallback = (0, shape, budget.timed_build(
-            lambda: build(problem, candidates[0], slot_count(candidates[0], base, n, shape, lanes), *shape)))
+            lambda: build(problem, candidates[0], slot_count(candidates[0], base, n, shape, lanes), shape)))
     if size is None or judge is None or budget.cut is not None:
         index, shape = 0, DEFAULT_SHAPE
     else:
-        proxies: dict[int, object] = {}
-
-        def proxy(pk: Packing):
-            if id(pk) not in proxies:
-                proxies[id(pk)] = _proxy(problem, pk)
-            return proxies[id(pk)]
-
         def longest(pk: Packing) -> int:
             out = 16
             while out < 256 and _per_slot(pk, n) * pk.trees_per_root() * out * 8 <= MAX_TRANSFERS:
                 out *= 2
             return out
 
+        def work(pk: Packing, c: Shape) -> int:  # transfers a judgement builds, estimated
+            return _per_slot(pk, n) * _runs_per_tree(pk, c) * (2 if c.coalesce else 1)
+
         picked, tried = _pick(
             candidates, size, progress, name=_construction,
             rate=lambda pk: max(ph.achieved for ph in pk.phases()) * (size if pk.root is not None else size / n),
-            evaluate=lambda pk, c: _time(problem, pk, base, n, lanes, c, judge, size, proxy(pk), budget),
-            tapered=lambda pk: proxy(pk) is None or pk.kind == "reducescatter", longest=longest,
-            judged_as=lambda pk: "allgather" if proxy(pk) is not None else kind, budget=budget,
-            stagger=lambda pk: n <= STAGGER_RANKS and kind in STAGGER_KINDS)
+            evaluate=lambda pk, c: _time(problem, pk, base, n, lanes, c, judge, size, budget),
+            longest=longest, kind=kind, budget=budget, work=work)
         index, shape = picked if picked is not None else (0, DEFAULT_SHAPE)
     packing = candidates[index]
     slots = slot_count(packing, base, n, shape, lanes)
     if fallback is not None and fallback[:2] == (index, shape):
         alg = fallback[2]
     else:
-        alg = build(problem, packing, slots, *shape)
+        alg = build(problem, packing, slots, shape)
     details = packing.details()
-    details.update({"slots_per_part": slots, "stages": shape[0], "taper": shape[1], "stagger": shape[2],
-                    "plan_seconds": round(planned, 3)})
+    details.update({"slots_per_part": slots, **shape._asdict(), "plan_seconds": round(planned, 3)})
     if len(candidates) > 1:
         details["constructions"] = [_construction(p) for p in candidates]
     if tried:
@@ -222,7 +214,7 @@ def _synthesize_routes(problem: Problem, judge: CostJudge | None, progress, star
     size = problem.request.size
     tried: list[dict] = []
 
-    def slots_of(rt: routes.Routing, shape: tuple[int, float, bool]) -> int:
+    def slots_of(rt: routes.Routing, shape: Shape) -> int:
         want = rt.routes_per_piece() * _per_share(shape, lanes)
         target = min(want, max(1, MAX_TRANSFERS // max(1, routes.transfers_per_slot(rt))))
         return base * max(1, target // base)
@@ -231,7 +223,7 @@ def _synthesize_routes(problem: Problem, judge: CostJudge | None, progress, star
     if budget.deadline is not None:
         shape = DEFAULT_SHAPE
         fallback = (0, shape, budget.timed_build(
-            lambda: routes.build(problem, candidates[0], slots_of(candidates[0], shape), *shape[:2])))
+            lambda: routes.build(problem, candidates[0], slots_of(candidates[0], shape), shape.stages, shape.taper)))
     if size is None or judge is None:
         index, shape = 0, DEFAULT_SHAPE
     else:
@@ -241,24 +233,24 @@ def _synthesize_routes(problem: Problem, judge: CostJudge | None, progress, star
                 out *= 2
             return out
 
-        def evaluate(rt: routes.Routing, c: tuple[int, float, bool]) -> float:
-            alg = budget.timed_build(lambda: routes.build(problem, rt, slots_of(rt, c), *c[:2]))
+        def evaluate(rt: routes.Routing, c: Shape) -> float:
+            alg = budget.timed_build(lambda: routes.build(problem, rt, slots_of(rt, c), c.stages, c.taper))
             return judge.time_us(alg, size)
 
         picked, tried = _pick(
             candidates, size, progress, name=lambda rt: rt.construction,
             rate=lambda rt: rt.achieved * size / rt.n_ranks,
-            evaluate=evaluate, tapered=lambda rt: True, longest=longest, judged_as=lambda rt: rt.kind,
-            budget=budget, stagger=lambda rt: False)
+            evaluate=evaluate, longest=longest, kind=problem.collective.kind, budget=budget,
+            work=lambda rt, c: routes.transfers_per_slot(rt) * c.stages, variants=False)
         index, shape = picked if picked is not None else (0, DEFAULT_SHAPE)
     routing = candidates[index]
     slots = slots_of(routing, shape)
     if fallback is not None and fallback[:2] == (index, shape):
         alg = fallback[2]
     else:
-        alg = routes.build(problem, routing, slots, *shape[:2])
+        alg = routes.build(problem, routing, slots, shape.stages, shape.taper)
     details = routing.details()
-    details.update({"slots_per_part": slots, "stages": shape[0], "taper": shape[1],
+    details.update({"slots_per_part": slots, "stages": shape.stages, "taper": shape.taper,
                     "plan_seconds": round(planned, 3), "constructions": [rt.construction for rt in candidates]})
     if tried:
         details["pipeline_candidates"] = tried
@@ -282,17 +274,19 @@ def _finish(problem: Problem, alg, details: dict, budget: _Budget):
     return Solution(alg, details)
 
 
-def _pick(candidates: list, size: float, progress, *, name, rate, evaluate, tapered, longest,
-          judged_as, budget: _Budget, stagger) -> tuple[tuple[int, tuple[int, float, bool]] | None, list[dict]]:
+def _pick(candidates: list, size: float, progress, *, name, rate, evaluate, longest, kind: str,
+          budget: _Budget, work, variants: bool = True) -> tuple[tuple[int, Shape] | None, list[dict]]:
     """The judged search: every construction over the uniform pipeline shapes (``_search``),
     skipping those whose bandwidth time alone (``rate``) exceeds the best time so far, then the
     finer shapes (``_refine``) of the construction that leads, until the budget is due (the best
     shape judged by then wins; each judgement runs in ``budget.region()`` and one cut short is
-    given up). Returns (the winner's index and shape, or None when nothing was judged) and every
-    shape tried with its time."""
-    best: tuple[float, int, tuple[int, float, bool]] | None = None
+    given up). ``work(candidate, shape)``: the transfers a judgement builds (estimated), which
+    bounds the refinement; ``variants``: whether staggered, coalesced and sequential shapes
+    exist (trees; not routes). Returns (the winner's index and shape, or None when nothing was
+    judged) and every shape tried with its time."""
+    best: tuple[float, int, Shape] | None = None
     tried: list[dict] = []
-    seen: dict[int, dict[tuple[int, float, bool], float]] = {}
+    seen: dict[int, dict[Shape, float]] = {}
 
     def guarded(candidate, c):
         with budget.region():
@@ -310,10 +304,8 @@ def _pick(candidates: list, size: float, progress, *, name, rate, evaluate, tape
         for shape, us in times.items():
             if shape in known:
                 continue
-            tried.append({"construction": name(candidate), "stages": shape[0], "taper": shape[1],
-                          "stagger": shape[2], "judged_as": judged_as(candidate), "time_us": round(us, 3)})
-            progress(f"{name(candidate)}, {shape[0]} stages, taper {shape[1]}"
-                     f"{', staggered' if shape[2] else ''}: {us:.4g} us")
+            tried.append({"construction": name(candidate), **shape._asdict(), "time_us": round(us, 3)})
+            progress(f"{name(candidate)}, {shape.describe()}: {us:.4g} us")
             if best is None or us < best[0]:
                 best = (us, index, shape)
 
@@ -333,20 +325,17 @@ def _pick(candidates: list, size: float, progress, *, name, rate, evaluate, tape
         record(index, lambda ev, times, x=candidate: _search(ev, longest=longest(x), seen=times))
     if best is not None and not stopped():
         lead = candidates[best[1]]
-        record(best[1], lambda ev, times: _refine(ev, times, tapered=tapered(lead), longest=longest(lead),
-                                                  stagger=stagger(lead)))
+        record(best[1], lambda ev, times: _refine(ev, times, longest=longest(lead), kind=kind,
+                                                  work=lambda c: work(lead, c), variants=variants))
     return (None if best is None else (best[1], best[2])), tried
 
 
 DEFAULT_STAGES = 4
-DEFAULT_SHAPE = (DEFAULT_STAGES, 1.0, False)
-MAX_TRANSFERS = 800_000
-STAGGER_RANKS = 64  # above this many ranks staggered shapes are not judged: their simulation (every
-# shared link's fair shares recomputed at each of many more distinct instants) takes minutes
-STAGGER_KINDS = ("allgather", "broadcast")  # reductions staggered chain their partial sums through
-# many more local ops, which the simulator's dependency contraction walks one level at a time
+DEFAULT_SHAPE = Shape(DEFAULT_STAGES)
+MAX_TRANSFERS = 1_200_000
 STAGGER_STAGES = 64  # the most stages a staggered shape is judged with
-PROXY_RANKS = 32  # above this many ranks, allreduce and reducescatter pipelines are judged as allgathers
+REFINE_WORK = 6_000_000  # transfers (estimated) the refinement of the leading construction may build in all:
+# on up to about 64 ranks every refinement fits; at 128 ranks the first few, most valuable first
 
 
 def _construction(packing: Packing) -> str:
@@ -354,15 +343,15 @@ def _construction(packing: Packing) -> str:
 
 
 def _search(evaluate, longest: int = 16, seen: dict | None = None):
-    """Uniform pipeline shapes (stages, taper 1, not staggered) tried by the judge, with their
+    """Uniform pipeline shapes (stages, taper 1, nothing else) tried by the judge, with their
     times: stage counts by hill climbing from 4 over 1, 2, 4, 8, 16 (up to ``longest``, a power
     of two; rooted trees carry few transfers per slot and afford up to 256). ``seen``: the dict
     the times go to as they come (the caller keeps them if the search is abandoned)."""
-    ladder = [(1 << k, 1.0, False) for k in range(longest.bit_length())]
+    ladder = [Shape(1 << k) for k in range(longest.bit_length())]
     if seen is None:
         seen = {}
 
-    def ev(c: tuple[int, float, bool]) -> float:
+    def ev(c: Shape) -> float:
         if c not in seen:
             seen[c] = evaluate(c)
         return seen[c]
@@ -378,95 +367,113 @@ def _search(evaluate, longest: int = 16, seen: dict | None = None):
     return list(seen.items())
 
 
-def _refine(evaluate, seen: dict, tapered: bool = True, longest: int = 16, stagger: bool = False):
-    """Finer shapes around the best uniform one in ``seen`` (the leading construction's):
-    3/2 and 3/4 of its stage count (the time is flat near its minimum, but a power of two can
-    be a tenth off); then, when the best has 8 or more stages (bandwidth binds) and ``tapered``,
-    two tapered shapes whose last pieces are small (not for an allreduce under the allgather
-    proxy: its slots start down as their sums complete, and tapering the proxy favoured did not
-    carry over; a reducescatter's growing stages are the time reverse of the allgather's
-    shrinking ones, so the proxy holds); with ``stagger``, staggered shapes (each branch of a
-    tree shifts its stage boundaries, ``schedule._phase``) from twice the best stage count,
-    doubled or halved while that pays (at most ``STAGGER_STAGES``), and the best of those
-    tapered (allgather and broadcast on up to ``STAGGER_RANKS`` ranks): a link shared by several
-    pairs no longer sits idle while every pair waits out its latency at the same stage
-    boundary, which lets longer pipelines pay."""
+def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", work=None,
+            variants: bool = True):
+    """Finer shapes around the best uniform one in ``seen`` (the leading construction's), the
+    most valuable first, while the estimated work (``work(shape)``: transfers built) of the
+    judgements so far stays within ``REFINE_WORK`` (all of them on up to about 64 ranks; at 128
+    the first two or three):
 
-    def ev(c: tuple[int, float, bool]) -> float:
+    1. (``variants``) at twice the best stage count: staggered and coalesced (and, for
+       allreduce, sequential), whose stage count is then climbed (2.), then coalesced alone
+       (and for allreduce staggered and coalesced but pipelined). Staggering (``schedule._phase``) keeps the pairs
+       sharing a port from waiting out their message latency at the same stage boundary, so
+       longer pipelines pay; coalescing sends the pieces of many roots a relay forwards to one
+       peer in a step as one message (NVSwitch stars after the NIC rails); an allreduce whose
+       allgather half follows its reducescatter half keeps each half's pipeline in its own
+       stagger;
+    2. the best so far with its stage count doubled or halved while that pays (at most
+       ``STAGGER_STAGES`` when staggered);
+    3. tapered stages (when the best has 8 or more: bandwidth binds), 0.95 of the one before:
+       the last pieces small, whose trip after the bottleneck is the pipeline's tail (up a tree
+       the first ones, whose climb to it is the fill);
+    4. the other seeds of 1., and 2. again;
+    5. 3/2 and 3/4 of the best stage count (the time is flat near its minimum, but a power of
+       two can be a tenth off);
+    6. tapered again: 0.95, 0.9, and 0.85 with 3/4 of the stages."""
+
+    spent = [0]
+
+    def affordable(c: Shape) -> bool:
+        return c in seen or work is None or spent[0] + work(c) <= REFINE_WORK
+
+    def ev(c: Shape) -> float:
         if c not in seen:
+            if work is not None:
+                spent[0] += work(c)
             seen[c] = evaluate(c)
         return seen[c]
 
-    def best() -> tuple[int, float, bool]:
+    def best() -> Shape:
         return min(seen, key=lambda c: (seen[c], c))
 
-    top = best()
-    for k in (top[0] * 3 // 2, top[0] * 3 // 4):
-        if 2 <= k <= longest:
-            ev((k, 1.0, False))
-    top = best()
-    if tapered and top[0] >= 8:
-        for c in ((top[0] * 3 // 4, 0.85, False), (top[0], 0.9, False)):
-            ev(c)
-    if stagger and top[0] >= 2:
-        most = min(longest, STAGGER_STAGES)
-        k = min(max(4, 2 * top[0]), most)
-        ev((k, 1.0, True))
+    def limit(c: Shape) -> int:
+        return min(longest, STAGGER_STAGES) if c.stagger else longest
+
+    def climb() -> None:
+        start = best()
         for factor in (2, 0.5):
-            j = k
-            while 4 <= int(j * factor) <= most and ev((int(j * factor), 1.0, True)) < ev((j, 1.0, True)):
-                j = int(j * factor)
-            if j != k:
+            j = start
+            while True:
+                nxt = j._replace(stages=int(j.stages * factor))
+                if not (2 <= nxt.stages <= limit(nxt)) or not affordable(nxt) or ev(nxt) >= ev(j):
+                    break
+                j = nxt
+            if j != start:
                 break
-        staggered = min((c for c in seen if c[2]), key=lambda c: (seen[c], c))
-        if tapered and staggered[0] >= 8:
-            ev((staggered[0], 0.95, True))
+
+    top = best()
+    seeds = []
+    if variants and top.stages >= 2:
+        k = min(max(4, 2 * top.stages), longest)
+        allreduce = kind == "allreduce"
+        seeds = [Shape(k, stagger=True, coalesce=True, sequential=allreduce), Shape(k, coalesce=True)]
+        if allreduce:
+            seeds.append(Shape(k, stagger=True, coalesce=True))
+    def taper(candidates) -> None:
+        top = best()
+        if top.stages >= 8:
+            for c in candidates(top):
+                if affordable(c):
+                    ev(c)
+
+    if seeds and affordable(seeds[0]):
+        ev(seeds[0])
+    climb()  # from the best so far: the first seed's stage count where it wins
+    taper(lambda top: [top._replace(taper=0.95)])  # at scale all there is time for
+    for c in seeds[1:]:
+        if affordable(c):
+            ev(c)
+    climb()
+    top = best()
+    for k in (top.stages * 3 // 2, top.stages * 3 // 4):
+        c = top._replace(stages=k)
+        if 2 <= k <= limit(c) and affordable(c):
+            ev(c)
+    taper(lambda top: [top._replace(taper=0.95), top._replace(taper=0.9),
+                       top._replace(stages=top.stages * 3 // 4, taper=0.85)])
     return list(seen.items())
 
 
-def _time(problem: Problem, packing: Packing, base: int, n: int, lanes: int, shape: tuple[int, float, bool],
-          judge: CostJudge, size: float, proxy, budget: _Budget | None = None) -> float:
-    if proxy is not None:
-        problem, packing = proxy
-
+def _time(problem: Problem, packing: Packing, base: int, n: int, lanes: int, shape: Shape,
+          judge: CostJudge, size: float, budget: _Budget | None = None) -> float:
     def make():
-        return build(problem, packing, slot_count(packing, base, n, shape, lanes), *shape)
+        return build(problem, packing, slot_count(packing, base, n, shape, lanes), shape)
 
     return judge.time_us(make() if budget is None else budget.timed_build(make), size)
 
 
-def _proxy(problem: Problem, packing: Packing):
-    """For allreduce and reducescatter on many ranks: the allgather over the same trees (the
-    reduce trees read forward), which pipelines the same way and simulates several times
-    faster; None when the schedule is judged as itself."""
-    if packing.kind not in ("allreduce", "reducescatter") or problem.topology.n_ranks <= PROXY_RANKS:
-        return None
-    phase = packing.down if packing.down is not None else packing.up
-    assert phase is not None
-    topo = problem.topology
-    for t in phase.trees:
-        for v, p in t.parent.items():
-            if topo.flat_link(p, v) is None:
-                return None
-    forward = Phase(False, phase.trees, phase.optimal, phase.achieved, phase.exact, phase.construction)
-    proxy_packing = Packing("allgather", packing.n_ranks, None, forward, None)
-    proxy_problem = Problem(topo, builtin("allgather", n=topo.n_ranks), problem.request)
-    return proxy_problem, proxy_packing
-
-
-def slot_count(packing: Packing, base: int, n: int, shape: tuple[int, float, bool] = DEFAULT_SHAPE,
-               lanes: int = 1) -> int:
+def slot_count(packing: Packing, base: int, n: int, shape: Shape = DEFAULT_SHAPE, lanes: int = 1) -> int:
     """Slots per part: fine enough that shares follow the trees' rates (8 per tree of the root
     with most trees) and that every tree's share has the pipeline's stages (``_per_share``);
     within a budget of transfers; a multiple of the request's chunks. A tree's consecutive slots
     of one stage travel as one transfer per arc, so the budget bounds the stages (twice as many
-    runs when staggered: an allreduce's slots go down as the staggered sums complete), not the
-    slots, which are bounded by ``MAX_BUFFER_SLOTS`` per rank instead; when even one slot per
-    stage is over budget, the slots are (every slot may then be a transfer of its own)."""
+    runs when staggered: a branch's shifted boundaries split a stage in two), not the slots,
+    which are bounded by ``MAX_BUFFER_SLOTS`` per rank instead; when even one slot per stage is
+    over budget, the slots are (every slot may then be a transfer of its own)."""
     per_slot = _per_slot(packing, n)
     want = packing.trees_per_root() * _per_share(shape, lanes)
-    runs = packing.trees_per_root() * shape[0] * (2 if shape[2] else 1)
-    if per_slot * runs <= MAX_TRANSFERS:
+    if per_slot * _runs_per_tree(packing, shape) <= MAX_TRANSFERS:
         cap = MAX_BUFFER_SLOTS // n
     else:
         cap = MAX_TRANSFERS // per_slot
@@ -474,19 +481,26 @@ def slot_count(packing: Packing, base: int, n: int, shape: tuple[int, float, boo
     return base * max(1, target // base)
 
 
+def _runs_per_tree(packing: Packing, shape: Shape) -> int:
+    """Transfers per tree arc a shape makes (at most): one per stage, two when staggered."""
+    return packing.trees_per_root() * shape.stages * (2 if shape.stagger else 1)
+
+
 MAX_BUFFER_SLOTS = 1 << 15  # slots of all parts together in a rank's buffer
 
 
-def _per_share(shape: tuple[int, float, bool], lanes: int) -> int:
+def _per_share(shape: Shape, lanes: int) -> int:
     """Slots of one tree's share: at least 8, and per stage as many as ``lanes`` (a message
     takes one lane, and the lowering cuts a pair's slots of a step into one message per lane:
-    a stage of one slot would leave the others idle), eight when tapered (the stages follow the
+    a stage of one slot would leave the others idle), four when staggered (a boundary moves by
+    whole slots; tapered too: four follow the geometric sizes closely enough there, and the
+    lowering's work grows with the slots) and eight when only tapered (the stages follow the
     geometric sizes closely: dgx-h100:16 allgather at 1 GiB, 16 stages, 1.048x the bound with 8
-    per stage, 1.054x with 4) and four when staggered (a boundary moves by whole slots). Uniform
+    per stage, 1.054x with 4). Uniform
     stages are a multiple of ``lanes`` slots each, so every lane of a link gets the same bytes:
     8 slots over 5 lanes would go as 2, 2, 2, 1, 1 and take 1.25x the time of 8/5 per lane."""
-    stages, taper, stagger = shape
-    want = max(8, stages * max(lanes, 8 if taper < 1 else 4 if stagger else 1))
+    stages, taper, stagger = shape.stages, shape.taper, shape.stagger
+    want = max(8, stages * max(lanes, 4 if stagger else 8 if taper < 1 else 1))
     if lanes > 1 and taper >= 1:
         unit = stages * lanes
         want = -(-want // unit) * unit

@@ -13,10 +13,16 @@ the rates). A tree's slots are grouped into ``stages`` consecutive pipeline stag
 
 Pieces that share a step and a pair of ranks travel as one message (the lowering fuses them),
 so the pipeline depth is the stage count, and the slot count only sets how finely the data
-is shared among trees.
+is shared among trees. The pipeline's ``Shape`` also says whether the stages are tapered
+(geometric), staggered (each branch of a tree shifts its stage boundaries), coalesced (the
+pieces of many roots a rank sends a peer in one step go as one message through scratch,
+``solvers.coalesce``) and, for allreduce, whether the allgather half follows the whole
+reducescatter (``sequential``) instead of each slot going down as soon as its sum is complete.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from ccl.algorithm import Algorithm
 from ccl.problem import Problem
@@ -78,36 +84,63 @@ def _up_stages(share: int, stages: int, taper: float = 1.0) -> list[int]:
     return [last - k for k in reversed(down)]
 
 
-def build(problem: Problem, packing: Packing, slots: int, stages: int, taper: float = 1.0,
-          stagger: bool = False) -> Algorithm:
+class Shape(NamedTuple):
+    """A pipeline shape. ``stages``: pipeline stages per tree; ``taper`` < 1: geometric stage
+    sizes (shrinking down a tree, growing up one); ``stagger``: every branch under a tree's
+    root shifts its stage boundaries by a fraction of a stage (``_phase``), so the pairs
+    sharing a port do not wait out their message latency together; ``coalesce``: scattered
+    pieces sent to one peer in one step travel as one message (``solvers.coalesce``);
+    ``sequential`` (allreduce): the allgather half's steps follow every step of the
+    reducescatter half, each half pipelined and staggered on its own (a pair's allgather
+    messages then queue behind its reducescatter ones), instead of each slot starting down the
+    step after its sum is complete."""
+
+    stages: int
+    taper: float = 1.0
+    stagger: bool = False
+    coalesce: bool = False
+    sequential: bool = False
+
+    def describe(self) -> str:
+        out = f"{self.stages} stages, taper {self.taper}"
+        for flag in ("stagger", "coalesce", "sequential"):
+            if getattr(self, flag):
+                out += {"stagger": ", staggered", "coalesce": ", coalesced", "sequential": ", sequential"}[flag]
+        return out
+
+
+def build(problem: Problem, packing: Packing, slots: int, shape: Shape) -> Algorithm:
     kind = problem.collective.kind
     n = problem.topology.n_ranks
     C = slots
     if kind == "allgather":
         b, _ = builder(problem, C, "packing", "packing")
-        _down(b, packing.down, C, (stages, taper, stagger), n, lambda r, q, j: ("output", q * C + j), {})
+        _down(b, packing.down, C, shape, n, lambda r, q, j: ("output", q * C + j), {})
     elif kind == "reducescatter":
         b, _ = builder(problem, C, "packing", "packing")
-        _up(b, packing.up, C, (stages, taper, stagger), n, lambda r, q, j: ("output", j) if r == q else ("input", q * C + j))
+        _up(b, packing.up, C, shape, n, lambda r, q, j: ("output", j) if r == q else ("input", q * C + j))
     elif kind == "allreduce":
         b, _ = builder(problem, n * C, "packing", "packing")
 
         def loc(r: int, q: int, j: int) -> tuple[str, int]:
             return ("output", q * C + j)
 
-        done = _up(b, packing.up, C, (stages, taper, stagger), n, loc)
-        _down(b, packing.down, C, (stages, taper, stagger), n, loc, {key: s + 1 for key, s in done.items()})
+        done = _up(b, packing.up, C, shape, n, loc)
+        if shape.sequential:
+            _down(b, packing.down, C, shape, n, loc, {}, offset=max(done.values(), default=0) + 1)
+        else:
+            _down(b, packing.down, C, shape, n, loc, {key: s + 1 for key, s in done.items()})
     elif kind == "broadcast":
         b, _ = builder(problem, C, "packing", "packing")
         root = packing.root
-        _down(b, packing.down, C, (stages, taper, stagger), n, lambda r, q, j: ("input" if r == root else "output", j), {})
+        _down(b, packing.down, C, shape, n, lambda r, q, j: ("input" if r == root else "output", j), {})
     elif kind == "reduce":
         b, _ = builder(problem, C, "packing", "packing")
         root = packing.root
-        _up(b, packing.up, C, (stages, taper, stagger), n, lambda r, q, j: ("output" if r == root else "input", j))
+        _up(b, packing.up, C, shape, n, lambda r, q, j: ("output" if r == root else "input", j))
     else:  # pragma: no cover - plan() refuses other kinds
         raise AssertionError(kind)
-    return b.build()
+    return b.build(coalesce=shape.coalesce)
 
 
 def _runs(starts: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
@@ -122,14 +155,16 @@ def _runs(starts: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
     return [(a, b, c) for a, b, c in out]
 
 
-def _down(b, phase: Phase, C: int, shape: tuple, n: int, loc, ready: dict[tuple[int, int], int]) -> None:
+def _down(b, phase: Phase, C: int, shape: Shape, n: int, loc, ready: dict[tuple[int, int], int],
+          offset: int = 0) -> None:
     """Copy every slot down its tree; slot j of root q may leave the root at step
-    ``ready[(q, j)]`` (default: its pipeline stage, shifted per branch when staggered)."""
+    ``ready[(q, j)]`` (default: ``offset`` + its pipeline stage, shifted per branch when
+    staggered)."""
     for q, carried in _assign(phase, C).items():
         for tree, offsets in carried:
             depth = tree.depth()
-            base = _stages(len(offsets), *shape[:2])
-            for top, members in _groups(tree, shape[2] and not ready):
+            base = _stages(len(offsets), shape.stages, shape.taper)
+            for top, members in _groups(tree, shape.stagger and not ready):
                 if ready:
                     starts = [(j, ready.get((q, j), g)) for j, g in zip(offsets, base)]
                 else:
@@ -137,20 +172,24 @@ def _down(b, phase: Phase, C: int, shape: tuple, n: int, loc, ready: dict[tuple[
                 for j, count, start in _runs(starts):
                     for v in members:
                         par = tree.parent[v]
-                        b.move_run(start + depth[v] - 1, par, loc(par, q, j), v, loc(v, q, j), count, "copy")
+                        b.move_run(offset + start + depth[v] - 1, par, loc(par, q, j), v, loc(v, q, j), count, "copy")
 
 
-def _up(b, phase: Phase, C: int, shape: tuple, n: int, loc) -> dict[tuple[int, int], int]:
+def _up(b, phase: Phase, C: int, shape: Shape, n: int, loc) -> dict[tuple[int, int], int]:
     """Reduce every slot up its (reversed) tree; returns the step at which each slot's sum is
-    complete at its root."""
+    complete at its root. Staggered branches shift their boundaries as they do down a tree (the
+    first stage of each grows by its phase): every branch then starts its pipeline with a piece
+    of its own size, which keeps the pairs a port serves out of step even though their data all
+    becomes ready together (shifting the last stages instead, the time reverse, left the pairs
+    in step from the second stage on)."""
     done: dict[tuple[int, int], int] = {}
     for q, carried in _assign(phase, C).items():
         for tree, offsets in carried:
             depth = tree.depth()
             D = max(depth.values())
-            base = _up_stages(len(offsets), *shape[:2])
-            for top, members in _groups(tree, shape[2]):
-                starts = list(zip(offsets, _shift(base, _phase(shape, q, top, n), up=True)))
+            base = _up_stages(len(offsets), shape.stages, shape.taper)
+            for top, members in _groups(tree, shape.stagger):
+                starts = list(zip(offsets, _shift(base, _phase(shape, q, top, n))))
                 for j, count, g in _runs(starts):
                     for v in members:
                         par = tree.parent[v]
@@ -177,26 +216,21 @@ def _groups(tree: Tree, by_branch: bool) -> list[tuple[int, list[int]]]:
     return list(out.items())
 
 
-def _phase(shape: tuple, q: int, top: int, n: int) -> float:
+def _phase(shape: Shape, q: int, top: int, n: int) -> float:
     """How far (a fraction of a stage) the branch under ``top`` shifts its stage boundaries when
     the shape staggers: spread by the pair's distance so that neither a sender's branches nor a
     receiver's senders cross stage boundaries together (a link that waits out every branch's
     latency at once sits idle)."""
-    return ((top - q) % n) / n if shape[2] else 0.0
+    return ((top - q) % n) / n if shape.stagger else 0.0
 
 
-def _shift(stage_of: list[int], phi: float, up: bool = False) -> list[int]:
+def _shift(stage_of: list[int], phi: float) -> list[int]:
     """``stage_of`` (non-decreasing, 0-based) with every boundary between stages moved
-    ``phi`` of the way into the next stage (up a tree: into the previous one, the time
-    reverse), so the first stage grows and the last shrinks (up: the first shrinks)."""
+    ``phi`` of the way into the next stage, so the first stage grows and the last shrinks."""
     if phi <= 0.0 or not stage_of:
         return stage_of
-    seq = stage_of[::-1] if up else stage_of
-    if up:
-        last = seq[0]
-        seq = [last - g for g in seq]
-    share = len(seq)
-    starts = [j for j in range(1, share) if seq[j] != seq[j - 1]]
+    share = len(stage_of)
+    starts = [j for j in range(1, share) if stage_of[j] != stage_of[j - 1]]
     bounds = [0, *starts, share]
     moved = [bounds[k] + int(phi * (bounds[k + 1] - bounds[k])) for k in range(1, len(bounds) - 1)]
     out = []
@@ -204,8 +238,5 @@ def _shift(stage_of: list[int], phi: float, up: bool = False) -> list[int]:
     for j in range(share):
         while k < len(moved) and moved[k] <= j:
             k += 1
-        out.append(seq[0] + k if not up else k)
-    if up:
-        last = out[-1]
-        out = [last - g for g in out][::-1]
+        out.append(stage_of[0] + k)
     return out

@@ -33,18 +33,91 @@ def programs(spec: str):
             yield lower(alg, fuse=False, channels=2)
 
 
+LOOPS = ("fast", "fluid", "general")
+
+
+def force(m: pytest.MonkeyPatch, loop: str) -> None:
+    """Make ``Engine.run`` take one loop (each is exact: they must agree)."""
+    m.setattr(Engine, "uses_fast_loop", property(lambda self: loop == "fast"))
+    m.setattr(Engine, "uses_fluid_loop", lambda self, mode: loop == "fluid")
+
+
+def agree(program, size: float, loops, monkeypatch, **options) -> None:
+    """The loops give the same times, message by message and op by op (fluid flows finish on
+    one time grid, ``engine.on_grid``, so exact ties break alike in every loop)."""
+    runs = {}
+    for loop in loops:
+        with monkeypatch.context() as m:
+            force(m, loop)
+            runs[loop] = Simulator(program).run(size, **options)
+    first, *others = loops
+    for loop in others:
+        for name in ("done", "start", "sent", "issue", "finish"):
+            assert np.allclose(getattr(runs[first], name), getattr(runs[loop], name), rtol=1e-9, atol=1e-9), \
+                (program.name, options, first, loop, name)
+
+
 @pytest.mark.parametrize("spec", SPECS)
-def test_general_path_matches_fast_path_without_limits(spec, monkeypatch):
+def test_the_three_loops_agree_without_limits(spec, monkeypatch):
     assert not T.build(spec).flat().limits
     for program in programs(spec):
-        for options in ({}, {"mode": "step"}, {"slices": 2, "overlap_latency": True}):
-            fast = Simulator(program).run(3e6 + 1, **options)
-            with monkeypatch.context() as m:
-                m.setattr(Engine, "uses_fast_loop", property(lambda self: False))
-                general = Simulator(program).run(3e6 + 1, **options)
-            for name in ("done", "start", "sent", "issue", "finish"):
-                assert np.allclose(getattr(fast, name), getattr(general, name), rtol=1e-9, atol=1e-9), \
-                    (program.name, options, name)
+        agree(program, 3e6 + 1, LOOPS, monkeypatch)
+        agree(program, 3e6 + 1, LOOPS, monkeypatch, slices=2, overlap_latency=True)
+        agree(program, 3e6 + 1, ("fast", "general"), monkeypatch, mode="step")
+
+
+def packing_programs(spec: str, kinds=("allgather", "reducescatter", "allreduce", "broadcast")):
+    """Packing schedules with staggered, coalesced and sequential shapes: many concurrent flows
+    under limits, long chains of local ops."""
+    from solvers.packing import Shape, plan, slot_count
+    from solvers.packing.schedule import build
+
+    topo = T.build(spec)
+    n = topo.n_ranks
+    for kind in kinds:
+        root = 1 if kind == "broadcast" else None
+        problem = Problem(topo, builtin(kind, n, root), Request("packing"))
+        packing = plan(topo, kind, root)
+        for shape in (Shape(4), Shape(8, 0.95, True, True, kind == "allreduce")):
+            yield lower(build(problem, packing, slot_count(packing, 1, n, shape), shape))
+
+
+@pytest.mark.parametrize("spec,kinds", [("dgx-h100:2", ("allreduce",)), ("dgx-a100:2,fabric=leafspine", ("allreduce",)),
+                                        ("ndv2:2", ("allgather", "reducescatter", "allreduce", "broadcast"))])
+def test_the_fluid_loop_agrees_with_the_general_one_under_limits(spec, kinds, monkeypatch):
+    """Lazy flow progress and fair shares per component give the general loop's times (every
+    event in order, every fair share recomputed) on machines with NICs and NVSwitch ports."""
+    assert T.build(spec).flat().limits
+    for program in packing_programs(spec, kinds):
+        agree(program, 2**24 + 3, ("fluid", "general"), monkeypatch)
+    program = next(packing_programs(spec, ("allreduce",)))
+    agree(program, 2**24 + 3, ("fluid", "general"), monkeypatch, slices=2, overlap_latency=True)
+    for name in ("rail-rings", "hierarchical"):
+        problem = Problem(T.build(spec), builtin("allreduce", T.build(spec).n_ranks), Request(name, chunks=2))
+        agree(lower(solvers.synthesize(problem), fuse=False, channels=2), 3e6 + 1, ("fluid", "general"), monkeypatch)
+
+
+def test_long_local_chains_take_the_op_level_loop(monkeypatch):
+    """A coalesced, staggered allreduce on DGX-1 chains many local reductions: the fast loop's
+    contraction would be quadratic in the chains, so the op-level loop runs it (DGX-1 has no
+    limits) and gives the general loop's times."""
+    from solvers.packing import Shape, plan, slot_count
+    from solvers.packing.schedule import build
+
+    topo = T.build("dgx1")
+    packing = plan(topo, "allreduce", None)
+    shape = Shape(32, stagger=True, coalesce=True)
+    program = lower(build(Problem(topo, builtin("allreduce", 8), Request("packing")), packing,
+                          slot_count(packing, 1, 8, shape), shape))
+    sim = Simulator(program)
+    assert not sim.graph.contraction_is_cheap()
+    calls = []
+    real = Engine.uses_fluid_loop
+    monkeypatch.setattr(Engine, "uses_fluid_loop", lambda self, mode: calls.append(real(self, mode)) or calls[-1])
+    sim.run(2**24)
+    assert calls and calls[-1]
+    monkeypatch.undo()
+    agree(program, 2**24, ("fluid", "general"), monkeypatch)
 
 
 def test_local_bandwidth_takes_the_general_path_and_only_adds_time():
@@ -178,8 +251,7 @@ def test_a_pairs_messages_are_posted_in_list_order(general, monkeypatch):
     ), solver="hand")
     verify(alg)
     program = lower(alg)
-    if general:
-        monkeypatch.setattr(Engine, "uses_fast_loop", property(lambda self: False))
+    force(monkeypatch, "general" if general else "fast")
     sim = Simulator(program).run(3e6)
     starts = {int(program.ops.step[sim.graph.row[int(s)]]): float(sim.start[q])
               for q, s in enumerate(sim.graph.msg_send.tolist())}

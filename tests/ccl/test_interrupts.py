@@ -314,9 +314,12 @@ def test_smt_time_limit_holds(tmp_path):
 def test_packing_time_limit_with_nothing_planned_is_a_timeout(capsys):
     """A limit that passes before the tree planning made any construction: SolverTimeout (exit 5),
     one line, no schedule written."""
+    import importlib
+
     from ccl.cli import main
     from ccl.errors import EXIT_TIMEOUT
 
+    importlib.import_module("solvers.packing.plan")._CACHE.clear()  # an earlier test's plans would be instant
     code = main(["synthesize", "-t", "ndv2:2", "-c", "allreduce", "-s", "packing", "--size", "64MiB",
                  "--time-limit", "0.001"])
     err = capsys.readouterr().err

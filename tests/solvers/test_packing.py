@@ -10,7 +10,18 @@ import pytest
 
 import solvers
 import topologies as T
-from ccl import InfeasibleError, Link, Problem, Request, Switch, Topology, compiler, lower, verify
+from ccl import (
+    InfeasibleError,
+    Link,
+    Problem,
+    Request,
+    Switch,
+    Topology,
+    compiler,
+    lower,
+    verify,
+    verify_program,
+)
 from ccl.collective import builtin
 from solvers.packing.flows import FlowGraph, capacities
 from solvers.packing.plan import _packable, plan
@@ -167,12 +178,12 @@ def test_the_size_picks_the_pipeline_from_the_judge():
     solution = synth(T.build("dgx1"), "allgather", size=1 << 28)
     tried = solution.details["pipeline_candidates"]
     assert tried[0]["stages"] == 4
-    assert len({(t["construction"], t["stages"], t["taper"], t["stagger"]) for t in tried}) == len(tried)
+    fields = ("stages", "taper", "stagger", "coalesce", "sequential")
+    assert len({(t["construction"], *(t[f] for f in fields)) for t in tried}) == len(tried)
     assert any(t["stagger"] for t in tried)  # a few ranks: staggered shapes are judged too
     assert "packed" in {t["construction"] for t in tried} <= {"packed", "shallow"}  # shallow may be pruned
     best = min(tried, key=lambda t: t["time_us"])
-    assert (solution.details["stages"], solution.details["taper"], solution.details["stagger"]) == (
-        best["stages"], best["taper"], best["stagger"])
+    assert tuple(solution.details[f] for f in fields) == tuple(best[f] for f in fields)
     assert compiler.simulate(solution.algorithm, 1 << 28, bound=False, baselines=False).time_us == \
         pytest.approx(best["time_us"], rel=1e-6)
 
@@ -226,27 +237,38 @@ CLUSTERS = ["dgx-h100:3", "dgx-a100:2,fabric=leafspine", pytest.param("dgx2:2,fa
             "ndv2:3", "dgx-h100:4,fabric=switch"]
 
 
-@pytest.mark.parametrize("spec", ["dgx1", "torus:3x3", "ndv2:2"])
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("shape", [(4, 1.0), (8, 0.9)])
-def test_staggered_pipelines_verify(spec: str, kind: str, shape: tuple[int, float]) -> None:
+@pytest.mark.parametrize("spec,kind,shape", [(spec, kind, shape) for spec in ("dgx1", "torus:3x3", "ndv2:2")
+                                             for kind in KINDS for shape in ((4, 1.0), (8, 0.9))]
+                         + [("dgx-h100:2", "allreduce", (8, 0.9))])
+def test_staggered_coalesced_and_sequential_pipelines_verify(spec: str, kind: str, shape: tuple[int, float]) -> None:
     """Every branch of a tree shifting its stage boundaries (by a different fraction) still
-    moves every slot down (or up) its tree in order: the schedules verify for every kind."""
+    moves every slot down (or up) its tree in order, coalesced groups go through scratch and
+    back, and an allreduce's allgather half may follow its whole reducescatter half: the
+    schedules verify for every kind, and their Programs too."""
     from solvers.packing import slot_count
-    from solvers.packing.schedule import build
+    from solvers.packing.schedule import Shape, build
 
     topo = _TOPOLOGIES.setdefault(spec, T.build(spec))  # one object: its packings are cached
     root = 1 if kind in ("broadcast", "reduce") else None
     problem = Problem(topo, builtin(kind, topo.n_ranks, root=root), Request("packing"))
     packing = plan(topo, kind, root)
-    slots = slot_count(packing, 1, topo.n_ranks, (*shape, True))
-    alg = build(problem, packing, slots, *shape, True)
-    plain = build(problem, packing, slots, *shape, False)
+    staggered = Shape(*shape, stagger=True)
+    slots = slot_count(packing, 1, topo.n_ranks, staggered)
+    plain = build(problem, packing, slots, Shape(*shape))
+    alg = build(problem, packing, slots, staggered)
     assert verify(alg).transfers == len(alg.transfers)
     # staggering moves boundaries; it adds no transfers beyond one run per stage and branch
     assert len(alg.transfers) <= 2 * len(plain.transfers)
+    variants = [staggered._replace(coalesce=True)]
+    if kind == "allreduce":
+        variants += [staggered._replace(sequential=True), staggered._replace(sequential=True, coalesce=True)]
+    for v in variants:
+        other = build(problem, packing, slots, v)
+        assert verify(other).transfers == len(other.transfers)
+        assert verify_program(lower(other)).messages > 0
 
 
+_TOPOLOGIES: dict = {}
 _TOPOLOGIES: dict = {}
 
 
@@ -257,7 +279,7 @@ def test_a_shifted_stage_map_moves_every_boundary_into_the_next_stage() -> None:
         for up in (False, True):
             base = (_up_stages if up else _stages)(share, stages, taper)
             for phi in (0.0, 0.25, 0.5, 0.99):
-                moved = _shift(base, phi, up=up)
+                moved = _shift(base, phi)
                 assert len(moved) == share and moved[0] == 0
                 assert all(b - a in (0, 1) for a, b in zip(moved, moved[1:]))  # stages in order, none empty
                 assert max(moved) == max(base)  # as many stages as before
@@ -265,10 +287,8 @@ def test_a_shifted_stage_map_moves_every_boundary_into_the_next_stage() -> None:
                     assert moved == base
                 sizes = [moved.count(g) for g in range(max(moved) + 1)]
                 plain = [base.count(g) for g in range(max(base) + 1)]
-                if up:  # the first stage shrinks (or stays), the last grows
-                    assert sizes[0] <= plain[0] and sizes[-1] >= plain[-1]
-                else:  # the first stage grows (or stays), the last shrinks
-                    assert sizes[0] >= plain[0] and sizes[-1] <= plain[-1]
+                # the first stage grows (or stays), the last shrinks
+                assert sizes[0] >= plain[0] and sizes[-1] <= plain[-1]
 
 
 def _least_depth_brute_force(n: int, caps: dict[tuple[int, int], int], root: int, q: int) -> int | None:
@@ -358,10 +378,10 @@ def test_stitched_trees_of_identical_nodes_verify(spec: str, kind: str) -> None:
         assert phase.achieved == pytest.approx(physical_time(topo, list(phase.trees), phase.reverse))
         assert max(max(t.depth().values()) for t in phase.trees) <= 1 + max(
             max(t.depth().values()) for t in plan(node_topology(topo), kind, None).phases()[0].trees)
-    from solvers.packing.schedule import build
+    from solvers.packing.schedule import Shape, build
 
     problem = Problem(topo, builtin(kind, topo.n_ranks), Request("packing"))
-    alg = build(problem, packing, 4, 2, 0.85)
+    alg = build(problem, packing, 4, Shape(2, 0.85))
     assert verify(alg).transfers == len(alg.transfers)
 
 
@@ -431,7 +451,7 @@ def test_the_judge_chooses_between_constructions() -> None:
 @pytest.mark.parametrize("kind", KINDS)
 def test_shallowest_trees_are_shortest_path_trees_and_verify(spec: str, kind: str) -> None:
     from solvers.packing.plan import _shallow
-    from solvers.packing.schedule import build
+    from solvers.packing.schedule import Shape, build
 
     topo = T.build(spec)
     root = 1 if kind in ("broadcast", "reduce") else None
@@ -457,7 +477,7 @@ def test_shallowest_trees_are_shortest_path_trees_and_verify(spec: str, kind: st
     down = _shallow(topo, False, root) if kind in ("allgather", "allreduce", "broadcast") else None
     packing = Packing(kind, topo.n_ranks, root, down, up)
     problem = Problem(topo, builtin(kind, topo.n_ranks, root), Request("packing"))
-    alg = build(problem, packing, 2, 2)
+    alg = build(problem, packing, 2, Shape(2))
     assert verify(alg).transfers == len(alg.transfers)
 
 
@@ -475,11 +495,11 @@ def test_oversubscribed_spine_gets_stars_of_stars_that_meet_the_bound(spec: str,
     assert max(max(t.depth().values()) for t in phase.trees) == 3
     intra = list(plan(node_topology(topo), "reducescatter" if reverse else "allgather", None).phases()[0].trees)
     assert physical_time(topo, stitch(topo, intra, False), reverse) > 1.5 * phase.optimal
-    from solvers.packing.schedule import build
+    from solvers.packing.schedule import Shape, build
 
     kind = "reducescatter" if reverse else "allgather"
     packing = Packing(kind, topo.n_ranks, None, None if reverse else phase, phase if reverse else None)
-    alg = build(Problem(topo, builtin(kind, topo.n_ranks), Request("packing")), packing, 2, 2)
+    alg = build(Problem(topo, builtin(kind, topo.n_ranks), Request("packing")), packing, 2, Shape(2))
     assert verify(alg).transfers == len(alg.transfers)
 
 
@@ -578,9 +598,9 @@ def test_rail_trees_meet_the_bound_and_verify(spec: str, kind: str) -> None:
             packing = Packing(kind, topo.n_ranks, root, None if kind == "reduce" else phase,
                               phase if kind == "reduce" else None)
             problem = Problem(topo, builtin(kind, topo.n_ranks, root), Request("packing"))
-            from solvers.packing.schedule import build
+            from solvers.packing.schedule import Shape, build
 
-            verify(build(problem, packing, 2 * packing.trees_per_root(), 2))
+            verify(build(problem, packing, 2 * packing.trees_per_root(), Shape(2)))
 
 
 @pytest.mark.slow
@@ -596,17 +616,17 @@ def test_rail_trees_win_the_rooted_collectives_across_nodes() -> None:
 def test_slot_counts_split_evenly_over_the_lanes_of_every_link() -> None:
     """amd8's pairs have 5 or 6 lanes: a stage's slots on a pair must split evenly over them
     (30 per stage), else the lane with one slot more sets the time."""
-    from solvers.packing import _lanes, _per_share
+    from solvers.packing import Shape, _lanes, _per_share
 
     problem = Problem(T.build("amd8"), builtin("allreduce", 8), Request(solver="packing"))
     assert _lanes(problem) == 30
     for stages in (1, 2, 4, 16):
         for stagger in (False, True):
-            share = _per_share((stages, 1.0, stagger), 30)
+            share = _per_share(Shape(stages, 1.0, stagger), 30)
             assert share % (stages * 30) == 0 and share >= 8
-    assert _per_share((4, 1.0, False), 1) == 8 and _per_share((4, 1.0, False), 2) == 8
-    assert _per_share((8, 0.85, False), 1) == 64
-    assert _per_share((8, 1.0, True), 1) == 32  # a staggered boundary moves by quarters of a stage
+    assert _per_share(Shape(4), 1) == 8 and _per_share(Shape(4), 2) == 8
+    assert _per_share(Shape(8, 0.85), 1) == 64
+    assert _per_share(Shape(8, stagger=True), 1) == 32  # a staggered boundary moves by quarters of a stage
     dgx1 = Problem(T.build("dgx1"), builtin("allgather", 8), Request(solver="packing"))
     assert _lanes(dgx1) == 2
 

@@ -1,0 +1,315 @@
+"""The loop for links under shared limits: ``Engine``'s physics (see ``engine``) for the common
+case (dependency mode, local ops free).
+
+Ops are followed through their dependencies as they complete (local ops complete when they
+are issued, at once, without an event), and a message is ready when its send and its receive
+are posted and the message before it of its pair and channel is ready. Messages on links
+without limits take their lane first come first served and their completions are known at
+once, as in the fast loop. Messages on limited links are *flows*: they share the limits max-min fairly while
+their data moves, then hold their lane for the latency (or, with ``overlap_latency``, land a
+latency after their data has left).
+
+Two things keep a run of many concurrent flows fast:
+
+* **Lazy progress.** A flow keeps (bytes left, rate, the time both were set) and is brought up
+  to date only when its rate changes; its finish is an event of its own (a version number
+  drops finish events of an older rate).
+* **Local fairness.** Max-min fair rates split over the connected components of the graph of
+  active flows and the limits they are under: a flow starting or finishing can change only the
+  rates of its component, so only that component's rates are recomputed (``MaxMin``), once per
+  instant at which something changed. On a rail-optimized cluster a component is one rail's
+  NICs or one node's NVSwitch ports, not the machine. Small components are solved in Python,
+  large ones (several touched at the same instant) with numpy (``engine.FairShare``).
+
+The tests check this loop against the general one (every event in time order, global fair
+shares) on machines with NICs and NVSwitches.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from array import array
+
+import numpy as np
+
+from .engine import FairShare, on_grid
+from .graph import as_array
+
+INF = math.inf
+TOL = 1 + 1e-12  # as ``FairShare``: levels this close are one level
+VECTOR_FLOWS = 64  # components of more flows than this get their rates from numpy (``FairShare``)
+
+
+class MaxMin:
+    """Max-min fair rates of a set of flows by progressive filling: every unfixed rate rises
+    to the next level at which a limit saturates (its capacity left, shared by its unfixed
+    flows) or a flow's lane reaches its own rate, and the flows that hit it are fixed there.
+    A round costs the limits still shared plus the flows it fixes (flows are taken by lane
+    rate from one sorted list)."""
+
+    def __init__(self, lane_rate: list[float], limits_of: list[tuple[int, ...]], caps: list[float]) -> None:
+        self.lane_rate = lane_rate  # per resource
+        self.limits_of = limits_of  # per resource
+        self.caps = caps
+
+    def __call__(self, flows: list[int], res_of, users: dict[int, list[int]]) -> dict[int, float]:
+        """Rates of ``flows`` (message instances; ``res_of[q]`` their resource), which are
+        exactly the flows under the limits of ``users`` (limit -> its flows)."""
+        lane_rate, limits_of = self.lane_rate, self.limits_of
+        left = {lim: self.caps[lim] for lim, qs in users.items() if qs}
+        count = {lim: len(users[lim]) for lim in left}
+        by_lane = sorted(flows, key=lambda q: lane_rate[res_of[q]])
+        at = 0
+        rate: dict[int, float] = {}
+        while len(rate) < len(by_lane):
+            while by_lane[at] in rate:
+                at += 1
+            cap_level = lane_rate[res_of[by_lane[at]]]
+            level = INF
+            for lim, c in count.items():
+                share = left[lim] / c
+                if share < level:
+                    level = share
+            if cap_level <= level * TOL:
+                level = cap_level
+                bound = cap_level * TOL
+                fixed = []
+                k = at
+                while k < len(by_lane) and lane_rate[res_of[by_lane[k]]] <= bound:
+                    if by_lane[k] not in rate:
+                        fixed.append(by_lane[k])
+                    k += 1
+            else:
+                bound = level * TOL
+                fixed = [q for lim, c in count.items() if left[lim] / c <= bound for q in users[lim] if q not in rate]
+            for q in fixed:
+                if q in rate:
+                    continue  # under two tight limits
+                rate[q] = level
+                for lim in limits_of[res_of[q]]:
+                    c = count[lim] - 1
+                    if c:
+                        count[lim] = c
+                        rest = left[lim] - level
+                        left[lim] = rest if rest > 0.0 else 0.0
+                    else:
+                        del count[lim], left[lim]
+        return rate
+
+
+def run(engine) -> None:
+    """Fill ``engine.start``, ``sent``, ``landed`` and ``lane`` per message instance and
+    ``issue`` and ``done`` per op instance."""
+    g, m = engine.g, engine.m
+    remaining, out_ptr, out_idx = g.op_lists()
+    n_v = g.n_ops * m
+    rem = array("q", remaining) if m == 1 else array("q", np.repeat(np.asarray(remaining, dtype=np.int64), m))
+    dep_ready = array("d", bytes(8 * n_v))  # zeros
+    issue = array("d", np.full(n_v, INF).tobytes())
+    op_done = array("d", np.full(n_v, INF).tobytes())
+    op_message = g.op_message.tolist()
+    op_rank = g.op_rank.tolist()
+    msg_send, msg_recv = g.msg_send.tolist(), g.msg_recv.tolist()
+    res_of = as_array("q", np.repeat(engine.msg_resource, m))
+    svc = as_array("d", np.repeat(engine.svc_array, m))  # lane time of an unlimited message
+    nbytes = as_array("d", np.repeat(np.asarray(engine.msg_bytes, dtype=float) / m, m))
+    lat_q = as_array("d", np.repeat(engine.latency, m))
+    overlap = engine.overlap
+    resources = engine.resources
+    limited = [bool(r.limits) for r in resources]
+    limits_of = [r.limits for r in resources]
+    lane_free = engine.lane_free
+    n_q = g.n_messages * m
+    start = engine.start = as_array("d", np.full(n_q, INF))
+    sent = engine.sent = as_array("d", np.full(n_q, INF))
+    landed = as_array("d", np.full(n_q, INF))
+    lane = engine.lane = as_array("q", np.zeros(n_q, dtype=np.int64))
+    posted = bytearray(n_q)  # sides posted (0, 1, 2)
+    post_time = array("d", bytes(8 * n_q))
+    first = np.ones(g.n_messages, dtype=np.uint8)
+    first[g.msg_next[g.msg_next >= 0]] = 0
+    prev_ready = bytearray(np.repeat(first, m).tobytes())  # the pair's message before it is ready (or none)
+    held = bytearray(n_q)  # both sides posted, waiting for the message before it
+    nxt = g.msg_next.tolist()
+    fair = MaxMin([r.rate for r in resources], limits_of, list(engine.limit_caps))
+    vector = FairShare(resources, engine.limit_caps)
+    heap: list[tuple] = []
+    push, pop = heapq.heappush, heapq.heappop
+    DONE, FINISH, RELEASE, READY = 0, 1, 2, 3  # at one instant, in this order (as the general loop)
+    waiting: dict[int, list[int]] = {}  # limited link -> messages queued for a lane (FIFO)
+    wait_at: dict[int, int] = {}
+    users: dict[int, set[int]] = {}  # limit -> active flows
+    left: dict[int, float] = {}  # active flow -> bytes left at since[q]
+    rate: dict[int, float] = {}
+    since: dict[int, float] = {}
+    version: dict[int, int] = {}
+    touched: set[int] = set()
+
+    def complete(v: int, t: float) -> None:
+        """Op instance v completed at t: issue what it made ready; local ops complete when
+        issued, so they are followed through at once (a stack, not recursion)."""
+        stack = [(v, t)]
+        while stack:
+            v, t = stack.pop()
+            op_done[v] = t
+            p = v // m
+            j = v - p * m
+            for k in range(out_ptr[p], out_ptr[p + 1]):
+                w = out_idx[k] * m + j
+                rem[w] -= 1
+                if dep_ready[w] < t:
+                    dep_ready[w] = t
+                if rem[w] == 0:
+                    tw = dep_ready[w]
+                    issue[w] = tw
+                    msg = op_message[w // m]
+                    if msg < 0:
+                        stack.append((w, tw))
+                    else:
+                        post(msg * m + j, tw)
+
+    def post(q: int, t: float) -> None:
+        if post_time[q] < t:
+            post_time[q] = t
+        if posted[q]:
+            if prev_ready[q]:
+                push(heap, (post_time[q], READY, q))
+            else:
+                held[q] = 1
+        else:
+            posted[q] = 1
+
+    def finish(q: int, s: float, a: float) -> None:
+        """q released its lane at s (its send completes) and landed at a."""
+        sent[q] = s
+        landed[q] = a
+        msg = q // m
+        j = q - msg * m
+        complete(msg_send[msg] * m + j, s)
+        if a > s:
+            push(heap, (a, DONE, msg_recv[msg] * m + j))
+        else:
+            complete(msg_recv[msg] * m + j, a)
+
+    def begin_flow(q: int, t: float, k: int) -> None:
+        start[q] = t
+        lane[q] = k
+        left[q] = nbytes[q]
+        rate[q] = 0.0
+        since[q] = t
+        version[q] = 0
+        for lim in limits_of[res_of[q]]:
+            users.setdefault(lim, set()).add(q)
+            touched.add(lim)
+
+    def reschedule(t: float) -> None:
+        """The rates of the components of the limits touched at t (set at once, so only the
+        flows whose rate changed get a new finish event)."""
+        component: dict[int, set[int]] = {}
+        flows: set[int] = set()
+        todo = list(touched)
+        touched.clear()
+        while todo:
+            lim = todo.pop()
+            if lim in component:
+                continue
+            qs = component[lim] = users.get(lim) or set()
+            for q in qs - flows:
+                flows.add(q)
+                todo.extend(limits_of[res_of[q]])
+        if not flows:
+            return
+        if len(flows) > VECTOR_FLOWS:
+            qs = list(flows)
+            rates = zip(qs, vector(np.fromiter((res_of[q] for q in qs), dtype=np.int64, count=len(qs))).tolist())
+        else:
+            rates = fair(list(flows), res_of, component).items()
+        for q, r in rates:
+            if r != rate[q]:
+                left[q] -= rate[q] * (t - since[q])
+                since[q] = t
+                rate[q] = r
+                version[q] += 1
+                if r > 0.0:
+                    push(heap, (on_grid(t + max(left[q], 0.0) / r), FINISH, q, version[q]))
+
+    starts = engine.rank_start
+    for p in range(g.n_ops):
+        if not remaining[p]:
+            t0 = starts[op_rank[p]]
+            for j in range(m):
+                v = p * m + j
+                issue[v] = t0
+                if op_message[p] < 0:
+                    complete(v, t0)
+                else:
+                    post(op_message[p] * m + j, t0)
+    while heap:
+        event = pop(heap)
+        t, what, x = event[0], event[1], event[2]
+        if what == DONE:
+            complete(x, t)
+        elif what == READY:
+            q = x
+            w = nxt[q // m]
+            if w >= 0:  # the pair's next message may be posted now (rule 3: list order)
+                w = w * m + q % m
+                prev_ready[w] = 1
+                if held[w]:
+                    held[w] = 0
+                    push(heap, (max(t, post_time[w]), READY, w))
+            r = res_of[q]
+            lanes = lane_free[r]
+            if limited[r]:
+                for k in range(len(lanes)):
+                    if lanes[k] <= t:
+                        lanes[k] = INF  # busy until the flow's lane is released
+                        begin_flow(q, t, k)
+                        break
+                else:
+                    waiting.setdefault(r, []).append(q)
+            else:
+                k = min(range(len(lanes)), key=lanes.__getitem__) if len(lanes) > 1 else 0
+                b = t if t >= lanes[k] else lanes[k]
+                e = b + svc[q]
+                lanes[k] = e
+                start[q] = b
+                lane[q] = k
+                finish(q, e, e + lat_q[q] if overlap else e)
+        elif what == FINISH:
+            if event[3] != version.get(x, -1):
+                continue  # an older rate's finish
+            batch = [x]  # every flow finishing at this instant (their times are on the grid)
+            while heap and heap[0][1] == FINISH and heap[0][0] == t:
+                other = pop(heap)
+                if other[3] == version.get(other[2], -1):
+                    batch.append(other[2])
+            for q in sorted(batch):
+                for lim in limits_of[res_of[q]]:
+                    users[lim].discard(q)
+                    touched.add(lim)
+                del left[q], rate[q], since[q], version[q]
+                push(heap, (t if overlap else t + lat_q[q], RELEASE, q))
+        else:  # RELEASE: the lane is free; the next queued message takes it
+            q = x
+            r = res_of[q]
+            k = lane[q]
+            lane_free[r][k] = t
+            queue = waiting.get(r)
+            if queue:
+                at = wait_at.get(r, 0)
+                if at + 1 == len(queue):
+                    del waiting[r]
+                    wait_at.pop(r, None)
+                else:
+                    wait_at[r] = at + 1
+                lane_free[r][k] = INF
+                begin_flow(queue[at], t, k)
+            finish(q, t, t + lat_q[q] if overlap else t)
+        if touched and (not heap or heap[0][0] > t):
+            reschedule(t)
+    engine.landed = np.asarray(landed, dtype=float)
+    engine.issue = np.asarray(issue, dtype=float)
+    engine.done = np.asarray(op_done, dtype=float)
+    engine.op_times_known = True
