@@ -374,6 +374,7 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
     judgements so far stays within ``REFINE_WORK`` (all of them on up to about 64 ranks; at 128
     the first two or three):
 
+    0. when the best uniform shape has 8 or more stages, 3/2 and 3/4 of its count (see 5.);
     1. (``variants``) at twice the best stage count: staggered and coalesced (and, for
        allreduce, sequential), whose stage count is then climbed (2.), then coalesced alone
        (and for allreduce staggered and coalesced but pipelined). Staggering (``schedule._phase``) keeps the pairs
@@ -422,6 +423,15 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
             if j != start:
                 break
 
+    def thirds() -> None:  # 3/2 and 3/4 of the best stage count
+        top = best()
+        for k in (top.stages * 3 // 2, top.stages * 3 // 4):
+            c = top._replace(stages=k)
+            if 2 <= k <= limit(c) and affordable(c):
+                ev(c)
+
+    if best().stages >= 8:  # the uniform optimum between powers of two, while pipelines are long
+        thirds()
     top = best()
     seeds = []
     if variants and top.stages >= 2:
@@ -445,11 +455,7 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
         if affordable(c):
             ev(c)
     climb()
-    top = best()
-    for k in (top.stages * 3 // 2, top.stages * 3 // 4):
-        c = top._replace(stages=k)
-        if 2 <= k <= limit(c) and affordable(c):
-            ev(c)
+    thirds()
     taper(lambda top: [top._replace(taper=0.95), top._replace(taper=0.9),
                        top._replace(stages=top.stages * 3 // 4, taper=0.85)])
     return list(seen.items())
@@ -470,13 +476,16 @@ def slot_count(packing: Packing, base: int, n: int, shape: Shape = DEFAULT_SHAPE
     of one stage travel as one transfer per arc, so the budget bounds the stages (twice as many
     runs when staggered: a branch's shifted boundaries split a stage in two), not the slots,
     which are bounded by ``MAX_BUFFER_SLOTS`` per rank instead; when even one slot per stage is
-    over budget, the slots are (every slot may then be a transfer of its own)."""
+    over budget, the slots are (every slot may then be a transfer of its own), though never
+    below one per tree within twice the budget (a tree without a slot idles its links:
+    torus:8x8x8's six trees per root on four slots took 1.5x the bound)."""
     per_slot = _per_slot(packing, n)
     want = packing.trees_per_root() * _per_share(shape, lanes)
     if per_slot * _runs_per_tree(packing, shape) <= MAX_TRANSFERS:
         cap = MAX_BUFFER_SLOTS // n
-    else:
-        cap = MAX_TRANSFERS // per_slot
+    else:  # but a slot per tree, so that every tree carries its share, within twice the budget
+        trees = packing.trees_per_root()
+        cap = max(MAX_TRANSFERS // per_slot, trees if per_slot * trees <= 2 * MAX_TRANSFERS else 0)
     target = min(want, max(1, cap))
     return base * max(1, target // base)
 

@@ -16,6 +16,7 @@ from ..symmetry import rank_orbits
 from .flows import Capacities, FlowGraph, capacities
 from .split import remove_switches
 from .stitch import node_topology, physical_time, rail_chains, stitch
+from .torus import torus_trees
 from .trees import Tree, pack_shallow, pack_trees
 
 KINDS = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce")
@@ -119,6 +120,11 @@ def plans(topology: Topology, kind: str, root: int | None,
     down = _stitched_phase(topology, False, progress, r) if want_down else None
     if (up is not None or not want_up) and (down is not None or not want_down):
         out.append(Packing(kind, topology.n_ranks, r, down, up))
+    elif not rooted:  # a torus of equal sides: one root's trees translated (``torus``)
+        up = _torus_phase(topology, True) if want_up else None
+        down = _torus_phase(topology, False) if want_down else None
+        if (up is not None or not want_up) and (down is not None or not want_down):
+            out.append(Packing(kind, topology.n_ranks, r, down, up))
     if rooted:
         for shallow in (False, True):
             phase = _rail_phase(topology, want_up, r, progress, shallow)
@@ -343,6 +349,18 @@ def _stitched_phase(topology: Topology, reverse: bool, progress: Callable[[str],
     if best is None:
         return None
     return Phase(reverse, tuple(best[1]), optimal, best[0], caps.exact, "stitched")
+
+
+def _torus_phase(topology: Topology, reverse: bool) -> Phase | None:
+    """Every root's 2k translated trees on a k-dimensional torus of equal sides (``torus``), or
+    None when the ranks are no such torus."""
+    trees = torus_trees(topology)
+    if trees is None:
+        return None
+    if reverse and any(topology.flat_link(v, p) is None for t in trees for v, p in t.parent.items()):
+        return None
+    caps, _, optimal, _, _ = _rate(topology, reverse, None)
+    return Phase(reverse, tuple(trees), optimal, physical_time(topology, trees, reverse), caps.exact, "torus")
 
 
 def _rail_phase(topology: Topology, reverse: bool, root: int, progress: Callable[[str], None] | None,

@@ -676,3 +676,43 @@ def test_two_hop_trees_from_the_lp() -> None:
     assert two_hop_phase(T.build("dgx1"), False, list(range(8)), 1.0, True) is None
     amd = two_hop_phase(T.build("amd8"), False, list(range(8)), 1.0, True)
     assert amd is not None and all(max(t.depth().values()) <= 2 for t in amd.trees)
+
+
+# ---------------------------------------------------------------------- tori of equal sides
+@pytest.mark.parametrize("spec", ["torus:4x4", "torus:5x5", "torus:3x3x3", "torus:4x4x4"])
+@pytest.mark.parametrize("kind", ["allgather", "reducescatter", "allreduce"])
+def test_translated_torus_trees_meet_the_bound_and_verify(spec: str, kind: str) -> None:
+    """One root's 2k trees (a dimension-order tree and its images under shifting the axes and
+    negating) translated to every root load every direction alike: the cut bound, at depth
+    k * floor(p / 2), and the schedules verify."""
+    from solvers.packing.plan import _torus_phase
+    from solvers.packing.schedule import Shape, build
+    from solvers.packing.torus import torus_trees
+
+    topo = T.build(spec)
+    n = topo.n_ranks
+    k = len(spec.split(":")[1].split("x"))
+    side = int(spec.split(":")[1].split("x")[0])
+    trees = torus_trees(topo)
+    assert trees is not None and len(trees) == 2 * k * n
+    assert {t.root for t in trees} == set(range(n))
+    for t in trees:
+        assert set(t.parent) | {t.root} == set(range(n))
+        assert max(t.depth().values()) == k * (side // 2)
+    for reverse in (False, True):
+        phase = _torus_phase(topo, reverse)
+        assert phase is not None and phase.achieved == pytest.approx(phase.optimal, rel=1e-9)
+    packing = plans(topo, kind, None)[0]
+    assert {p.construction for p in packing.phases()} == {"torus"}
+    problem = Problem(topo, builtin(kind, n), Request("packing"))
+    for shape in (Shape(2), Shape(4, stagger=True, coalesce=True, sequential=kind == "allreduce")):
+        alg = build(problem, packing, 2 * k * 2, shape)
+        assert verify(alg).transfers == len(alg.transfers)
+
+
+def test_tori_of_unequal_sides_get_no_translated_trees() -> None:
+    from solvers.packing.torus import torus_trees
+
+    assert torus_trees(T.build("torus:4x6")) is None
+    assert torus_trees(T.build("ring:8")) is None  # one dimension
+    assert torus_trees(T.build("dgx1")) is None
