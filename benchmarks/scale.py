@@ -2,14 +2,16 @@
 template and NCCL's ring and tree models, all in one run.
 
     PYTHONPATH=. python benchmarks/scale.py [--cases dgx-h100:2/allreduce,ndv2:2/allgather]
-        [--sizes 64KiB,64MiB,1GiB] [--solvers packing] [--quick]
+        [--sizes 64KiB,64MiB,1GiB] [--solvers packing] [--scale-cases M/C/SIZE/SOLVER,...] [--quick]
 
 For every (machine, collective, size): the synthesis wall time and the case's peak memory (the
 resident set of a fresh process running the case) of each named solver (``ccl.compiler.compare``: templates are synthesized too and serve as the baseline),
 the simulated time of its schedule (lowered to the Program the runtimes run, as the driver
 times it), its ratio to the lower bound, to the best template and to NCCL's ring and tree
 models. Every schedule is verified before it is timed (the driver's synthesize verifies).
-Prints a table and writes ``benchmarks/results/scale.json`` and ``scale.md``.
+Then the cases at scale (``--scale-cases``: 128 GPUs, the 16x16 and 8x8x8 tori, 1,024 GPUs), each
+synthesized, verified and simulated with the three timed apart. Prints the tables and writes
+``benchmarks/results/scale.json`` and ``scale.md``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ DEFAULT_CASES = tuple(f"{m}/{k}" for m in MACHINES for k in ("allgather", "reduc
     f"{m}/{k}" for m in ("dgx1", "amd8", "torus:4x4", "dgx2:2", "dgx-h100:2") for k in ("broadcast", "reduce")) + tuple(
     f"{m}/{k}" for m in ("dgx2:2", "dgx-h100:2") for k in ("gather", "scatter"))
 QUICK_CASES = ("ndv2:2/allreduce", "dgx-h100:2/allgather", "dgx1/broadcast")
+# synthesis at scale: (machine/collective/size/solver); synthesize, verify and simulate timed apart
+SCALE_CASES = ("dgx-h100:16/allreduce/64MiB/packing", "torus:16x16/allgather/1GiB/packing",
+               "torus:8x8x8/allgather/1GiB/packing", "dgx-h100:128/allgather/1GiB/packing",
+               "dgx-h100:128/allreduce/1GiB/hierarchical")
 
 
 def run_case(spec: str, kind: str, sizes: list[int], names: list[str]) -> list[dict]:
@@ -81,6 +87,39 @@ def _rows(spec, topo, kind, size, names, comparison, wall, peak) -> list[dict]:
     return out
 
 
+def run_scale_case(case: str) -> dict:
+    """One synthesis at scale in a fresh process: its wall time and peak memory, then the
+    verification and the simulation (lowering included) timed apart."""
+    with multiprocessing.get_context("fork").Pool(1, maxtasksperchild=1) as pool:
+        return pool.apply(_run_scale_case, (case,))
+
+
+def _run_scale_case(case: str) -> dict:
+    import ccl
+    from ccl import compiler
+
+    spec, kind, size_text, solver = case.split("/")
+    size = int(parse_size(size_text))
+    topo = topologies.build(spec)
+    t0 = time.perf_counter()
+    result = compiler.synthesize(compiler.problem_from_options(topo, kind, solver=solver, size=size))
+    synth = time.perf_counter() - t0
+    peak_synth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    t0 = time.perf_counter()
+    ccl.verify(result.algorithm)
+    verify_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    report = compiler.simulate(result, size)
+    sim_s = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    ring = next((b for b in report.baselines if b.name.startswith("nccl-ring")), None) if report.baselines else None
+    return {"machine": spec, "ranks": topo.n_ranks, "collective": kind, "size": size, "solver": solver,
+            "transfers": len(result.algorithm.transfers), "synthesis_s": round(synth, 2),
+            "synthesis_peak_MiB": round(peak_synth / 2**20), "verify_s": round(verify_s, 2),
+            "simulate_s": round(sim_s, 2), "peak_MiB": round(peak / 2**20), "time_us": report.time_us,
+            "vs_bound": report.bound_ratio, "nccl_ring_speedup": ring.time_us / report.time_us if ring else None}
+
+
 def fmt(x, spec=".3f"):
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
@@ -91,6 +130,9 @@ def main() -> int:
     ap.add_argument("--sizes", default="64KiB,64MiB,1GiB")
     ap.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK_CASES)} (a CI-sized run)")
     ap.add_argument("--solvers", default="packing")
+    ap.add_argument("--scale-cases", default=",".join(SCALE_CASES),
+                    help="machine/collective/size/solver synthesized, verified and simulated at scale "
+                         "(an empty string skips them)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "scale"))
     args = ap.parse_args()
     names = [x for x in args.solvers.split(",") if x]
@@ -112,14 +154,35 @@ def main() -> int:
         ]) + " |")
     table = "\n".join(lines)
     print(table)
+    scale_rows = []
+    for case in [] if args.quick else [c for c in args.scale_cases.split(",") if c]:
+        print(f"{case} ...", file=sys.stderr, flush=True)
+        scale_rows.append(run_scale_case(case))
+    scale_header = ("machine", "ranks", "collective", "size", "solver", "transfers", "synth s", "synth peak MiB",
+                    "verify s", "simulate s", "peak MiB", "time", "/bound", "vs nccl-ring")
+    scale_lines = ["| " + " | ".join(scale_header) + " |", "|" + "---|" * len(scale_header)]
+    for r in scale_rows:
+        scale_lines.append("| " + " | ".join([
+            r["machine"], str(r["ranks"]), r["collective"], format_size(r["size"]), r["solver"], str(r["transfers"]),
+            fmt(r["synthesis_s"], ".1f"), str(r["synthesis_peak_MiB"]), fmt(r["verify_s"], ".1f"),
+            fmt(r["simulate_s"], ".1f"), str(r["peak_MiB"]), fmt(r["time_us"], ".1f") + " us", fmt(r["vs_bound"]),
+            fmt(r["nccl_ring_speedup"], ".2f") + "x"]) + " |")
+    scale_table = "\n".join(scale_lines) if scale_rows else ""
+    if scale_table:
+        print(scale_table)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     meta = {"python": platform.python_version(), "machine": platform.machine(), "cores": os.cpu_count()}
     with open(args.out + ".json", "w") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1, sort_keys=True)
+        json.dump({"meta": meta, "rows": rows, "scale": scale_rows}, f, indent=1, sort_keys=True)
     with open(args.out + ".md", "w") as f:
         f.write("# Tree packing at scale (`python benchmarks/scale.py`)\n\n"
                 "vs nccl-ring / vs nccl-tree: how many times faster than NCCL's model (>1 is faster); "
                 "/bound and /best tmpl: time ratios (lower is better).\n\n" + table + "\n")
+        if scale_table:
+            f.write("\n## Synthesis, verification and simulation at scale\n\n"
+                    "Each case in a fresh process: the synthesis (wall seconds, peak resident memory), then "
+                    "`ccl.verify` and the driver's simulation (lowering included) timed apart; peak MiB is "
+                    "the whole case's.\n\n" + scale_table + "\n")
     return 0
 
 

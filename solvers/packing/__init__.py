@@ -175,15 +175,31 @@ def _synthesize_trees(problem: Problem, judge: CostJudge | None, progress, start
                 out *= 2
             return out
 
-        def work(pk: Packing, c: Shape) -> int:  # transfers a judgement builds, estimated
-            return _per_slot(pk, n) * _runs_per_tree(pk, c) * (2 if c.coalesce else 1)
+        def work(pk: Packing, c: Shape) -> int:
+            """Transfers a judgement builds, estimated, weighted by what they cost to build, lower
+            and simulate: a reduction's (staged receives, local reductions) about 1.8 times a
+            copy's."""
+            runs = pk.trees_per_root() * c.stages * (2 if c.stagger and kind == "allreduce" and not c.sequential else 1)
+            weight = sum(1.8 if ph.reverse else 1.0 for ph in pk.phases()) / len(pk.phases())
+            return int(_per_slot(pk, n) * runs * (1.6 if c.coalesce else 1) * weight)
 
+        def evaluate(pk: Packing, c: Shape) -> float:
+            """The judged time; the fastest schedule so far is kept (not built again at the end)."""
+            alg = budget.timed_build(lambda: build(problem, pk, slot_count(pk, base, n, c, lanes), c))
+            us = judge.time_us(alg, size)
+            if kept[0] is None or us < kept[0][0]:
+                kept[0] = (us, id(pk), c, alg)
+            return us
+
+        kept: list = [None]
         picked, tried = _pick(
             candidates, size, progress, name=_construction,
             rate=lambda pk: max(ph.achieved for ph in pk.phases()) * (size if pk.root is not None else size / n),
-            evaluate=lambda pk, c: _time(problem, pk, base, n, lanes, c, judge, size, budget),
-            longest=longest, kind=kind, budget=budget, work=work)
+            evaluate=evaluate, longest=longest, kind=kind, budget=budget, work=work)
         index, shape = picked if picked is not None else (0, DEFAULT_SHAPE)
+        if kept[0] is not None and kept[0][1:3] == (id(candidates[index]), shape):
+            fallback = (index, shape, kept[0][3])
+        kept[0] = None
     packing = candidates[index]
     slots = slot_count(packing, base, n, shape, lanes)
     if fallback is not None and fallback[:2] == (index, shape):
@@ -316,17 +332,19 @@ def _pick(candidates: list, size: float, progress, *, name, rate, evaluate, long
             return True
         return False
 
+    spent = [0]  # estimated transfers built by the judgements so far (``SEARCH_WORK``)
     for index, candidate in enumerate(candidates):
         if stopped():
             break
         if best is not None and rate(candidate) >= best[0]:
             progress(f"{name(candidate)}: its rate alone takes longer than the best so far")
             continue
-        record(index, lambda ev, times, x=candidate: _search(ev, longest=longest(x), seen=times))
+        record(index, lambda ev, times, x=candidate: _search(ev, longest=longest(x), seen=times,
+                                                             work=lambda c: work(x, c), spent=spent))
     if best is not None and not stopped():
         lead = candidates[best[1]]
         record(best[1], lambda ev, times: _refine(ev, times, longest=longest(lead), kind=kind,
-                                                  work=lambda c: work(lead, c), variants=variants))
+                                                  work=lambda c: work(lead, c), variants=variants, spent=spent))
     return (None if best is None else (best[1], best[2])), tried
 
 
@@ -334,33 +352,59 @@ DEFAULT_STAGES = 4
 DEFAULT_SHAPE = Shape(DEFAULT_STAGES)
 MAX_TRANSFERS = 1_200_000
 STAGGER_STAGES = 64  # the most stages a staggered shape is judged with
-REFINE_WORK = 6_000_000  # transfers (estimated) the refinement of the leading construction may build in all:
-# on up to about 64 ranks every refinement fits; at 128 ranks the first few, most valuable first
+SEARCH_WORK = 2_500_000  # transfers (estimated) the judgements of one search may build in all (about
+# 20 us each to build, lower and simulate here: the search at 128 ranks stays within a minute); the
+# first judgement of the first construction always runs, and on small machines everything fits
 
 
 def _construction(packing: Packing) -> str:
     return "+".join(sorted({p.construction for p in packing.phases()}))
 
 
-def _search(evaluate, longest: int = 16, seen: dict | None = None):
+class _Work:
+    """The search's work budget: judgements are run while the estimated transfers they build
+    (``work(shape)``), summed over the whole search, stay within ``SEARCH_WORK``; the first
+    judgement of a search always runs. Deterministic (no clock): the same request judges the
+    same shapes on every machine."""
+
+    def __init__(self, work, spent: list[int] | None) -> None:
+        self.work = work
+        self.spent = spent if spent is not None else [0]
+
+    def affordable(self, c: Shape, seen: dict) -> bool:
+        return (c in seen or self.work is None or not self.spent[0]
+                or self.spent[0] + self.work(c) <= SEARCH_WORK)
+
+    def charge(self, c: Shape) -> None:
+        if self.work is not None:
+            self.spent[0] += self.work(c)
+
+
+def _search(evaluate, longest: int = 16, seen: dict | None = None, work=None, spent: list[int] | None = None):
     """Uniform pipeline shapes (stages, taper 1, nothing else) tried by the judge, with their
     times: stage counts by hill climbing from 4 over 1, 2, 4, 8, 16 (up to ``longest``, a power
-    of two; rooted trees carry few transfers per slot and afford up to 256). ``seen``: the dict
-    the times go to as they come (the caller keeps them if the search is abandoned)."""
+    of two; rooted trees carry few transfers per slot and afford up to 256), within the work
+    budget (``_Work``). ``seen``: the dict the times go to as they come (the caller keeps them if
+    the search is abandoned)."""
     ladder = [Shape(1 << k) for k in range(longest.bit_length())]
     if seen is None:
         seen = {}
+    budget = _Work(work, spent)
 
     def ev(c: Shape) -> float:
         if c not in seen:
+            budget.charge(c)
             seen[c] = evaluate(c)
         return seen[c]
 
     i = 2
+    if not budget.affordable(ladder[i], seen):
+        return list(seen.items())
     ev(ladder[i])
     for step in (-1, 1):
         j = i
-        while 0 <= j + step < len(ladder) and ev(ladder[j + step]) < ev(ladder[j]):
+        while (0 <= j + step < len(ladder) and budget.affordable(ladder[j + step], seen)
+               and ev(ladder[j + step]) < ev(ladder[j])):
             j += step
         if j != i:
             break  # improving one way; the other side of a unimodal curve is worse
@@ -368,16 +412,16 @@ def _search(evaluate, longest: int = 16, seen: dict | None = None):
 
 
 def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", work=None,
-            variants: bool = True):
+            variants: bool = True, spent: list[int] | None = None):
     """Finer shapes around the best uniform one in ``seen`` (the leading construction's), the
-    most valuable first, while the estimated work (``work(shape)``: transfers built) of the
-    judgements so far stays within ``REFINE_WORK`` (all of them on up to about 64 ranks; at 128
-    the first two or three):
+    most valuable first, within the search's work budget (``_Work``: all of them on up to about
+    64 ranks; at 128 the first few):
 
     0. when the best uniform shape has 8 or more stages, 3/2 and 3/4 of its count (see 5.);
     1. (``variants``) at twice the best stage count: staggered and coalesced (and, for
-       allreduce, sequential), whose stage count is then climbed (2.), then coalesced alone
-       (and for allreduce staggered and coalesced but pipelined). Staggering (``schedule._phase``) keeps the pairs
+       allreduce, sequential) with stages tapered by 0.95, whose stage count is then climbed
+       (2.), then the same untapered, coalesced alone (and for allreduce staggered and
+       coalesced but pipelined). Staggering (``schedule._phase``) keeps the pairs
        sharing a port from waiting out their message latency at the same stage boundary, so
        longer pipelines pay; coalescing sends the pieces of many roots a relay forwards to one
        peer in a step as one message (NVSwitch stars after the NIC rails); an allreduce whose
@@ -393,15 +437,14 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
        two can be a tenth off);
     6. tapered again: 0.95, 0.9, and 0.85 with 3/4 of the stages."""
 
-    spent = [0]
+    budget = _Work(work, spent)
 
     def affordable(c: Shape) -> bool:
-        return c in seen or work is None or spent[0] + work(c) <= REFINE_WORK
+        return budget.affordable(c, seen)
 
     def ev(c: Shape) -> float:
         if c not in seen:
-            if work is not None:
-                spent[0] += work(c)
+            budget.charge(c)
             seen[c] = evaluate(c)
         return seen[c]
 
@@ -437,7 +480,8 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
     if variants and top.stages >= 2:
         k = min(max(4, 2 * top.stages), longest)
         allreduce = kind == "allreduce"
-        seeds = [Shape(k, stagger=True, coalesce=True, sequential=allreduce), Shape(k, coalesce=True)]
+        first = Shape(k, stagger=True, coalesce=True, sequential=allreduce)
+        seeds = [first._replace(taper=0.95), first, Shape(k, coalesce=True)]
         if allreduce:
             seeds.append(Shape(k, stagger=True, coalesce=True))
     def taper(candidates) -> None:
@@ -459,14 +503,6 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
     taper(lambda top: [top._replace(taper=0.95), top._replace(taper=0.9),
                        top._replace(stages=top.stages * 3 // 4, taper=0.85)])
     return list(seen.items())
-
-
-def _time(problem: Problem, packing: Packing, base: int, n: int, lanes: int, shape: Shape,
-          judge: CostJudge, size: float, budget: _Budget | None = None) -> float:
-    def make():
-        return build(problem, packing, slot_count(packing, base, n, shape, lanes), shape)
-
-    return judge.time_us(make() if budget is None else budget.timed_build(make), size)
 
 
 def slot_count(packing: Packing, base: int, n: int, shape: Shape = DEFAULT_SHAPE, lanes: int = 1) -> int:
