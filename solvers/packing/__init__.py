@@ -418,7 +418,7 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
     64 ranks; at 128 the first few):
 
     0. when the best uniform shape has 8 or more stages, 3/2 and 3/4 of its count (see 5.);
-    1. (``variants``) at twice the best stage count: staggered and coalesced (and, for
+    1. (``variants``) at twice the best stage count (up to 16; the count itself above): staggered and coalesced (and, for
        allreduce, sequential) with stages tapered by 0.95, whose stage count is then climbed
        (2.), then the same untapered, coalesced alone (and for allreduce staggered and
        coalesced but pipelined). Staggering (``schedule._phase``) keeps the pairs
@@ -478,7 +478,7 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
     top = best()
     seeds = []
     if variants and top.stages >= 2:
-        k = min(max(4, 2 * top.stages), longest)
+        k = min(max(4, 2 * top.stages if top.stages <= 16 else top.stages), longest)
         allreduce = kind == "allreduce"
         first = Shape(k, stagger=True, coalesce=True, sequential=allreduce)
         seeds = [first._replace(taper=0.95), first, Shape(k, coalesce=True)]
