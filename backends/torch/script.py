@@ -78,6 +78,12 @@ def parse_args(spec: dict, argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(spec: dict, argv: list[str] | None = None) -> int:
+    code = _main(spec, argv)
+    _QUIET_EXIT[0] = code
+    return code
+
+
+def _main(spec: dict, argv: list[str] | None) -> int:
     args = parse_args(spec, argv)
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         print(f"error: run this script with torchrun --nproc-per-node {spec['n_ranks']} "
@@ -122,12 +128,26 @@ class _Stopped(Exception):
         return "stopped by SIGTERM"
 
 
+_QUIET_EXIT: list[int | None] = [None]  # once set, SIGTERM ends the rank with this code, quietly
+
+
 def _stop_on_sigterm() -> None:
-    """Turn SIGTERM into ``_Stopped`` so the rank says why it ends and leaves the group."""
+    """Turn SIGTERM into ``_Stopped`` so the rank says why it ends and leaves the group. Once
+    the rank has said why it ends (``_error``) or is done (``main``), a SIGTERM (torchrun
+    stopping the job, maybe while the group is torn down or the interpreter shuts down) ends the
+    process at once with the code decided, with no traceback from whatever it interrupts."""
     import signal
 
     def stop(_signum: int, _frame: object) -> None:
-        raise _Stopped()
+        code = _QUIET_EXIT[0]
+        if code is None:
+            raise _Stopped()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
 
     try:
         signal.signal(signal.SIGTERM, stop)
@@ -138,6 +158,7 @@ def _stop_on_sigterm() -> None:
 def _error(rank: int, message: str) -> None:
     """One line on stderr: ``rank R: error: ...``."""
     prefix = f"rank {rank}: "
+    _QUIET_EXIT[0] = EXIT_BACKEND
     print(f"{prefix}error: {message[len(prefix):] if message.startswith(prefix) else message}", file=sys.stderr,
           flush=True)
 

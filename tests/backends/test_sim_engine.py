@@ -82,7 +82,8 @@ def packing_programs(spec: str, kinds=("allgather", "reducescatter", "allreduce"
             yield lower(build(problem, packing, slot_count(packing, 1, n, shape), shape))
 
 
-@pytest.mark.parametrize("spec,kinds", [("dgx-h100:2", ("allreduce",)), ("dgx-a100:2,fabric=leafspine", ("allreduce",)),
+@pytest.mark.parametrize("spec,kinds", [pytest.param("dgx-h100:2", ("allreduce",), marks=pytest.mark.slow),
+                                        pytest.param("dgx-a100:2,fabric=leafspine", ("allreduce",), marks=pytest.mark.slow),
                                         ("ndv2:2", ("allgather", "reducescatter", "allreduce", "broadcast"))])
 def test_the_fluid_loop_agrees_with_the_general_one_under_limits(spec, kinds, monkeypatch):
     """Lazy flow progress and fair shares per component give the general loop's times (every

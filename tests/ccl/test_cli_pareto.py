@@ -139,7 +139,8 @@ def test_pareto_of_a_composed_allreduce(capsys):
 
 
 # ---------------------------------------------------------------------- ccl pareto -s packing
-@pytest.mark.parametrize(("spec", "kind", "largest"), [("dgx1", "allreduce", "16MiB"), ("amd8", "gather", "256MiB"),
+@pytest.mark.parametrize(("spec", "kind", "largest"), [pytest.param("dgx1", "allreduce", "16MiB", marks=pytest.mark.slow),
+                                                     ("amd8", "gather", "256MiB"),
                                                      ("ring:6", "broadcast", "256MiB")])
 def test_packing_set_lists_the_size_winners_and_where_each_wins(capsys, tmp_path, spec, kind, largest):
     import solvers

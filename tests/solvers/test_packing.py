@@ -239,7 +239,7 @@ CLUSTERS = ["dgx-h100:3", "dgx-a100:2,fabric=leafspine", pytest.param("dgx2:2,fa
 
 @pytest.mark.parametrize("spec,kind,shape", [(spec, kind, shape) for spec in ("dgx1", "torus:3x3", "ndv2:2")
                                              for kind in KINDS for shape in ((4, 1.0), (8, 0.9))]
-                         + [("dgx-h100:2", "allreduce", (8, 0.9))])
+                         + [pytest.param("dgx-h100:2", "allreduce", (8, 0.9), marks=pytest.mark.slow)])
 def test_staggered_coalesced_and_sequential_pipelines_verify(spec: str, kind: str, shape: tuple[int, float]) -> None:
     """Every branch of a tree shifting its stage boundaries (by a different fraction) still
     moves every slot down (or up) its tree in order, coalesced groups go through scratch and

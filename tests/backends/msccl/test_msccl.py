@@ -342,7 +342,8 @@ def _every_template():
                 continue
             topo = "ndv2:2" if name in ("hierarchical", "hierarchical-pipelined", "rail-rings", "torus-2d",
                                         "torus-2d-tree", "blueconnect") else "dgx1"
-            out.append((name, kind, topo))
+            heavy = kind == "allreduce" and name in ("hierarchical-pipelined", "rail-rings")  # 10-20 s each
+            out.append(pytest.param(name, kind, topo, marks=pytest.mark.slow) if heavy else (name, kind, topo))
     return out
 
 
