@@ -75,7 +75,7 @@ def test_bounds_command(capsys):
                          "--json")
     assert code == 0, err
     data = json.loads(out)
-    assert data["bandwidth_us"] == pytest.approx(7 * 8e6 / (8 * 25e3))
+    assert data["bandwidth_us"] == pytest.approx(0.7 + 7 * 8e6 / (8 * 25e3))  # the switch route's latency first
     assert data["bound_us"] == max(data["latency_us"], data["bandwidth_us"])
     code, out, _ = run(capsys, "bounds", "-t", "ndv2:2", "-c", "alltoall", "--size", "64MiB")
     assert code == 0 and "latency" in out and "bandwidth" in out and "binding cut" in out

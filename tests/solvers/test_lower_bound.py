@@ -37,7 +37,8 @@ M = 3 * 2**26 + 12
 @pytest.mark.parametrize("b", [25.0, 300.0])
 def test_switch_allgather_is_n_minus_one_over_n_m_over_b(n, b):
     bound = lower_bound(T.switch(n, bandwidth=b), builtin("allgather", n), M)
-    assert bound.bandwidth_us == pytest.approx((n - 1) * M / (n * b * 1e3), rel=1e-12)
+    # the cut's capacity starts once a route's latency (0.35 us to the switch and 0.35 on) has passed
+    assert bound.bandwidth_us == pytest.approx(0.7 + (n - 1) * M / (n * b * 1e3), rel=1e-12)
     assert bound.exact and bound.binding == "bandwidth"
     rs = lower_bound(T.switch(n, bandwidth=b), builtin("reducescatter", n), M)
     assert rs.bandwidth_us == pytest.approx(bound.bandwidth_us, rel=1e-12)
@@ -46,7 +47,7 @@ def test_switch_allgather_is_n_minus_one_over_n_m_over_b(n, b):
 def test_dgx1_bandwidth_bound_is_seven_chunks_over_six_lanes():
     # every GPU must receive 7 of the 8 parts through its 6 NVLink lanes of 25 GB/s
     bound = lower_bound(T.dgx1(), builtin("allgather", 8), M)
-    assert bound.bandwidth_us == pytest.approx(Fraction(7, 6) * (M / 8) / 25e3, rel=1e-12)
+    assert bound.bandwidth_us == pytest.approx(0.7 + Fraction(7, 6) * (M / 8) / 25e3, rel=1e-12)
     # and SCCL's bandwidth-optimal schedules meet it: a schedule in the same physics that
     # reaches it exists; the ring (one lane per GPU) is 6x off
     ring = solvers.synthesize(Problem(T.dgx1(), builtin("allgather", 8), Request("ring")))
@@ -60,7 +61,7 @@ def test_dgx1_bandwidth_bound_is_seven_chunks_over_six_lanes():
 def test_allreduce_on_uniform_fabric_is_two_n_minus_one_over_n(n):
     b = 40.0
     bound = lower_bound(T.switch(n, bandwidth=b), builtin("allreduce", n), M)
-    assert bound.bandwidth_us == pytest.approx(2 * (n - 1) * M / (n * b * 1e3), rel=1e-12)
+    assert bound.bandwidth_us == pytest.approx(0.7 + 2 * (n - 1) * M / (n * b * 1e3), rel=1e-12)
     assert not bound.exact
 
 
@@ -93,10 +94,10 @@ def test_multinode_allreduce_and_alltoall_bounds_are_the_nic():
     topo = T.ndv2(2)
     nic = 1e6 / 105 / 1e3
     ar = lower_bound(topo, builtin("allreduce", 16), M)
-    assert ar.bandwidth_us == pytest.approx(M / (nic * 1e3), rel=1e-5)
+    assert ar.bandwidth_us == pytest.approx(2.6 + M / (nic * 1e3), rel=1e-5)  # a NIC's latency first
     a2a = lower_bound(topo, builtin("alltoall", 16), M)
     # 8 x 8 pairs of M/16 bytes cross the NIC each way
-    assert a2a.bandwidth_us == pytest.approx(64 * (M / 16) / (nic * 1e3), rel=1e-5)
+    assert a2a.bandwidth_us == pytest.approx(2.6 + 64 * (M / 16) / (nic * 1e3), rel=1e-5)
     assert a2a.exact and "LP" in a2a.method
 
 
@@ -129,7 +130,7 @@ def test_custom_collective_bound():
     shift = custom("shift", 4, pre=[(r, r) for r in range(4)], post=[(r, (r + 1) % 4) for r in range(4)])
     b = lower_bound(topo, shift, 4000)
     # one slot (4000 B, the largest buffer has one slot) must leave every rank: 4000 / 20 GB/s
-    assert b.bandwidth_us == pytest.approx(4000 / 20e3)
+    assert b.bandwidth_us == pytest.approx(1.0 + 4000 / 20e3)
     assert b.latency_us == pytest.approx(1.0) and b.steps == 1
 
 
@@ -231,3 +232,38 @@ def test_orbits_are_automorphism_orbits():
     star = rank_orbits(T.star(5))
     assert [0] in star  # the hub is alone
     assert len(rank_orbits(T.line(5))) >= 3  # ends, next, middle are different
+
+
+# ---------------------------------------------------------------------- latency onsets
+def test_onset_time_is_piecewise_linear_in_the_capacity_that_has_started():
+    from solvers.bounds import onset_time
+
+    assert onset_time(5.0, ()) == 5.0
+    assert onset_time(5.0, ((2.0, 1.0),)) == pytest.approx(7.0)  # one latency: shifted
+    # half the capacity from t = 1, the other half from t = 3
+    onsets = ((1.0, 0.5), (3.0, 0.5))
+    assert onset_time(1.0, onsets) == pytest.approx(3.0)  # 0.5 x 2 by t = 3
+    assert onset_time(3.0, onsets) == pytest.approx(5.0)  # 0.5 x 4 + 0.5 x 2
+    assert onset_time(0.5, onsets) == pytest.approx(2.0)  # before the second half starts
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.5, 3.0])
+def test_the_onset_bound_is_met_by_one_message_a_side(alpha):
+    """Two ranks, one link each way: each part goes as one message (latency, then the bytes),
+    exactly the cut bound shifted by the link's latency."""
+    topo = T.line(2, bandwidth=10.0, latency=alpha)
+    alg = solvers.synthesize(Problem(topo, builtin("allgather", 2), Request("ring")))
+    time = compiler.simulate(alg, M, bound=False, baselines=False).time_us
+    bound = lower_bound(topo, builtin("allgather", 2), M)
+    assert bound.bound_us == pytest.approx(alpha + (M / 2) / 10e3, rel=1e-12)
+    assert time == pytest.approx(bound.bound_us, rel=1e-9)
+
+
+def test_links_of_a_cut_with_different_latencies_start_at_their_own():
+    """dgx-h100:2: a GPU's ingress (the binding cut) is NVLink (450 GB/s, routes of 0.7 us) and
+    its NIC (50 GB/s, routes of 2.6 us): until 2.6 us only the NVLink share carries bytes."""
+    topo = T.build("dgx-h100:2")
+    bound = lower_bound(topo, builtin("allgather", 16), M)
+    t0 = 15 * (M / 16) / 500e3  # 15 parts through 500 GB/s
+    # 0.9 of the capacity from 0.7 us, all of it from 2.6 us: 0.9 (T - 0.7) + 0.1 (T - 2.6) = t0
+    assert bound.bandwidth_us == pytest.approx(t0 + 0.9 * 0.7 + 0.1 * 2.6, rel=1e-9)
