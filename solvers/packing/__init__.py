@@ -340,7 +340,9 @@ def _pick(candidates: list, size: float, progress, *, name, rate, evaluate, long
             progress(f"{name(candidate)}: its rate alone takes longer than the best so far")
             continue
         record(index, lambda ev, times, x=candidate: _search(ev, longest=longest(x), seen=times,
-                                                             work=lambda c: work(x, c), spent=spent))
+                                                             work=lambda c: work(x, c), spent=spent,
+                                                             lead=variants and kind in LEAD_KINDS
+                                                             and _has_root_leaves(x)))
     if best is not None and not stopped():
         lead = candidates[best[1]]
         record(best[1], lambda ev, times: _refine(ev, times, longest=longest(lead), kind=kind,
@@ -355,6 +357,16 @@ STAGGER_STAGES = 64  # the most stages a staggered shape is judged with
 SEARCH_WORK = 2_500_000  # transfers (estimated) the judgements of one search may build in all (about
 # 20 us each to build, lower and simulate here: the search at 128 ranks stays within a minute); the
 # first judgement of the first construction always runs, and on small machines everything fits
+
+
+def _has_root_leaves(packing: Packing) -> bool:
+    """Whether a tree's root has a child that is a leaf (``Shape.lead`` changes something)."""
+    for phase in packing.phases():
+        for t in phase.trees:
+            inner = set(t.parent.values())
+            if any(p == t.root and v not in inner for v, p in t.parent.items()):
+                return True
+    return False
 
 
 def _construction(packing: Packing) -> str:
@@ -380,13 +392,17 @@ class _Work:
             self.spent[0] += self.work(c)
 
 
-def _search(evaluate, longest: int = 16, seen: dict | None = None, work=None, spent: list[int] | None = None):
+LEAD_KINDS = ("allgather", "broadcast", "reducescatter", "reduce")  # where a uniform shape may lead with leaves
+
+
+def _search(evaluate, longest: int = 16, seen: dict | None = None, work=None, spent: list[int] | None = None,
+            lead: bool = False):
     """Uniform pipeline shapes (stages, taper 1, nothing else) tried by the judge, with their
     times: stage counts by hill climbing from 4 over 1, 2, 4, 8, 16 (up to ``longest``, a power
     of two; rooted trees carry few transfers per slot and afford up to 256), within the work
-    budget (``_Work``). ``seen``: the dict the times go to as they come (the caller keeps them if
-    the search is abandoned)."""
-    ladder = [Shape(1 << k) for k in range(longest.bit_length())]
+    budget (``_Work``). With ``lead`` (the trees' roots have leaf children) 4 stages are judged
+    both ways (``Shape.lead``) and the climb keeps the faster. ``seen``: the dict the times go
+    to as they come (the caller keeps them if the search is abandoned)."""
     if seen is None:
         seen = {}
     budget = _Work(work, spent)
@@ -398,8 +414,11 @@ def _search(evaluate, longest: int = 16, seen: dict | None = None, work=None, sp
         return seen[c]
 
     i = 2
-    if not budget.affordable(ladder[i], seen):
+    if not budget.affordable(Shape(1 << i), seen):
         return list(seen.items())
+    lead = lead and budget.affordable(Shape(1 << i, lead=True), seen) and \
+        ev(Shape(1 << i, lead=True)) < ev(Shape(1 << i))
+    ladder = [Shape(1 << k, lead=lead) for k in range(longest.bit_length())]
     ev(ladder[i])
     for step in (-1, 1):
         j = i
@@ -435,7 +454,11 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
     4. the other seeds of 1., and 2. again;
     5. 3/2 and 3/4 of the best stage count (the time is flat near its minimum, but a power of
        two can be a tenth off);
-    6. tapered again: 0.95, 0.9, and 0.85 with 3/4 of the stages."""
+    6. tapered again: 0.95, 0.9, and 0.85 with 3/4 of the stages;
+    7. the best with the root's leaf children served the other way (``Shape.lead``: in one
+       message, or pipelined like the rest), where that applies.
+
+    The seeds of 1. serve the root's leaf children as the best uniform shape does."""
 
     budget = _Work(work, spent)
 
@@ -480,8 +503,8 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
     if variants and top.stages >= 2:
         k = min(max(4, 2 * top.stages if top.stages <= 16 else top.stages), longest)
         allreduce = kind == "allreduce"
-        first = Shape(k, stagger=True, coalesce=True, sequential=allreduce)
-        seeds = [first._replace(taper=0.95), first, Shape(k, coalesce=True)]
+        first = Shape(k, stagger=True, coalesce=True, sequential=allreduce, lead=top.lead)
+        seeds = [first._replace(taper=0.95), first, Shape(k, coalesce=True, lead=top.lead)]
         if allreduce:
             seeds.append(Shape(k, stagger=True, coalesce=True))
     def taper(candidates) -> None:
@@ -502,6 +525,11 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
     thirds()
     taper(lambda top: [top._replace(taper=0.95), top._replace(taper=0.9),
                        top._replace(stages=top.stages * 3 // 4, taper=0.85)])
+    top = best()
+    if variants and (kind in LEAD_KINDS or top.sequential):  # 7. the best with its leaves the other way
+        flipped = top._replace(lead=not top.lead)
+        if affordable(flipped):
+            ev(flipped)
     return list(seen.items())
 
 

@@ -129,6 +129,44 @@ def stitch(topology: Topology, intra: list[Tree] | None, grouped: bool = False,
     return out
 
 
+def second_entry(topology: Topology, trees: list[Tree], offset: int, share: int, scale: int) -> list[Tree] | None:
+    """Stitched trees (``stitch``, no root given) where ``share`` of every ``scale`` units of
+    each tree enter every other node twice: the root (a, i) also sends to (b, i + offset) over
+    its NIC, which takes over the half of (b, i)'s children in the node that come last from i
+    (by local index, cyclically). Where a node's NICs could carry more than each part once
+    (dgx-h100 up to 4 nodes: a GPU's NVLink and NIC ingress together bind), the extra NIC
+    traffic relieves the NVLink ports that forward the rail's parts: on dgx-h100:2, half of
+    every part entering twice meets the cut bound (each GPU takes 1.5 parts through its NIC for
+    13.5 through NVLink). None when a needed pair has no route."""
+    ranks = topology.node_ranks
+    m = len(ranks[0])
+    where = {r: (a, i) for a, members in enumerate(ranks) for i, r in enumerate(members)}
+    out: list[Tree] = []
+    for t in trees:
+        a, i = where[t.root]
+        j = (i + offset) % m
+        parent = dict(t.parent)
+        routes = topology.routes_from(t.root)
+        for b, members in enumerate(ranks):
+            if b == a:
+                continue
+            head, second = members[i], members[j]
+            if second not in routes:
+                return None
+            parent[second] = t.root
+            children = sorted((v for v, p in t.parent.items() if p == head and v != second),
+                              key=lambda v: (where[v][1] - i) % m)
+            moved = children[(len(children) + 1) // 2:]
+            hop = topology.routes_from(second)
+            if any(v not in hop for v in moved):
+                return None
+            for v in moved:
+                parent[v] = second
+        out.append(Tree(t.root, t.weight * (scale - share), dict(t.parent), list(t.order)))
+        out.append(Tree(t.root, t.weight * share, parent, _topological(t.root, parent)))
+    return out
+
+
 def _leaf(path: tuple[int, ...]) -> int:
     """The switch a route's destination NIC hangs from (the vertex three from its end), or the
     destination itself on a route of fewer hops."""
