@@ -610,6 +610,8 @@ def _model(topology: Topology, collective: Collective) -> _Model:
         per_byte.extend(_singleton_parts(topology, collective))
     if not method:
         method = "per-rank volume (data a rank must send or receive)"
+    if any(onsets and onsets[0][0] > 0 for _, _, onsets in per_byte):
+        method += "; each cut's links counted from their routes' latency"
     binding = max(per_byte, key=lambda x: x[1])[0] if per_byte else ""
     if binding == "volume":
         exact = False
