@@ -30,7 +30,9 @@ bandwidth)``:
 * bandwidth, with S = size (nccl-tests convention) and n ranks:
 
   - allgather, reducescatter: cut_ratio x S / n (reducescatter on the reversed graph). Exact
-    in the fluid limit: spanning-tree packings reach it (ForestColl).
+    in the fluid limit: spanning-tree packings reach it (ForestColl), when transfers may take
+    any path through the switches. With fixed routes (the flattened topology's, which the
+    simulator follows) the routed delivery bound (``routed_delivery``) may be higher.
   - gather, scatter: the same with S forced to miss the root. Exact (single-commodity flow).
   - broadcast, reduce: S / min over ranks t of maxflow(root -> t) (reversed for reduce).
     Exact in the fluid limit (Edmonds' arborescence packing).
@@ -361,6 +363,85 @@ def _fraction(x: Fraction | float) -> Fraction:
     raise CollectiveError("the topology is disconnected: no schedule can finish")
 
 
+# ---------------------------------------------------------------------- routed delivery
+# The cut bound lets data take any path through the switches, but a transfer between two ranks
+# takes the route the flattened topology fixes for the pair (``Topology.routes_from``). Where a
+# physical link no route uses would relieve a cut (two DGX-2 GPUs reach each other through
+# their shared NIC's PCIe switch, but their transfers go through the NVSwitch), the routes
+# deliver less: in an allgather every rank r of a set R must receive the n - 1 parts it lacks,
+# each in some transfer into r, so R receives |R| (n - 1) parts at most as fast as the routes
+# into its ranks can carry together, C_in(R) = max sum of pair rates into R under every
+# physical link's capacity (an LP; sources anywhere, R's own ranks included). A reducescatter
+# rank must send its contribution to the n - 1 other parts (it may be summed on the way, but
+# only after it left the rank): the same out of R. Sets tried: every rank (one per orbit of
+# the symmetries) and the ranks one switch vertex links to (a NIC's GPUs, a node's).
+
+
+def routed_delivery(topology: Topology, reverse: bool) -> tuple[float, frozenset[int], Onsets] | None:
+    """(parts per GB/s, the set R attaining it, the onset of its routes) of the routed delivery
+    bound (see above), or None without switches (every route is then its own link, which the
+    cut bound already counts)."""
+    if not topology.switches or topology.n_ranks < 2:
+        return None
+    from .symmetry import rank_orbits
+
+    n = topology.n_ranks
+    candidates: list[frozenset[int]] = [frozenset([orbit[0]]) for orbit in rank_orbits(topology)]
+    first_node = topology.node_of[0] if topology.node_of else None
+    for k, sw in enumerate(topology.switches):
+        if first_node is not None and sw.node not in (None, first_node):
+            continue  # identical nodes: the first node's switches stand for every node's
+        w = n + k
+        links = topology.in_links[w] if reverse else topology.out_links[w]
+        ranks = frozenset((link.src if reverse else link.dst) for link in links) & frozenset(range(n))
+        if len(ranks) >= 2 and ranks not in candidates:
+            candidates.append(ranks)
+    best: tuple[float, frozenset[int], Onsets] | None = None
+    for R in candidates:
+        found = _routed_capacity(topology, R, reverse)
+        if found is None:
+            continue
+        capacity, onset = found
+        ratio = len(R) * (n - 1) / capacity if capacity > 0 else math.inf
+        if best is None or ratio > best[0]:
+            best = (ratio, R, ((onset, 1.0),))
+    return best
+
+
+def _routed_capacity(topology: Topology, R: frozenset[int], reverse: bool) -> tuple[float, float] | None:
+    """The most GB/s the fixed routes can carry into R's ranks at once (out of them with
+    ``reverse``), and the least latency of those routes; None when the LP fails."""
+    from scipy.optimize import linprog
+
+    n = topology.n_ranks
+    pairs = [(u, v) for v in sorted(R) for u in range(n) if u != v] if not reverse else \
+        [(u, v) for u in sorted(R) for v in range(n) if u != v]
+    hops: dict[tuple[int, int], int] = {}
+    rows: list[int] = []
+    cols: list[int] = []
+    onset = math.inf
+    for j, (u, v) in enumerate(pairs):
+        path = topology.routes_from(u).get(v)
+        if path is None:
+            continue
+        latency = 0.0
+        for hop in zip(path, path[1:]):
+            rows.append(hops.setdefault(hop, len(hops)))
+            cols.append(j)
+            latency += topology.link(*hop).latency  # type: ignore[union-attr]
+        onset = min(onset, latency)
+    if not hops:
+        return None
+    from scipy.sparse import csr_matrix
+
+    caps = np.array([topology.link(*hop).capacity for hop in hops], dtype=float)  # type: ignore[union-attr]
+    A = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(hops), len(pairs)))
+    result = linprog(-np.ones(len(pairs)), A_ub=A, b_ub=caps, bounds=(0, None), method="highs")
+    if result.status != 0:
+        return None
+    return -float(result.fun) * (1 + 1e-9), onset  # a hair more capacity: the LP's tolerance stays sound
+
+
 # ---------------------------------------------------------------------- latency onsets
 # A message's bytes move only once its route's latency has passed (the lane is held meanwhile;
 # with overlapping latencies they land that long after they moved): a byte crossing link e
@@ -578,6 +659,13 @@ def _model(topology: Topology, collective: Collective) -> _Model:
         cut = cut_ratio(topology, "bandwidth", reverse=reverse)
         per_byte.append(("cut", _per_byte(cut.ratio) / n / 1e3, cut_onsets(topology, cut.witness, reverse)))
         method, exact, witness = "exact cut bound (max-flow); tight in the fluid limit (ForestColl)", True, cut.witness
+        routed = routed_delivery(topology, reverse)
+        if routed is not None and routed[0] > _per_byte(cut.ratio) * (1 + 1e-9):
+            # the routes the flattened topology fixes carry less than the switches could
+            per_byte.append(("routed", routed[0] / n / 1e3, routed[2]))
+            method = ("routed delivery bound (an LP over the flattened routes; the cut bound assumes any "
+                      "route through the switches)")
+            exact, witness = False, routed[1]
     elif kind in ("gather", "scatter"):
         reverse = kind == "scatter"
         cut = cut_ratio(topology, "bandwidth", reverse=reverse, sinks=[root or 0])

@@ -267,3 +267,28 @@ def test_links_of_a_cut_with_different_latencies_start_at_their_own():
     t0 = 15 * (M / 16) / 500e3  # 15 parts through 500 GB/s
     # 0.9 of the capacity from 0.7 us, all of it from 2.6 us: 0.9 (T - 0.7) + 0.1 (T - 2.6) = t0
     assert bound.bandwidth_us == pytest.approx(t0 + 0.9 * 0.7 + 0.1 * 2.6, rel=1e-9)
+
+
+# ---------------------------------------------------------------------- routed delivery
+def test_routes_a_pair_never_takes_do_not_count():
+    """DGX-2: two GPUs share a NIC through a PCIe switch, and the cut bound counts that path
+    (a GPU's ingress 125 + 12 GB/s); but the flattened routes send every GPU pair through the
+    NVSwitch, so the two GPUs can take in only 2 x 125 GB/s plus the NIC's 9.52 from the fabric:
+    62 parts at that rate. The stitched trees come within 0.5% of it (6% over the cut bound)."""
+    from solvers.bounds import routed_delivery
+    from solvers.packing.plan import _stitched_phase
+
+    topo = T.build("dgx2:2")
+    nic = 1e6 / 105 / 1e3  # GB/s through a NIC
+    ratio, witness, onsets = routed_delivery(topo, reverse=False)
+    assert ratio == pytest.approx(2 * 31 / (2 * 125 + nic), rel=1e-6) and len(witness) == 2
+    assert onsets == ((pytest.approx(0.3), 1.0),)  # the least route latency into them
+    for kind in ("allgather", "reducescatter"):
+        bound = lower_bound(topo, builtin(kind, 32), M)
+        assert dict(bound.parts)["routed"] > dict(bound.parts)["cut"] * 1.05 and not bound.exact
+        assert bound.bandwidth_us == pytest.approx(0.3 + ratio * (M / 32) / 1e3, rel=1e-6)
+        phase = _stitched_phase(topo, kind == "reducescatter", None)
+        assert ratio <= phase.achieved * 1e3 < ratio * 1.005  # us per byte of a part
+    # where the routes use every link the cut bound counts, nothing changes
+    assert routed_delivery(T.build("dgx-h100:2"), False)[0] < cut_ratio(T.build("dgx-h100:2"), "bandwidth").ratio
+    assert routed_delivery(T.build("dgx1"), False) is None  # no switches: every route is a link
