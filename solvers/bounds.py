@@ -454,41 +454,42 @@ def _routed_capacity(topology: Topology, R: frozenset[int], reverse: bool) -> tu
 Onsets = tuple[tuple[float, float], ...]
 
 
-def _latency_floors(topology: Topology) -> tuple[list[float], list[float]]:
-    """(least latency from any rank to each vertex, from each vertex to any rank) over the
-    topology's links (Dijkstra from all ranks at once); cached per topology."""
+def _latency_floor(topology: Topology, forward: bool, ends: tuple[int, ...] | None = None) -> list[float]:
+    """The least latency from any of ``ends`` (default: every rank) to each vertex over the
+    topology's links (``forward``), or from each vertex to any of them; cached per topology."""
     import heapq
 
-    cache = _FLOORS.get(topology)
-    if cache is not None:
-        return cache
-    V, n = topology.n_vertices, topology.n_ranks
-    out = []
-    for forward in (True, False):
-        dist = [math.inf] * V
-        heap = [(0.0, r) for r in range(n)]
-        for r in range(n):
-            dist[r] = 0.0
-        while heap:
-            d, x = heapq.heappop(heap)
-            if d > dist[x]:
-                continue
-            for link in (topology.out_links[x] if forward else topology.in_links[x]):
-                y = link.dst if forward else link.src
-                if d + link.latency < dist[y]:
-                    dist[y] = d + link.latency
-                    heapq.heappush(heap, (dist[y], y))
-        out.append(dist)
-    _FLOORS[topology] = (out[0], out[1])
-    return out[0], out[1]
+    cache = _FLOORS.setdefault(topology, {})
+    key = (forward, ends)
+    if key in cache:
+        return cache[key]
+    starts = range(topology.n_ranks) if ends is None else ends
+    dist = [math.inf] * topology.n_vertices
+    for r in starts:
+        dist[r] = 0.0
+    heap = [(0.0, r) for r in starts]
+    while heap:
+        d, x = heapq.heappop(heap)
+        if d > dist[x]:
+            continue
+        for link in (topology.out_links[x] if forward else topology.in_links[x]):
+            y = link.dst if forward else link.src
+            if d + link.latency < dist[y]:
+                dist[y] = d + link.latency
+                heapq.heappush(heap, (dist[y], y))
+    cache[key] = dist
+    return dist
 
 
 _FLOORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def link_onsets(topology: Topology, links) -> Onsets:
-    """The onsets of a set of links: (alpha(e), share of their capacity) summed by alpha."""
-    to_v, from_v = _latency_floors(topology)
+def link_onsets(topology: Topology, links, origin: int | None = None, sink: int | None = None) -> Onsets:
+    """The onsets of a set of links: (alpha(e), share of their capacity) summed by alpha. With
+    an ``origin`` (broadcast, scatter: every byte starts at the root) a route's latency is
+    counted from it; with a ``sink`` (reduce, gather) up to it."""
+    to_v = _latency_floor(topology, True, None if origin is None else (origin,))
+    from_v = _latency_floor(topology, False, None if sink is None else (sink,))
     share: dict[float, float] = {}
     total = 0.0
     for link in links:
@@ -501,14 +502,15 @@ def link_onsets(topology: Topology, links) -> Onsets:
     return tuple((alpha, c / total) for alpha, c in sorted(share.items()))
 
 
-def cut_onsets(topology: Topology, witness: frozenset[int], reverse: bool) -> Onsets:
+def cut_onsets(topology: Topology, witness: frozenset[int], reverse: bool, origin: int | None = None,
+               sink: int | None = None) -> Onsets:
     """Onsets of the links leaving ``witness`` (entering it when ``reverse``: the cut of the
-    reversed graph)."""
+    reversed graph); ``origin`` and ``sink`` as for ``link_onsets``."""
     if reverse:
         links = [link for link in topology.links if link.dst in witness and link.src not in witness]
     else:
         links = [link for link in topology.links if link.src in witness and link.dst not in witness]
-    return link_onsets(topology, links)
+    return link_onsets(topology, links, origin, sink)
 
 
 def _first_onset(topology: Topology) -> Onsets:
@@ -669,13 +671,15 @@ def _model(topology: Topology, collective: Collective) -> _Model:
     elif kind in ("gather", "scatter"):
         reverse = kind == "scatter"
         cut = cut_ratio(topology, "bandwidth", reverse=reverse, sinks=[root or 0])
-        per_byte.append(("cut", _per_byte(cut.ratio) / n / 1e3, cut_onsets(topology, cut.witness, reverse)))
+        ends = {"origin": root or 0} if reverse else {"sink": root or 0}  # scatter starts at the root
+        per_byte.append(("cut", _per_byte(cut.ratio) / n / 1e3, cut_onsets(topology, cut.witness, reverse, **ends)))
         method, exact, witness = "exact cut bound (max-flow to/from the root)", True, cut.witness
     elif kind in ("broadcast", "reduce"):
         reverse = kind == "reduce"
         mincut, witness = _root_min_cut(topology, root or 0, reverse=reverse)
+        ends = {"sink": root or 0} if reverse else {"origin": root or 0}  # reduce ends at the root
         per_byte.append(("cut", 1.0 / mincut / 1e3 if mincut > 0 else math.inf,
-                         cut_onsets(topology, witness, reverse)))
+                         cut_onsets(topology, witness, reverse, **ends)))
         method, exact = "exact cut bound (min over ranks of the root's max-flow; Edmonds)", True
     elif kind == "allreduce":
         per_byte.extend(_allreduce_parts(topology))

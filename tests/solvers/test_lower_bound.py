@@ -292,3 +292,13 @@ def test_routes_a_pair_never_takes_do_not_count():
     # where the routes use every link the cut bound counts, nothing changes
     assert routed_delivery(T.build("dgx-h100:2"), False)[0] < cut_ratio(T.build("dgx-h100:2"), "bandwidth").ratio
     assert routed_delivery(T.build("dgx1"), False) is None  # no switches: every route is a link
+
+
+def test_a_rooted_cut_counts_latency_from_the_root():
+    """dgx-h100:2 broadcast from rank 0: the eight NICs of node 0 carry the buffer across, but
+    only rank 0 holds it at first: its own NIC starts at 2.6 us, the seven others only after
+    the data has reached their GPU through the NVSwitch (0.7 us more)."""
+    topo = T.build("dgx-h100:2")
+    bound = lower_bound(topo, builtin("broadcast", 16, 0), M)
+    t0 = M / 400e3  # the buffer through 8 NICs of 50 GB/s
+    assert bound.bandwidth_us == pytest.approx(t0 + (2.6 + 7 * 3.3) / 8, rel=1e-9)
