@@ -41,7 +41,9 @@ bandwidth)``:
     sent at least 2(k-1) times between k parts (the minimum number of one-way calls for k
     parties to all learn everything), and a part sends only through the capacity leaving it,
     so T >= 2(k-1) S / sum of the parts' out- (and in-) capacities, for k = n single ranks and
-    k = the nodes of a multi-node topology. On a uniform fabric (every rank b) (b) is
+    k = the nodes of a multi-node topology; with switches (up to ``ROUTED_GOSSIP_RANKS``) also
+    over the capacity the fixed routes of all pairs (of different nodes) can carry together
+    (``routed_capacity``). On a uniform fabric (every rank b) (b) is
     2(n-1) S / (n b): the reducescatter + allgather bound. RS + AG is *not* used in general:
     on a star (hub linked to k leaves at b) reduce-to-hub-and-broadcast, pipelined, takes
     about S / b while RS + AG claims 2k/(k+1) S / b. Not exact in general.
@@ -398,7 +400,10 @@ def routed_delivery(topology: Topology, reverse: bool) -> tuple[float, frozenset
             candidates.append(ranks)
     best: tuple[float, frozenset[int], Onsets] | None = None
     for R in candidates:
-        found = _routed_capacity(topology, R, reverse)
+        n_ = topology.n_ranks
+        pairs = [(u, v) for v in sorted(R) for u in range(n_) if u != v] if not reverse else \
+            [(u, v) for u in sorted(R) for v in range(n_) if u != v]
+        found = routed_capacity(topology, pairs)
         if found is None:
             continue
         capacity, onset = found
@@ -408,22 +413,18 @@ def routed_delivery(topology: Topology, reverse: bool) -> tuple[float, frozenset
     return best
 
 
-def _routed_capacity(topology: Topology, R: frozenset[int], reverse: bool) -> tuple[float, float] | None:
-    """The most GB/s the fixed routes can carry into R's ranks at once (out of them with
-    ``reverse``), and the least latency of those routes; None when the LP fails."""
+def routed_capacity(topology: Topology, pairs: list[tuple[int, int]]) -> tuple[float, float] | None:
+    """The most GB/s the fixed routes of ``pairs`` of ranks can carry together under every
+    physical link's capacity (an LP), and the least latency of those routes; None when the LP
+    fails or no pair has a route."""
     from scipy.optimize import linprog
 
-    n = topology.n_ranks
-    pairs = [(u, v) for v in sorted(R) for u in range(n) if u != v] if not reverse else \
-        [(u, v) for u in sorted(R) for v in range(n) if u != v]
     hops: dict[tuple[int, int], int] = {}
     rows: list[int] = []
     cols: list[int] = []
     onset = math.inf
-    for j, (u, v) in enumerate(pairs):
-        path = topology.routes_from(u).get(v)
-        if path is None:
-            continue
+    paths = [p for p in (topology.routes_from(u).get(v) for u, v in pairs) if p is not None]  # others relay
+    for j, path in enumerate(paths):
         latency = 0.0
         for hop in zip(path, path[1:]):
             rows.append(hops.setdefault(hop, len(hops)))
@@ -435,8 +436,8 @@ def _routed_capacity(topology: Topology, R: frozenset[int], reverse: bool) -> tu
     from scipy.sparse import csr_matrix
 
     caps = np.array([topology.link(*hop).capacity for hop in hops], dtype=float)  # type: ignore[union-attr]
-    A = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(hops), len(pairs)))
-    result = linprog(-np.ones(len(pairs)), A_ub=A, b_ub=caps, bounds=(0, None), method="highs")
+    A = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(hops), len(paths)))
+    result = linprog(-np.ones(len(paths)), A_ub=A, b_ub=caps, bounds=(0, None), method="highs")
     if result.status != 0:
         return None
     return -float(result.fun) * (1 + 1e-9), onset  # a hair more capacity: the LP's tolerance stays sound
@@ -791,7 +792,22 @@ def _allreduce_parts(topology: Topology) -> list[tuple[str, float, Onsets]]:
         worst, onsets = _vertex_sets_capacity(topology, groups)
         k = topology.n_nodes
         out.append(("gossip-nodes", 2 * (k - 1) / worst / 1e3 if worst > 0 else math.inf, onsets))
+    if topology.switches and n <= ROUTED_GOSSIP_RANKS:
+        # the sends travel the routes the flattened topology fixes: all of them together carry
+        # no more than the LP over those routes allows (on dgx2:2 a GPU's PCIe path to its NIC
+        # partner is in the links leaving it but in no route)
+        node = topology.node_of
+        for name, k, between in (("gossip-routed", n, lambda u, v: True),
+                                 ("gossip-nodes-routed", topology.n_nodes, lambda u, v: node[u] != node[v])):
+            if k < 2:
+                continue
+            found = routed_capacity(topology, [(u, v) for u in range(n) for v in range(n) if u != v and between(u, v)])
+            if found is not None and found[0] > 0:
+                out.append((name, 2 * (k - 1) / found[0] / 1e3, ((found[1], 1.0),)))
     return out
+
+
+ROUTED_GOSSIP_RANKS = 128  # ranks up to which the gossip's routed capacity is an LP (n^2 pairs)
 
 
 def _singleton_parts(topology: Topology, collective: Collective) -> list[tuple[str, float, Onsets]]:

@@ -302,3 +302,15 @@ def test_a_rooted_cut_counts_latency_from_the_root():
     bound = lower_bound(topo, builtin("broadcast", 16, 0), M)
     t0 = M / 400e3  # the buffer through 8 NICs of 50 GB/s
     assert bound.bandwidth_us == pytest.approx(t0 + (2.6 + 7 * 3.3) / 8, rel=1e-9)
+
+
+def test_the_gossip_counts_the_routes_sends_take():
+    """Allreduce's one-way gossip volume (2(n-1) sends of every element) goes over the routes
+    the flattened topology fixes: on dgx-h100:2 a GPU's PCIe link to its NIC (64 GB/s) only
+    feeds the NIC's 50 GB/s, so all sends together move at most 16 x (450 + 50) GB/s, not
+    16 x (450 + 64)."""
+    topo = T.build("dgx-h100:2")
+    bound = lower_bound(topo, builtin("allreduce", 16), M)
+    parts = dict(bound.parts)
+    assert parts["gossip-routed"] == pytest.approx(0.7 + 2 * 15 * M / (16 * 500e3), rel=1e-6)
+    assert parts["gossip"] < parts["gossip-routed"] == bound.bandwidth_us
