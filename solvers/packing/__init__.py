@@ -53,7 +53,7 @@ from ..common import pieces
 from . import routes
 from .plan import KINDS as TREE_KINDS
 from .plan import Packing, plan, plans
-from .schedule import Shape, build
+from .schedule import Shape, build, root_leaves
 
 __all__ = ["KINDS", "Packing", "Shape", "plan", "plans", "synthesize"]
 
@@ -361,12 +361,7 @@ SEARCH_WORK = 2_500_000  # transfers (estimated) the judgements of one search ma
 
 def _has_root_leaves(packing: Packing) -> bool:
     """Whether a tree's root has a child that is a leaf (``Shape.lead`` changes something)."""
-    for phase in packing.phases():
-        for t in phase.trees:
-            inner = set(t.parent.values())
-            if any(p == t.root and v not in inner for v, p in t.parent.items()):
-                return True
-    return False
+    return any(root_leaves(t) for phase in packing.phases() for t in phase.trees)
 
 
 def _construction(packing: Packing) -> str:

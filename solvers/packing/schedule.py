@@ -175,7 +175,7 @@ def _down(b, phase: Phase, C: int, shape: Shape, n: int, loc, ready: dict[tuple[
         for tree, offsets in carried:
             depth = tree.depth()
             base = _stages(len(offsets), shape.stages, shape.taper)
-            leaves = _root_leaves(tree) if shape.lead and not ready else set()
+            leaves = root_leaves(tree) if shape.lead and not ready else set()
             for top, members in _groups(tree, shape.stagger and not ready):
                 if ready:
                     starts = [(j, ready.get((q, j), g)) for j, g in zip(offsets, base)]
@@ -206,7 +206,7 @@ def _up(b, phase: Phase, C: int, shape: Shape, n: int, loc, lead: bool | None = 
             depth = tree.depth()
             D = max(depth.values())
             base = _up_stages(len(offsets), shape.stages, shape.taper)
-            leaves = _root_leaves(tree) if lead else set()
+            leaves = root_leaves(tree) if lead else set()
             for top, members in _groups(tree, shape.stagger):
                 starts = list(zip(offsets, _shift(base, _phase(shape, q, top, n))))
                 inner = [v for v in members if v not in leaves]
@@ -226,7 +226,7 @@ def _up(b, phase: Phase, C: int, shape: Shape, n: int, loc, lead: bool | None = 
     return done
 
 
-def _root_leaves(tree: Tree) -> set[int]:
+def root_leaves(tree: Tree) -> set[int]:
     """The children of the root that have no children."""
     inner = set(tree.parent.values())
     return {v for v, p in tree.parent.items() if p == tree.root and v not in inner}
