@@ -400,9 +400,8 @@ def routed_delivery(topology: Topology, reverse: bool) -> tuple[float, frozenset
             candidates.append(ranks)
     best: tuple[float, frozenset[int], Onsets] | None = None
     for R in candidates:
-        n_ = topology.n_ranks
-        pairs = [(u, v) for v in sorted(R) for u in range(n_) if u != v] if not reverse else \
-            [(u, v) for u in sorted(R) for v in range(n_) if u != v]
+        pairs = [(u, v) for v in sorted(R) for u in range(n) if u != v] if not reverse else \
+            [(u, v) for u in sorted(R) for v in range(n) if u != v]
         found = routed_capacity(topology, pairs)
         if found is None:
             continue
