@@ -12,7 +12,9 @@
      summing to the root's demand, packed within the arc capacities (``trees``);
    * two-hop (``twohop``): up to 16 fully linked ranks, the star and relay trees of each root
      weighted by an LP;
-   * shallow: per root the tree of fewest hops over the flattened links (latency).
+   * shallow: per root the tree of fewest hops over the flattened links (latency);
+   * exchange (allreduce on identical nodes, small sizes): node trees up to every co-root, one
+     exchange step between the co-roots, node trees down (``exchange``).
 3. Schedule (``schedule``): each root's part is cut into slots, shared among its trees in
    proportion to their multiplicities, and pipelined down (allgather, broadcast) or up
    (reducescatter, reduce: trees of the reversed graph) the trees; allreduce is reducescatter
@@ -435,6 +437,8 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
     64 ranks; at 128 the first few):
 
     0. when the best uniform shape has 8 or more stages, 3/2 and 3/4 of its count (see 5.);
+       when it has one, the same coalesced (small sizes: a rank's pieces for one peer in one
+       message);
     1. (``variants``) at twice the best stage count (up to 16; the count itself above): staggered and coalesced (and, for
        allreduce, sequential) with stages tapered by 0.95, whose stage count is then climbed
        (2.), then the same untapered, coalesced alone (and for allreduce staggered and
@@ -497,6 +501,8 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
     if best().stages >= 8:  # the uniform optimum between powers of two, while pipelines are long
         thirds()
     top = best()
+    if variants and top.stages == 1 and affordable(top._replace(coalesce=True)):
+        ev(top._replace(coalesce=True))  # small sizes: one message per pair and step
     seeds = []
     if variants and top.stages >= 2:
         k = min(max(4, 2 * top.stages if top.stages <= 16 else top.stages), longest)

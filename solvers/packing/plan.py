@@ -15,7 +15,7 @@ from ..bounds import max_cut_ratio
 from ..symmetry import rank_orbits
 from .flows import Capacities, FlowGraph, capacities
 from .split import remove_switches
-from .stitch import node_topology, physical_time, rail_chains, second_entry, stitch
+from .stitch import busiest_time, node_topology, physical_time, rail_chains, second_entry, stitch
 from .torus import torus_trees
 from .trees import Tree, merge_equal, pack_shallow, pack_trees
 
@@ -55,6 +55,7 @@ class Packing:
     root: int | None
     down: Phase | None  # allgather, broadcast, allreduce's second half
     up: Phase | None  # reducescatter, reduce, allreduce's first half
+    exchange: bool = False  # allreduce: node trees and an exchange between co-roots (``exchange``)
 
     def phases(self) -> list[Phase]:
         return [p for p in (self.up, self.down) if p is not None]
@@ -97,8 +98,9 @@ def plans(topology: Topology, kind: str, root: int | None,
     miss the bound on at most ``FLAT_LIMIT`` vertices), and the two-hop trees of an LP
     (``twohop``: up to 16 ranks, every pair linked) unless the best of those meets the bound
     with trees two hops deep; then, for small messages, the heaviest
-    tree per root of each multi-tree construction and the shallowest trees (up to
-    ``SHALLOW_UP_TO`` ranks). A cost judge picks the one that runs fastest at a size.
+    tree per root of each multi-tree construction, the shallowest trees (up to
+    ``SHALLOW_UP_TO`` ranks) and, for allreduce on identical nodes, the exchange between
+    co-roots (``exchange``). A cost judge picks the one that runs fastest at a size.
 
     ``partial``: a list the candidates are appended to as they are made, for a caller that may
     abandon the planning (``ccl.interrupt.abandoning``) and use those made by then (the cache
@@ -156,8 +158,32 @@ def plans(topology: Topology, kind: str, root: int | None,
         down = _shallow(topology, False, r) if want_down else None
         if (up is not None or not want_up) and (down is not None or not want_down):
             out.append(Packing(kind, topology.n_ranks, r, down, up))
+    if kind == "allreduce":
+        swap = _exchange(topology, out[0])
+        if swap is not None:
+            out.append(swap)
     cache[key] = out
     return out
+
+
+def _exchange(topology: Topology, reference: Packing) -> Packing | None:
+    """The allreduce by exchange between co-roots (``exchange``) over the node's fewest-hop
+    trees, on two or more identical nodes whose trees can be walked both ways; its rates
+    measured on the physical links (the first phase with the exchange)."""
+    from . import exchange
+
+    node = node_topology(topology)
+    if node is None or node.n_ranks < 2:
+        return None
+    down = _shallow(node, False, None)
+    if down is None or any(node.flat_link(v, p) is None for t in down.trees for v, p in t.parent.items()):
+        return None
+    trees = exchange.node_trees(topology, {t.root: t for t in down.trees})
+    ref = {ph.reverse: ph for ph in reference.phases()}
+    phases = [Phase(reverse, tuple(trees), ref[reverse].optimal,
+                    busiest_time(topology, exchange.hops(topology, trees, down=not reverse)), ref[reverse].exact,
+                    "exchange") for reverse in (False, True)]
+    return Packing("allreduce", topology.n_ranks, None, phases[0], phases[1], exchange=True)
 
 
 def _one_tree(topology: Topology, phase: Phase) -> Phase:

@@ -123,6 +123,11 @@ def build(problem: Problem, packing: Packing, slots: int, shape: Shape) -> Algor
     kind = problem.collective.kind
     n = problem.topology.n_ranks
     C = slots
+    if packing.exchange:
+        from .exchange import build as exchange_build
+
+        assert packing.down is not None
+        return exchange_build(problem, list(packing.down.trees), C, _stages(C, shape.stages, shape.taper))
     if kind == "allgather":
         b, _ = builder(problem, C, "packing", "packing")
         _down(b, packing.down, C, shape, n, lambda r, q, j: ("output", q * C + j), {})

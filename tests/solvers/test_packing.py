@@ -759,3 +759,37 @@ def test_tori_of_unequal_sides_get_no_translated_trees() -> None:
     assert torus_trees(T.build("torus:4x6")) is None
     assert torus_trees(T.build("ring:8")) is None  # one dimension
     assert torus_trees(T.build("dgx1")) is None
+
+
+# ---------------------------------------------------------------- allreduce by exchange
+@pytest.mark.parametrize("spec", ["dgx-h100:2", "dgx-a100:3", "ndv2:2", "dgx-h100:2,fabric=leafspine"])
+@pytest.mark.parametrize("stages", [1, 3])
+def test_the_exchange_between_co_roots_verifies(spec: str, stages: int) -> None:
+    """Node trees up to every co-root, one exchange step between the co-roots (each adds what
+    the others send), node trees down: every output holds the whole sum exactly once."""
+    from solvers.packing.schedule import Shape, build
+
+    topo = _TOPOLOGIES.setdefault(spec, T.build(spec))
+    packing = plans(topo, "allreduce", None)[-1]
+    assert packing.exchange and packing.down.construction == "exchange"
+    problem = Problem(topo, builtin("allreduce", topo.n_ranks), Request("packing"))
+    alg = build(problem, packing, 2 * stages, Shape(stages))
+    assert verify(alg).transfers == len(alg.transfers)
+    assert verify_program(lower(alg)).messages > 0
+    nodes = {r: a for a, members in enumerate(topo.node_ranks) for r in members}
+    crossing = {t.step for t in alg.transfers if nodes[t.src] != nodes[t.dst]}
+    assert len(crossing) == stages  # one step across the fabric per stage
+
+
+def test_small_allreduces_across_nodes_cross_the_fabric_once() -> None:
+    """dgx-h100:2 at 64 KiB: trees cross the NIC twice (up to a part's root, back down), and
+    recursive doubling, the best template, pays three NVLink steps and one NIC step; the
+    exchange pays one of each kind."""
+    topo = T.build("dgx-h100:2")
+    solution = synth(topo, "allreduce", size=1 << 16)
+    assert verify(solution.algorithm).transfers == len(solution.algorithm.transfers)
+    assert solution.details["reduce_phase"]["construction"] == "exchange"
+    doubling = solvers.solve(Problem(topo, builtin("allreduce", 16), Request("recursive-doubling")))
+    ours, theirs = (compiler.simulate(s.algorithm, 1 << 16, bound=False, baselines=False).time_us
+                    for s in (solution, doubling))
+    assert ours < theirs / 1.3
