@@ -34,21 +34,31 @@ def node_trees(topology: Topology, intra: dict[int, Tree]) -> list[Tree]:
     return out
 
 
+def _placed(topology: Topology, t: Tree) -> list[dict[int, int]]:
+    """Tree ``t`` (on its root's node) placed on every node, local index for local index:
+    per node, its rank for each of t's vertices."""
+    ranks = topology.node_ranks
+    index = {r: i for members in ranks for i, r in enumerate(members)}
+    return [{v: members[index[v]] for v in t.order} for members in ranks]
+
+
+def _co_roots(topology: Topology, q: int) -> list[int]:
+    """The ranks of q's local index, one per node."""
+    i = next(members.index(q) for members in topology.node_ranks if q in members)
+    return [members[i] for members in topology.node_ranks]
+
+
 def hops(topology: Topology, trees: list[Tree], down: bool) -> list[tuple[tuple[int, int], float]]:
     """Every rank-to-rank move of one byte of every part: up the node trees in every node and
     between every two co-roots, or (``down``) down the node trees."""
-    ranks = topology.node_ranks
-    where = {r: (a, i) for a, members in enumerate(ranks) for i, r in enumerate(members)}
     out: list[tuple[tuple[int, int], float]] = []
     for t in trees:
-        a, i = where[t.root]
-        for b, members in enumerate(ranks):
-            local = {v: members[where[v][1]] for v in t.order}
+        for local in _placed(topology, t):
             for v, p in t.parent.items():
                 out.append(((local[p], local[v]) if down else (local[v], local[p]), 1.0))
-            for c in range(len(ranks)) if not down else ():
-                if c != b:
-                    out.append(((members[i], ranks[c][i]), 1.0))
+        if not down:
+            roots = _co_roots(topology, t.root)
+            out.extend(((x, y), 1.0) for x in roots for y in roots if x != y)
     return out
 
 
@@ -58,36 +68,28 @@ def build(problem: Problem, trees: list[Tree], slots: int, stages: list[int]) ->
     Coalesced (``solvers.coalesce``): a co-root serves the parts of every node, whose slots are
     not consecutive, and would otherwise pay a message's latency for each (dgx-h100:2 at
     64 KiB: 4.4 us coalesced, 6.9 not)."""
+    from .schedule import _runs
+
     topology = problem.topology
-    ranks = topology.node_ranks
-    where = {r: (a, i) for a, members in enumerate(ranks) for i, r in enumerate(members)}
     n, C = topology.n_ranks, slots
     b, _ = builder(problem, n * C, "packing", "packing")
-    runs: list[tuple[int, int, int]] = []  # (first slot, count, stage) of consecutive slots
-    for j, g in enumerate(stages):
-        if runs and runs[-1][2] == g:
-            runs[-1] = (runs[-1][0], runs[-1][1] + 1, g)
-        else:
-            runs.append((j, 1, g))
+    runs = _runs(list(enumerate(stages)))  # (first slot, count, stage) of consecutive slots
     for t in trees:
         q = t.root
-        a, i = where[q]
         depth = t.depth()
         D = max(depth.values())
+        placed = _placed(topology, t)
+        roots = _co_roots(topology, q)
         for j, count, g in runs:
             slot = ("output", q * C + j)
-            for members in ranks:
-                local = {v: members[where[v][1]] for v in t.order}
+            for local in placed:
                 for v in t.order[1:]:
-                    p = t.parent[v]
-                    b.move_run(g + D - depth[v], local[v], slot, local[p], slot, count, "reduce")
-            for x, members in enumerate(ranks):
-                for y in range(len(ranks)):
-                    if y != x:
-                        b.move_run(g + D, members[i], slot, ranks[y][i], slot, count, "reduce")
-            for members in ranks:
-                local = {v: members[where[v][1]] for v in t.order}
+                    b.move_run(g + D - depth[v], local[v], slot, local[t.parent[v]], slot, count, "reduce")
+            for x in roots:
+                for y in roots:
+                    if x != y:
+                        b.move_run(g + D, x, slot, y, slot, count, "reduce")
+            for local in placed:
                 for v in t.order[1:]:
-                    p = t.parent[v]
-                    b.move_run(g + D + depth[v], local[p], slot, local[v], slot, count, "copy")
+                    b.move_run(g + D + depth[v], local[t.parent[v]], slot, local[v], slot, count, "copy")
     return b.build(coalesce=True)
