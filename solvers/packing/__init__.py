@@ -416,10 +416,10 @@ def _search(evaluate, longest: int = 16, seen: dict | None = None, work=None, sp
     i = 2
     if not budget.affordable(Shape(1 << i), seen):
         return list(seen.items())
+    ev(Shape(1 << i))
     lead = lead and budget.affordable(Shape(1 << i, lead=True), seen) and \
         ev(Shape(1 << i, lead=True)) < ev(Shape(1 << i))
     ladder = [Shape(1 << k, lead=lead) for k in range(longest.bit_length())]
-    ev(ladder[i])
     for step in (-1, 1):
         j = i
         while (0 <= j + step < len(ladder) and budget.affordable(ladder[j + step], seen)
@@ -545,15 +545,16 @@ def slot_count(packing: Packing, base: int, n: int, shape: Shape = DEFAULT_SHAPE
     runs when staggered: a branch's shifted boundaries split a stage in two), not the slots,
     which are bounded by ``MAX_BUFFER_SLOTS`` per rank instead; when even one slot per stage is
     over budget, the slots are (every slot may then be a transfer of its own), though never
-    below one per tree within twice the budget (a tree without a slot idles its links:
-    torus:8x8x8's six trees per root on four slots took 1.5x the bound)."""
+    below one per tree, nor below two (a pipeline of two stages: dgx-h100:128 allgather at
+    1 GiB, 1.43x the bound against 1.82x with one), within twice the budget (a tree without a
+    slot idles its links: torus:8x8x8's six trees per root on four slots took 1.5x the bound)."""
     per_slot = _per_slot(packing, n)
     want = packing.trees_per_root() * _per_share(shape, lanes)
     if per_slot * _runs_per_tree(packing, shape) <= MAX_TRANSFERS:
         cap = MAX_BUFFER_SLOTS // n
-    else:  # but a slot per tree, so that every tree carries its share, within twice the budget
-        trees = packing.trees_per_root()
-        cap = max(MAX_TRANSFERS // per_slot, trees if per_slot * trees <= 2 * MAX_TRANSFERS else 0)
+    else:  # but a slot per tree (every tree carries its share) and two stages, within twice the budget
+        least = max(packing.trees_per_root(), 2)
+        cap = max(MAX_TRANSFERS // per_slot, least if per_slot * least <= 2 * MAX_TRANSFERS else 0)
     target = min(want, max(1, cap))
     return base * max(1, target // base)
 

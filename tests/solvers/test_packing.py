@@ -793,3 +793,23 @@ def test_small_allreduces_across_nodes_cross_the_fabric_once() -> None:
     ours, theirs = (compiler.simulate(s.algorithm, 1 << 16, bound=False, baselines=False).time_us
                     for s in (solution, doubling))
     assert ours < theirs / 1.3
+
+
+def test_slots_at_1024_ranks_keep_a_two_stage_pipeline_within_twice_the_budget() -> None:
+    """A slot of every part costs n (n - 1) transfers: at 1,024 ranks one slot is 1.05 million,
+    most of the budget. Two slots (a pipeline of two stages) are kept within twice the budget;
+    beyond that one."""
+    from solvers.packing import MAX_TRANSFERS, Shape, slot_count
+    from solvers.packing.plan import Phase
+    from solvers.packing.trees import Tree
+
+    def star_packing(n: int) -> Packing:
+        trees = tuple(Tree(r, 1, {v: r for v in range(n) if v != r}, [r, *(v for v in range(n) if v != r)])
+                      for r in range(n))
+        return Packing("allgather", n, None, Phase(False, trees, 1.0, 1.0, True), None)
+
+    assert 1024 * 1023 < MAX_TRANSFERS < 2 * 1024 * 1023 <= 2 * MAX_TRANSFERS
+    assert slot_count(star_packing(1024), 1, 1024, Shape(4)) == 2
+    assert slot_count(star_packing(256), 1, 256, Shape(4)) > 2
+    assert 1100 * 1099 > MAX_TRANSFERS  # two slots over twice the budget: one
+    assert slot_count(star_packing(1100), 1, 1100, Shape(4)) == 1
