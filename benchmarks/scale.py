@@ -40,7 +40,8 @@ QUICK_CASES = ("ndv2:2/allreduce", "dgx-h100:2/allgather", "dgx1/broadcast")
 # synthesis at scale: (machine/collective/size/solver); synthesize, verify and simulate timed apart
 SCALE_CASES = ("dgx-h100:16/allreduce/64MiB/packing", "torus:16x16/allgather/1GiB/packing",
                "torus:8x8x8/allgather/1GiB/packing", "dgx-h100:128/allgather/1GiB/packing",
-               "dgx-h100:128/allreduce/1GiB/hierarchical")
+               "dgx-h100:128/allreduce/1GiB/hierarchical", "dgx-h100:16/broadcast/256MiB/packing",
+               "dgx-h100:128/broadcast/1GiB/packing")
 
 
 def run_case(spec: str, kind: str, sizes: list[int], names: list[str]) -> list[dict]:

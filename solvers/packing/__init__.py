@@ -296,7 +296,8 @@ def _pick(candidates: list, size: float, progress, *, name, rate, evaluate, long
           budget: _Budget, work, variants: bool = True) -> tuple[tuple[int, Shape] | None, list[dict]]:
     """The judged search: every construction over the uniform pipeline shapes (``_search``),
     skipping those whose bandwidth time alone (``rate``) exceeds the best time so far, then the
-    finer shapes (``_refine``) of the construction that leads, until the budget is due (the best
+    finer shapes (``_refine``) of the construction that leads (and of the second when its best
+    uniform time is within ``RUNNER_UP`` of the leader's), until the budget is due (the best
     shape judged by then wins; each judgement runs in ``budget.region()`` and one cut short is
     given up). ``work(candidate, shape)``: the transfers a judgement builds (estimated), which
     bounds the refinement; ``variants``: whether staggered, coalesced and sequential shapes
@@ -346,9 +347,17 @@ def _pick(candidates: list, size: float, progress, *, name, rate, evaluate, long
                                                              lead=variants and kind in LEAD_KINDS
                                                              and _has_root_leaves(x)))
     if best is not None and not stopped():
-        lead = candidates[best[1]]
-        record(best[1], lambda ev, times: _refine(ev, times, longest=longest(lead), kind=kind,
-                                                  work=lambda c: work(lead, c), variants=variants, spent=spent))
+        # the leader's finer shapes, then the runner-up's when its uniform best is close (the
+        # finer shapes can reorder them: dgx-h100:8 broadcast at 256 MiB, the chains led the
+        # rail trees uniform, 924 us against 941, and the trees coalesced took 866)
+        uniform = sorted((min(times.values()), index) for index, times in seen.items() if times)
+        runner = next((index for us, index in uniform[1:2] if us <= uniform[0][0] * (1 + RUNNER_UP)), None)
+        for index in (best[1], runner):
+            if index is None or stopped():
+                break
+            x = candidates[index]
+            record(index, lambda ev, times, x=x: _refine(ev, times, longest=longest(x), kind=kind,
+                                                         work=lambda c: work(x, c), variants=variants, spent=spent))
     return (None if best is None else (best[1], best[2])), tried
 
 
@@ -356,6 +365,7 @@ DEFAULT_STAGES = 4
 DEFAULT_SHAPE = Shape(DEFAULT_STAGES)
 MAX_TRANSFERS = 1_200_000
 STAGGER_STAGES = 64  # the most stages a staggered shape is judged with
+RUNNER_UP = 0.05  # the second construction is refined too when its best uniform time is this close
 SEARCH_WORK = 2_500_000  # transfers (estimated) the judgements of one search may build in all (about
 # 20 us each to build, lower and simulate here: the search at 128 ranks stays within a minute); the
 # first judgement of the first construction always runs, and on small machines everything fits
@@ -543,7 +553,8 @@ def slot_count(packing: Packing, base: int, n: int, shape: Shape = DEFAULT_SHAPE
     within a budget of transfers; a multiple of the request's chunks. A tree's consecutive slots
     of one stage travel as one transfer per arc, so the budget bounds the stages (twice as many
     runs when staggered: a branch's shifted boundaries split a stage in two), not the slots,
-    which are bounded by ``MAX_BUFFER_SLOTS`` per rank instead; when even one slot per stage is
+    which are bounded by ``MAX_BUFFER_SLOTS`` per rank instead (``ROOTED_SLOTS`` for the one
+    part of a broadcast or reduce); when even one slot per stage is
     over budget, the slots are (every slot may then be a transfer of its own), though never
     below one per tree, nor below two (a pipeline of two stages: dgx-h100:128 allgather at
     1 GiB, 1.43x the bound against 1.82x with one), within twice the budget (a tree without a
@@ -551,7 +562,7 @@ def slot_count(packing: Packing, base: int, n: int, shape: Shape = DEFAULT_SHAPE
     per_slot = _per_slot(packing, n)
     want = packing.trees_per_root() * _per_share(shape, lanes)
     if per_slot * _runs_per_tree(packing, shape) <= MAX_TRANSFERS:
-        cap = MAX_BUFFER_SLOTS // n
+        cap = ROOTED_SLOTS if packing.root is not None else MAX_BUFFER_SLOTS // n
     else:  # but a slot per tree (every tree carries its share) and two stages, within twice the budget
         least = max(packing.trees_per_root(), 2)
         cap = max(MAX_TRANSFERS // per_slot, least if per_slot * least <= 2 * MAX_TRANSFERS else 0)
@@ -565,6 +576,10 @@ def _runs_per_tree(packing: Packing, shape: Shape) -> int:
 
 
 MAX_BUFFER_SLOTS = 1 << 15  # slots of all parts together in a rank's buffer
+ROOTED_SLOTS = 1 << 12  # slots of a broadcast's or reduce's one part, whatever the rank count (a
+# rank's share of the all-parts budget left dgx-h100:16's 16 rail trees one slot per stage at 16
+# stages: broadcast at 256 MiB 1.44x the bound, 1.32x with 48; amd8 at 64 MiB, 30 lanes, was
+# 0.5% slower with 5,400 slots than with 4,096 and took 7x the time to synthesize)
 
 
 def _per_share(shape: Shape, lanes: int) -> int:

@@ -93,9 +93,11 @@ def plan(topology: Topology, kind: str, root: int | None,
 def plans(topology: Topology, kind: str, root: int | None,
           progress: Callable[[str], None] | None = None, partial: list | None = None) -> list[Packing]:
     """The candidate packings, cached per topology: first, best rate first (stitched first on
-    a tie), the stitched trees on identical nodes (``stitch``) and the whole-graph packing
-    (always for broadcast and reduce; otherwise when nothing is stitched, or the stitched trees
-    miss the bound on at most ``FLAT_LIMIT`` vertices), and the two-hop trees of an LP
+    a tie), the stitched trees on identical nodes (``stitch``), for broadcast and reduce the
+    rails (chains, and from 4 nodes binary trees) and the whole-graph packing (on up to
+    ``ROOTED_FLAT_LIMIT`` vertices, or when no rail construction meets the bound; otherwise when
+    nothing is stitched, or the stitched trees miss the bound on at most ``FLAT_LIMIT``
+    vertices), and the two-hop trees of an LP
     (``twohop``: up to 16 ranks, every pair linked) unless the best of those meets the bound
     with trees two hops deep; then, for small messages, the heaviest
     tree per root of each multi-tree construction, the shallowest trees (up to
@@ -127,12 +129,15 @@ def plans(topology: Topology, kind: str, root: int | None,
         down = _torus_phase(topology, False) if want_down else None
         if (up is not None or not want_up) and (down is not None or not want_down):
             out.append(Packing(kind, topology.n_ranks, r, down, up))
-    if rooted:
-        for shallow in (False, True):
-            phase = _rail_phase(topology, want_up, r, progress, shallow)
-            if phase is not None and (not shallow or phase.achieved <= out[-1].phases()[0].achieved * (1 + 1e-9)):
-                out.append(Packing(kind, topology.n_ranks, r, None if want_up else phase, phase if want_up else None))
-    if not out or rooted or (topology.n_vertices <= FLAT_LIMIT and not all(_meets(p) for p in out[0].phases())):
+    if rooted:  # chains along the rails; from 4 nodes also binary trees (a shorter pipeline)
+        for fan in (1, 2) if topology.n_nodes >= 4 else (1,):
+            for shallow in (False, True):
+                phase = _rail_phase(topology, want_up, r, progress, shallow, fan)
+                if phase is not None and (not shallow or phase.achieved <= out[-1].phases()[0].achieved * (1 + 1e-9)):
+                    out.append(Packing(kind, topology.n_ranks, r, None if want_up else phase, phase if want_up else None))
+    met = any(all(_meets(ph) for ph in p.phases()) for p in out)
+    if not out or (rooted and (topology.n_vertices <= ROOTED_FLAT_LIMIT or not met)) or \
+            (topology.n_vertices <= FLAT_LIMIT and not all(_meets(p) for p in out[0].phases())):
         up = _phase(topology, True, r, progress) if want_up else None
         down = _phase(topology, False, r, progress) if want_down else None
         out.append(Packing(kind, topology.n_ranks, r, down, up))
@@ -339,6 +344,9 @@ def _depth_key(trees: list[Tree]) -> tuple[int, Fraction]:
     return max(d for d, _ in depths), Fraction(sum(d * w for d, w in depths), sum(w for _, w in depths))
 
 
+ROOTED_FLAT_LIMIT = 80  # vertices up to which broadcast and reduce pack the whole graph even when
+# the rails meet the bound (it wins on one node and ties on two; dgx-h100:8, 145 vertices, took
+# 69 s and dgx-h100:16 200 s to plan it, and lost to the rail trees by 1.3x)
 FLAT_LIMIT = 48  # vertices up to which the whole graph is packed too when stitching misses the bound
 # (dgx-h100:2 has 43: 5 s per phase; dgx2:2 has 51: 1 min per phase, and its packed trees,
 # routed as the flattened topology routes them, are slower than the stitched ones)
@@ -427,14 +435,15 @@ def _torus_phase(topology: Topology, reverse: bool) -> Phase | None:
 
 
 def _rail_phase(topology: Topology, reverse: bool, root: int, progress: Callable[[str], None] | None,
-                shallow: bool = False) -> Phase | None:
+                shallow: bool = False, fan: int = 1) -> Phase | None:
     """Rooted trees over every rail (``stitch.rail_chains``): part i of the data along rail i,
     inside each node down the node's own trees of local root i: its packing (rate-optimal for
     one root: a chain on a switch), or with ``shallow`` its fewest-hop tree (a star on a switch:
     all rails together load a rank's port no more, and the pipeline is short; the caller keeps
     it when its rate is as good); then the root's own part goes round its rail and comes back
     to its node-mates over theirs (``rail_chains(around=True)``: the root's port feeds only the
-    other local roots). None unless the nodes are identical (and connected inside)."""
+    other local roots). Along each rail a chain of the nodes, or with ``fan`` 2 two binary
+    trees (``stitch.rail_trees``). None unless the nodes are identical (and connected inside)."""
     node = node_topology(topology)
     if node is None or (shallow and node.n_ranks == 1):
         return None
@@ -449,12 +458,12 @@ def _rail_phase(topology: Topology, reverse: bool, root: int, progress: Callable
                 intra[i] = list(found.trees)
         except InfeasibleError:
             return None
-    trees = rail_chains(topology, intra, root, around=shallow)
+    trees = rail_chains(topology, intra, root, around=shallow, fan=fan)
     if trees is None:
         return None
     caps, _, optimal, _, _ = _rate(topology, reverse, root)
     return Phase(reverse, tuple(trees), optimal, physical_time(topology, trees, reverse), caps.exact,
-                 "rails-shallow" if shallow else "rails")
+                 ("rails-shallow" if shallow else "rails") + ("-trees" if fan > 1 else ""))
 
 
 def _check_finite(lam, topology: Topology) -> None:

@@ -210,19 +210,23 @@ def busiest_time(topology: Topology, hops) -> float:
 
 
 def rail_chains(topology: Topology, intra: dict[int, list[Tree]], root: int,
-                around: bool = False) -> list[Tree] | None:
+                around: bool = False, fan: int = 1) -> list[Tree] | None:
     """Broadcast (reduce: reversed) trees of ``root`` that use every NIC rail: the data is split
     by local index i; part i goes from the root to its node-mate of index i, along rail i from
-    node to node (a chain: each NIC sends and receives each part once, so every rail carries
-    1/L of the data, the cut bound on rail-optimized fabrics), and in every node from (b, i)
-    down that node's broadcast trees of local root i (``intra[i]``, weights kept in proportion).
-    In the root's node the root already holds everything: it is passed over in the node trees
-    of the other local roots (its children there hang from its parent), so it sends each part
-    once. With ``around`` (two or more nodes) the root's own part does not go through its port
-    to its node-mates at all: it goes round its rail to the last node, and from each rank there
-    back along that rank's rail to its mate in the root's node (the rails' otherwise idle
-    direction), so no root-to-mate pair carries two parts. None when some hop has no route or
-    a local root has no intra-node trees."""
+    node to node (each NIC receives each part once and sends it on at most once in all, so
+    every rail carries 1/L of the data, the cut bound on rail-optimized fabrics), and in every
+    node from (b, i) down that node's broadcast trees of local root i (``intra[i]``, weights
+    kept in proportion). Along a rail the nodes form a chain (``fan`` 1), or with ``fan`` 2 two
+    binary trees (``rail_trees``: half of each part down each; every node forwards in at most
+    one, so the load is the chain's while the pipeline is about log2 of the node count deep
+    instead of the node count: 3 hops instead of 7 on 8 nodes). In the root's node the root
+    already holds everything: it is passed over in the node trees of the other local roots (its
+    children there hang from its parent), so it sends each part once. With ``around`` (two or
+    more nodes) the root's own part does not go through its port to its node-mates at all: it
+    goes down its rail to a node that is a leaf of every rail tree (the chain's last), and from
+    each rank there back along that rank's rail to its mate in the root's node (the rails'
+    otherwise idle direction), so no root-to-mate pair carries two parts. None when some hop has
+    no route or a local root has no intra-node trees."""
     ranks = topology.node_ranks
     L, N = len(ranks[0]), len(ranks)
     a0 = next(a for a, members in enumerate(ranks) if root in members)
@@ -234,29 +238,82 @@ def rail_chains(topology: Topology, intra: dict[int, list[Tree]], root: int,
     scale = 1
     for i in range(L):
         scale = scale * totals[i] // math.gcd(scale, totals[i])
+    order = [(a0 + k) % N for k in range(N)]  # position -> node; the root's node first
+    node_trees, spare = rail_trees(N - 1, fan, around and N > 1)
     out: list[Tree] = []
     for i in range(L):
-        chain = [ranks[(a0 + k) % N][i] for k in range(N)]
-        hops = ([(root, chain[0])] if chain[0] != root else []) + list(zip(chain, chain[1:]))
-        if any(y not in topology.routes_from(x) for x, y in hops):
-            return None
-        own = around and N > 1 and chain[0] == root
-        if own:  # the last node's ranks pass the root's part back along their rails
-            back = [(ranks[(a0 + N - 1) % N][j], ranks[a0][j]) for j in range(L) if ranks[a0][j] != root]
-            if any(y not in topology.routes_from(x) for x, y in back):
+        head = ranks[a0][i]
+        own = around and N > 1 and head == root
+        for level in node_trees:
+            hops = ([(root, head)] if head != root else []) + [
+                (ranks[order[p]][i], ranks[order[k]][i]) for k, p in sorted(level.items())]
+            if own:  # the spare node's ranks pass the root's part back along their rails
+                hops += [(ranks[order[spare]][j], ranks[a0][j]) for j in range(L) if ranks[a0][j] != root]
+            if any(y not in topology.routes_from(x) for x, y in hops):
                 return None
-            hops += back
-        for t in trees[i]:
-            parent = {y: x for x, y in hops}
-            for node in (ranks[(a0 + k) % N] for k in range(1, N)) if own else ranks:
-                for v in t.order[1:]:
-                    if node[v] != root:
-                        u = t.parent[v]
-                        if node[u] == root and u != t.root:
-                            u = t.parent[u]  # the root is passed over: its children hang from its parent
-                        parent[node[v]] = node[u]
-            out.append(Tree(root, t.weight * scale // totals[i], parent, _topological(root, parent)))
+            for t in trees[i]:
+                parent = {y: x for x, y in hops}
+                for node in (ranks[order[k]] for k in range(1, N)) if own else ranks:
+                    for v in t.order[1:]:
+                        if node[v] != root:
+                            u = t.parent[v]
+                            if node[u] == root and u != t.root:
+                                u = t.parent[u]  # the root is passed over: its children hang from its parent
+                            parent[node[v]] = node[u]
+                out.append(Tree(root, t.weight * scale // totals[i], parent, _topological(root, parent)))
     return merge_equal(out)
+
+
+def rail_trees(m: int, fan: int = 1, spare: bool = False) -> tuple[list[dict[int, int]], int]:
+    """How a rail's nodes pass a part on: positions 0 (the root's node) to ``m``, each tree a map
+    position -> parent position, and the spare position (a leaf of every tree: with ``spare``
+    its NICs send nothing down the rail, free to send the root's own part back). ``fan`` 1: the
+    chain 0 -> 1 -> ... -> m (spare m). ``fan`` 2: two binary trees carrying half each, as in
+    NCCL's double binary tree: A over positions 1..m' (m' = m, or m - 1 with ``spare``) is the
+    in-order tree of the positions' binary representations (the top a power of two, a position
+    with lowest set bit b the parent of position -+ b/2, leaves the odd positions), B the same
+    with every position moved up by one (m' wraps to 1), so the interior positions of one are
+    leaves of the other and every position forwards two halves at most, the chain's load; the
+    root's node feeds both tops. With ``spare`` position m hangs as a leaf in both from a
+    position that forwards nothing in one of them (checked for every m up to 256 by the tests)."""
+    if fan == 1 or m < 3:
+        return [{k: k - 1 for k in range(1, m + 1)}], m
+    size = m - 1 if spare else m
+    a = _binary_tree(size)
+    b = {k % size + 1: (0 if p == 0 else p % size + 1) for k, p in a.items()}
+    if spare:
+        load: dict[int, int] = {}
+        for tree in (a, b):
+            for p in tree.values():
+                load[p] = load.get(p, 0) + 1
+        free = sorted((load.get(p, 0), p) for p in range(size + 1))
+        first = free[0][1]
+        a[m], b[m] = first, (first if free[0][0] == 0 else free[1][1])
+    return [a, b], m if spare else -1
+
+
+def _binary_tree(size: int) -> dict[int, int]:
+    """Positions 1..size as an in-order binary tree by their binary representations: position ->
+    parent (0 above the top)."""
+    top = 1
+    while top * 2 <= size:
+        top *= 2
+    parent = {top: 0}
+    stack = [top]
+    while stack:
+        r = stack.pop()
+        low = r & -r
+        if low == 1:
+            continue
+        parent[r - low // 2] = r
+        stack.append(r - low // 2)
+        step = low // 2
+        while step >= 1 and r + step > size:
+            step //= 2
+        if step >= 1:
+            parent[r + step] = r
+            stack.append(r + step)
+    return parent
 
 
 def _topological(root: int, parent: dict[int, int]) -> list[int]:

@@ -646,6 +646,65 @@ def test_rail_trees_meet_the_bound_and_verify(spec: str, kind: str) -> None:
             verify(build(problem, packing, 2 * packing.trees_per_root(), Shape(2)))
 
 
+@pytest.mark.parametrize("spare", [False, True])
+def test_double_binary_rail_trees_keep_the_chain_load_at_log_depth(spare: bool) -> None:
+    """Two binary trees over a rail's nodes (``stitch.rail_trees``, fan 2): each spans every
+    position below the root's node 0 exactly once, every position forwards at most two halves
+    (the chain's load of one part), the spare position is a leaf of both, and the depth is
+    about log2 of the node count (the chain's is the node count)."""
+    from solvers.packing.stitch import rail_trees
+
+    for m in range(1 + spare, 257):
+        trees, leaf = rail_trees(m, fan=2, spare=spare)
+        load: dict[int, int] = {}
+        for tree in trees:
+            assert sorted(tree) == list(range(1, m + 1))
+            depth = {0: 0}
+
+            def level(v: int) -> int:
+                if v not in depth:
+                    depth[v] = level(tree[v]) + 1
+                    assert depth[v] <= m
+                return depth[v]
+
+            assert max(level(v) for v in tree) <= (m if m < 3 else m.bit_length() + 1 + spare), m
+            for p in tree.values():
+                load[p] = load.get(p, 0) + (2 if len(trees) == 1 else 1)
+        assert max(load.values()) <= 2, m
+        if spare:
+            assert leaf == m and load.get(m, 0) == 0
+    assert len(rail_trees(7, fan=1)[0]) == 1 and rail_trees(7, fan=1)[0][0][7] == 6
+
+
+@pytest.mark.parametrize(("spec", "kind"), [("dgx-h100:4", "broadcast"), ("dgx-a100:5", "reduce"),
+                                            ("dgx2:4", "broadcast")])
+def test_binary_rail_trees_meet_the_bound_and_verify(spec: str, kind: str) -> None:
+    """The rails as two binary trees over the nodes (4 nodes and up): the same rate as the
+    chains (the cut bound), every rank reached once per tree, the schedule verified, and the
+    pipeline shallower than the chain's."""
+    from solvers.packing.plan import _rail_phase
+    from solvers.packing.schedule import Shape, build
+
+    topo = T.build(spec)
+    for root in sorted({0, topo.n_ranks // 2 + 1}):
+        for shallow in (False, True):
+            chain = _rail_phase(topo, kind == "reduce", root, None, shallow)
+            phase = _rail_phase(topo, kind == "reduce", root, None, shallow, fan=2)
+            if phase is None:
+                assert shallow and chain is None
+                continue
+            assert phase.construction.endswith("-trees")
+            assert phase.achieved <= phase.optimal * (1 + 1e-3), (root, shallow)
+            for t in phase.trees:
+                assert t.root == root and set(t.parent) == set(range(topo.n_ranks)) - {root}
+            deepest = max(max(t.depth().values()) for t in phase.trees)
+            assert deepest < max(max(t.depth().values()) for t in chain.trees) or topo.n_nodes < 5
+            packing = Packing(kind, topo.n_ranks, root, None if kind == "reduce" else phase,
+                              phase if kind == "reduce" else None)
+            problem = Problem(topo, builtin(kind, topo.n_ranks, root), Request("packing"))
+            verify(build(problem, packing, 2 * packing.trees_per_root(), Shape(2)))
+
+
 @pytest.mark.slow
 def test_rail_trees_win_the_rooted_collectives_across_nodes() -> None:
     """dgx2:2 reduce at 1 GiB: 1.23x the bound with the whole-graph packing, about 1.06x over
