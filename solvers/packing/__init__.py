@@ -399,10 +399,10 @@ class _Work:
             self.spent[0] += self.work(c)
 
 
-LEAD_KINDS = ("allgather", "broadcast", "reducescatter", "reduce")
+LEAD_KINDS = ("allgather", "broadcast", "reducescatter", "reduce")  # where a uniform shape may lead with leaves
 CLIMB_GAIN = 0.002  # a stage count doubled or halved must gain this much for the climb to go on (the
 # curve is flat near its minimum, and long pipelines cost the most to judge: dgx2:2 reducescatter at
-# 1 GiB gained 0.02% from 32 to 64 stages, then spent 100 s judging 128)  # where a uniform shape may lead with leaves
+# 1 GiB gained 0.02% from 32 to 64 stages, then spent 100 s judging 128)
 
 
 def _search(evaluate, longest: int = 16, seen: dict | None = None, work=None, spent: list[int] | None = None,

@@ -239,7 +239,7 @@ def rail_chains(topology: Topology, intra: dict[int, list[Tree]], root: int,
     for i in range(L):
         scale = scale * totals[i] // math.gcd(scale, totals[i])
     order = [(a0 + k) % N for k in range(N)]  # position -> node; the root's node first
-    node_trees, spare = rail_trees(N - 1, fan, around and N > 1)
+    node_trees = rail_trees(N - 1, fan, around and N > 1)
     out: list[Tree] = []
     for i in range(L):
         head = ranks[a0][i]
@@ -247,8 +247,8 @@ def rail_chains(topology: Topology, intra: dict[int, list[Tree]], root: int,
         for level in node_trees:
             hops = ([(root, head)] if head != root else []) + [
                 (ranks[order[p]][i], ranks[order[k]][i]) for k, p in sorted(level.items())]
-            if own:  # the spare node's ranks pass the root's part back along their rails
-                hops += [(ranks[order[spare]][j], ranks[a0][j]) for j in range(L) if ranks[a0][j] != root]
+            if own:  # the last position's ranks (a leaf of every tree) pass the root's part back
+                hops += [(ranks[order[N - 1]][j], ranks[a0][j]) for j in range(L) if ranks[a0][j] != root]
             if any(y not in topology.routes_from(x) for x, y in hops):
                 return None
             for t in trees[i]:
@@ -264,20 +264,22 @@ def rail_chains(topology: Topology, intra: dict[int, list[Tree]], root: int,
     return merge_equal(out)
 
 
-def rail_trees(m: int, fan: int = 1, spare: bool = False) -> tuple[list[dict[int, int]], int]:
+def rail_trees(m: int, fan: int = 1, spare: bool = False) -> list[dict[int, int]]:
     """How a rail's nodes pass a part on: positions 0 (the root's node) to ``m``, each tree a map
-    position -> parent position, and the spare position (a leaf of every tree: with ``spare``
-    its NICs send nothing down the rail, free to send the root's own part back). ``fan`` 1: the
-    chain 0 -> 1 -> ... -> m (spare m). ``fan`` 2: two binary trees carrying half each, as in
+    position -> parent position. With ``spare`` position m is a leaf of every tree (its NICs
+    send nothing down the rail, free to send the root's own part back). ``fan`` 1: the chain
+    0 -> 1 -> ... -> m. ``fan`` 2: two binary trees carrying half each, as in
     NCCL's double binary tree: A over positions 1..m' (m' = m, or m - 1 with ``spare``) is the
     in-order tree of the positions' binary representations (the top a power of two, a position
     with lowest set bit b the parent of position -+ b/2, leaves the odd positions), B the same
     with every position moved up by one (m' wraps to 1), so the interior positions of one are
     leaves of the other and every position forwards two halves at most, the chain's load; the
     root's node feeds both tops. With ``spare`` position m hangs as a leaf in both from a
-    position that forwards nothing in one of them (checked for every m up to 256 by the tests)."""
+    position that forwards nothing in one of them (checked for every m up to 256 by the tests).
+    Not ``phases.balanced_tree``: its middle split, shifted by one, leaves some positions inner
+    in both trees (m = 5, 8 to 13, ...), forwarding a part and a half."""
     if fan == 1 or m < 3:
-        return [{k: k - 1 for k in range(1, m + 1)}], m
+        return [{k: k - 1 for k in range(1, m + 1)}]
     size = m - 1 if spare else m
     a = _binary_tree(size)
     b = {k % size + 1: (0 if p == 0 else p % size + 1) for k, p in a.items()}
@@ -289,7 +291,7 @@ def rail_trees(m: int, fan: int = 1, spare: bool = False) -> tuple[list[dict[int
         free = sorted((load.get(p, 0), p) for p in range(size + 1))
         first = free[0][1]
         a[m], b[m] = first, (first if free[0][0] == 0 else free[1][1])
-    return [a, b], m if spare else -1
+    return [a, b]
 
 
 def _binary_tree(size: int) -> dict[int, int]:
