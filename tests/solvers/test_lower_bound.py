@@ -297,11 +297,38 @@ def test_routes_a_pair_never_takes_do_not_count():
 def test_a_rooted_cut_counts_latency_from_the_root():
     """dgx-h100:2 broadcast from rank 0: the eight NICs of node 0 carry the buffer across, but
     only rank 0 holds it at first: its own NIC starts at 2.6 us, the seven others only after
-    the data has reached their GPU through the NVSwitch (0.7 us more)."""
+    the data has reached their GPU through the NVSwitch (0.7 us more). Node 1's eight ranks
+    all need every byte: one that lands after T - 0.7 us serves only its own GPU, so each
+    NIC's share counts 1/8 from its onset and 7/8 from 0.7 us later."""
     topo = T.build("dgx-h100:2")
     bound = lower_bound(topo, builtin("broadcast", 16, 0), M)
     t0 = M / 400e3  # the buffer through 8 NICs of 50 GB/s
-    assert bound.bandwidth_us == pytest.approx(t0 + (2.6 + 7 * 3.3) / 8, rel=1e-9)
+    assert bound.bandwidth_us == pytest.approx(t0 + (2.6 + 7 * 3.3) / 8 + 7 / 8 * 0.7, rel=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["allgather", "reducescatter", "broadcast", "reduce"])
+def test_the_far_side_of_a_cut_counts_its_last_or_first_hop(kind):
+    """dgx-h100:16: an allgather's binding NIC cut has 8 ranks on its far side (allgather, broadcast:
+    they all need each byte that lands there; reducescatter, reduce: each byte crossing sums
+    their contributions), and moving data between two ranks takes at least 0.7 us (the
+    NVSwitch route). So the bound ends 7/8 x 0.7 us later than the cut alone would (a
+    broadcast's or reduce's cut is node 0's NICs, with 120 ranks beyond: 119/120 x 0.7 us)."""
+    from solvers import bounds
+
+    topo = T.build("dgx-h100:16")
+    assert bounds.rank_separation(topo) == pytest.approx(0.7)
+    collective = builtin(kind, 128, 0 if kind in ("broadcast", "reduce") else None)
+    model = bounds._model(topo, collective)
+    name, coef, onsets = model.per_byte[0]
+    plain = bounds.cut_onsets(topo, frozenset(model.witness), kind in ("reducescatter", "reduce"),
+                              **({"origin": 0} if kind == "broadcast" else {"sink": 0} if kind == "reduce" else {}))
+    k = 128 - sum(1 for v in model.witness if v < 128)  # ranks on the far side
+    assert k == (8 if kind in ("allgather", "reducescatter") else 120)  # a node; all but the root's
+    far = lower_bound(topo, collective, M).bandwidth_us
+    assert far == pytest.approx(bounds.onset_time(coef * M, plain) + (k - 1) / k * 0.7, rel=1e-9)
+    # one rank on the far side (two ranks on one link): nothing changes
+    two = T.build("ring:2")
+    assert bounds._far_side(two, ((1.0, 1.0),), frozenset([0])) == ((1.0, 1.0),)
 
 
 def test_the_gossip_counts_the_routes_sends_take():
