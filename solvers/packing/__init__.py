@@ -180,10 +180,11 @@ def _synthesize_trees(problem: Problem, judge: CostJudge | None, progress, start
         def work(pk: Packing, c: Shape) -> int:
             """Transfers a judgement builds, estimated, weighted by what they cost to build, lower
             and simulate: a reduction's (staged receives, local reductions) about 1.8 times a
-            copy's."""
+            copy's, a coalesced shape's about 1.3 times an uncoalesced one's (dgx-h100:16
+            allgather: 7.5 s for 16 stages coalesced, 1.4 s for 4 uniform)."""
             runs = pk.trees_per_root() * c.stages * (2 if c.stagger and kind == "allreduce" and not c.sequential else 1)
             weight = sum(1.8 if ph.reverse else 1.0 for ph in pk.phases()) / len(pk.phases())
-            return int(_per_slot(pk, n) * runs * (1.6 if c.coalesce else 1) * weight)
+            return int(_per_slot(pk, n) * runs * (1.3 if c.coalesce else 1) * weight)
 
         def evaluate(pk: Packing, c: Shape) -> float:
             """The judged time; the fastest schedule so far is kept (not built again at the end)."""
@@ -462,10 +463,12 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
        ``STAGGER_STAGES`` when staggered);
     3. tapered stages (when the best has 8 or more: bandwidth binds), 0.95 of the one before:
        the last pieces small, whose trip after the bottleneck is the pipeline's tail (up a tree
-       the first ones, whose climb to it is the fill);
+       the first ones, whose climb to it is the fill); then 5. (at 128 ranks the budget may
+       not reach the other seeds: a reducescatter on dgx-h100:16 at 64 MiB takes 168.1 us at
+       24 stages against 168.6 at 16);
     4. the other seeds of 1., and 2. again;
     5. 3/2 and 3/4 of the best stage count (the time is flat near its minimum, but a power of
-       two can be a tenth off);
+       two can be a tenth off), up to 3/2 of ``longest`` (0. stays within it);
     6. tapered again: 0.95, 0.9, and 0.85 with 3/4 of the stages;
     7. the best with the root's leaf children served the other way (``Shape.lead``: in one
        message, or pipelined like the rest), where that applies.
@@ -501,15 +504,18 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
             if j != start:
                 break
 
-    def thirds() -> None:  # 3/2 and 3/4 of the best stage count
+    def thirds(beyond: bool = True) -> None:
+        """3/2 and 3/4 of the best stage count (between the powers of two); with ``beyond`` up to
+        3/2 of the longest the climb may reach (not for uniform shapes, whose long pipelines
+        cost the most to simulate: 24 s for 24 stages of a reducescatter on dgx-h100:16)."""
         top = best()
         for k in (top.stages * 3 // 2, top.stages * 3 // 4):
             c = top._replace(stages=k)
-            if 2 <= k <= limit(c) and affordable(c):
+            if 2 <= k <= (limit(c) * 3 // 2 if beyond else limit(c)) and affordable(c):
                 ev(c)
 
     if best().stages >= 8:  # the uniform optimum between powers of two, while pipelines are long
-        thirds()
+        thirds(beyond=False)
     top = best()
     if variants and top.stages == 1 and affordable(top._replace(coalesce=True)):
         ev(top._replace(coalesce=True))  # small sizes: one message per pair and step
@@ -532,6 +538,7 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
         ev(seeds[0])
     climb()  # from the best so far: the first seed's stage count where it wins
     taper(lambda top: [top._replace(taper=0.95)])  # at scale all there is time for
+    thirds()  # before the other seeds, which at scale the budget may not reach
     for c in seeds[1:]:
         if affordable(c):
             ev(c)
