@@ -544,10 +544,10 @@ def rank_separation(topology: Topology) -> float:
     from .symmetry import rank_orbits
 
     best = math.inf
-    for orbit in rank_orbits(topology) if topology.n_ranks > 1 else ():
+    for orbit in rank_orbits(topology):
         s = orbit[0]
-        for path in topology.routes_from(s).values():
-            best = min(best, sum(topology.link(a, b).latency for a, b in zip(path, path[1:])))  # type: ignore[union-attr]
+        for t in topology.routes_from(s):
+            best = min(best, topology.flat_link(s, t).latency)  # type: ignore[union-attr]
     _SEPARATION[topology] = best
     return best
 
@@ -555,12 +555,11 @@ def rank_separation(topology: Topology) -> float:
 _SEPARATION: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _far_side(topology: Topology, onsets: Onsets, witness: frozenset[int], near_ranks: int | None = None) -> Onsets:
-    """``onsets`` of a cut whose far side (the ranks outside ``witness``, or ``n - near_ranks``)
-    holds k ranks, each link's share split: 1/k from its onset, the rest tau later (see above)."""
+def _far_side(topology: Topology, onsets: Onsets, witness: frozenset[int]) -> Onsets:
+    """``onsets`` of a cut whose far side (the ranks outside ``witness``) holds k ranks, each
+    link's share split: 1/k from its onset, the rest tau later (see above)."""
     n = topology.n_ranks
-    near = near_ranks if near_ranks is not None else sum(1 for v in witness if v < n)
-    k = n - near
+    k = n - sum(1 for v in witness if v < n)
     tau = rank_separation(topology)
     if k <= 1 or not onsets or not (0 < tau < math.inf):
         return onsets

@@ -319,7 +319,7 @@ def test_the_far_side_of_a_cut_counts_its_last_or_first_hop(kind):
     assert bounds.rank_separation(topo) == pytest.approx(0.7)
     collective = builtin(kind, 128, 0 if kind in ("broadcast", "reduce") else None)
     model = bounds._model(topo, collective)
-    name, coef, onsets = model.per_byte[0]
+    _, coef, _ = model.per_byte[0]
     plain = bounds.cut_onsets(topo, frozenset(model.witness), kind in ("reducescatter", "reduce"),
                               **({"origin": 0} if kind == "broadcast" else {"sink": 0} if kind == "reduce" else {}))
     k = 128 - sum(1 for v in model.witness if v < 128)  # ranks on the far side
