@@ -55,7 +55,7 @@ from ..common import pieces
 from . import routes
 from .plan import KINDS as TREE_KINDS
 from .plan import Packing, plan, plans
-from .schedule import Shape, build, root_leaves
+from .schedule import Shape, build, remote, root_leaves
 
 __all__ = ["KINDS", "Packing", "Shape", "plan", "plans", "synthesize"]
 
@@ -159,6 +159,7 @@ def _synthesize_trees(problem: Problem, judge: CostJudge | None, progress, start
         f"{_construction(p)} at {max(ph.achieved / ph.optimal for ph in p.phases()):.3f}x the bound rate"
         for p in candidates))
     base, n, lanes = pieces(problem), problem.topology.n_ranks, _lanes(problem)
+    node_of = problem.topology.node_of
     size = problem.request.size
     tried: list[dict] = []
     fallback = None  # (packing index, shape, Algorithm): the schedule kept if the search is cut
@@ -198,7 +199,8 @@ def _synthesize_trees(problem: Problem, judge: CostJudge | None, progress, start
         picked, tried = _pick(
             candidates, size, progress, name=_construction,
             rate=lambda pk: max(ph.achieved for ph in pk.phases()) * (size if pk.root is not None else size / n),
-            evaluate=evaluate, longest=longest, kind=kind, budget=budget, work=work)
+            evaluate=evaluate, longest=longest, kind=kind, budget=budget, work=work,
+            own=lambda pk: pk.root is not None and any(remote(t, node_of) for ph in pk.phases() for t in ph.trees))
         index, shape = picked if picked is not None else (0, DEFAULT_SHAPE)
         if kept[0] is not None and kept[0][1:3] == (id(candidates[index]), shape):
             fallback = (index, shape, kept[0][3])
@@ -294,15 +296,17 @@ def _finish(problem: Problem, alg, details: dict, budget: _Budget):
 
 
 def _pick(candidates: list, size: float, progress, *, name, rate, evaluate, longest, kind: str,
-          budget: _Budget, work, variants: bool = True) -> tuple[tuple[int, Shape] | None, list[dict]]:
+          budget: _Budget, work, variants: bool = True,
+          own=lambda candidate: False) -> tuple[tuple[int, Shape] | None, list[dict]]:
     """The judged search: every construction over the uniform pipeline shapes (``_search``),
     skipping those whose bandwidth time alone (``rate``) exceeds the best time so far, then the
     finer shapes (``_refine``) of the construction that leads (and of the second when its best
     uniform time is within ``RUNNER_UP`` of the leader's), until the budget is due (the best
     shape judged by then wins; each judgement runs in ``budget.region()`` and one cut short is
     given up). ``work(candidate, shape)``: the transfers a judgement builds (estimated), which
-    bounds the refinement; ``variants``: whether staggered, coalesced and sequential shapes
-    exist (trees; not routes). Returns (the winner's index and shape, or None when nothing was
+    bounds the refinement; ``variants``: whether staggered, coalesced, sequential and ramped
+    shapes exist (trees; not routes); ``own(candidate)``: whether its root's own part can be
+    made lighter (``Shape.own``). Returns (the winner's index and shape, or None when nothing was
     judged) and every shape tried with its time."""
     best: tuple[float, int, Shape] | None = None
     tried: list[dict] = []
@@ -358,7 +362,8 @@ def _pick(candidates: list, size: float, progress, *, name, rate, evaluate, long
                 break
             x = candidates[index]
             record(index, lambda ev, times, x=x: _refine(ev, times, longest=longest(x), kind=kind,
-                                                         work=lambda c: work(x, c), variants=variants, spent=spent))
+                                                         work=lambda c: work(x, c), variants=variants, spent=spent,
+                                                         own=own(x)))
     return (None if best is None else (best[1], best[2])), tried
 
 
@@ -442,7 +447,7 @@ def _search(evaluate, longest: int = 16, seen: dict | None = None, work=None, sp
 
 
 def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", work=None,
-            variants: bool = True, spent: list[int] | None = None):
+            variants: bool = True, spent: list[int] | None = None, own: bool = False):
     """Finer shapes around the best uniform one in ``seen`` (the leading construction's), the
     most valuable first, within the search's work budget (``_Work``: all of them on up to about
     64 ranks; at 128 the first few):
@@ -474,7 +479,14 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
        message, or pipelined like the rest), where that applies;
     8. the best unstaggered shape coalesced the other way (the steps before can leave a uniform
        best whose coalesced twin was never judged: amd8 reduce at 64 MiB, 222.9 us uniform at
-       18 stages, 219.2 coalesced).
+       18 stages, 219.2 coalesced);
+    9. broadcast and reduce: the best ramped the other way (``Shape.ramp``), and with ``own``
+       (the construction has trees whose root sends only to other nodes: the root's own part
+       of the rail constructions) the best with that part's share at each of ``OWN_SHARES``,
+       ramped and not; the stage count of the winner climbed. The own part goes down the root's rail
+       and back over the other rails, a longer path than the others', and a ramp helps only
+       once that path is no longer the last to finish (dgx-a100:2 broadcast at 64 MiB: 414 us
+       uniform at 12 stages, 422 ramped, 406 with the own part at 0.9, 388 both).
 
     The seeds of 1. serve the root's leaf children as the best uniform shape does."""
 
@@ -559,7 +571,21 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
         flipped = top._replace(coalesce=not top.coalesce)
         if affordable(flipped):
             ev(flipped)
+    if variants and kind in ROOTED_KINDS:  # 9. ramped ends, the root's own part lighter
+        top = best()
+        ramps = (top.ramp, not top.ramp) if top.stages >= 5 else (top.ramp,)
+        for share in (top.own, *(OWN_SHARES if own else ())):
+            for ramp in ramps:
+                c = top._replace(ramp=ramp, own=share)
+                if affordable(c):
+                    ev(c)
+        if best() != top:
+            climb()
     return list(seen.items())
+
+
+ROOTED_KINDS = ("broadcast", "reduce")
+OWN_SHARES = (0.9, 0.8)  # the root's own part's share (``Shape.own``) the search tries
 
 
 def slot_count(packing: Packing, base: int, n: int, shape: Shape = DEFAULT_SHAPE, lanes: int = 1) -> int:
@@ -604,12 +630,14 @@ def _per_share(shape: Shape, lanes: int) -> int:
     whole slots; tapered too: four follow the geometric sizes closely enough there, and the
     lowering's work grows with the slots) and eight when only tapered (the stages follow the
     geometric sizes closely: dgx-h100:16 allgather at 1 GiB, 16 stages, 1.048x the bound with 8
-    per stage, 1.054x with 4). Uniform
+    per stage, 1.054x with 4; ramped too, for its quarter stages, and with the own part's share
+    changed, which the slots follow). Uniform
     stages are a multiple of ``lanes`` slots each, so every lane of a link gets the same bytes:
     8 slots over 5 lanes would go as 2, 2, 2, 1, 1 and take 1.25x the time of 8/5 per lane."""
     stages, taper, stagger = shape.stages, shape.taper, shape.stagger
-    want = max(8, stages * max(lanes, 4 if stagger else 8 if taper < 1 else 1))
-    if lanes > 1 and taper >= 1:
+    fine = taper < 1 or shape.ramp or shape.own != 1.0
+    want = max(8, stages * max(lanes, 4 if stagger else 8 if fine else 1))
+    if lanes > 1 and not fine:
         unit = stages * lanes
         want = -(-want // unit) * unit
     return want

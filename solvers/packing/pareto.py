@@ -36,7 +36,8 @@ class Member:
     def key(self) -> tuple:
         d = self.details
         return (d.get("construction") or _construction(d), d.get("stages"), d.get("taper"), d.get("stagger"),
-                d.get("slots_per_part"), d.get("coalesce"), d.get("sequential"), d.get("lead"))
+                d.get("slots_per_part"), d.get("coalesce"), d.get("sequential"), d.get("lead"), d.get("ramp"),
+                d.get("own"))
 
 
 def _construction(details: dict) -> str:

@@ -178,7 +178,7 @@ def test_the_size_picks_the_pipeline_from_the_judge():
     solution = synth(T.build("dgx1"), "allgather", size=1 << 28)
     tried = solution.details["pipeline_candidates"]
     assert tried[0]["stages"] == 4
-    fields = ("stages", "taper", "stagger", "coalesce", "sequential", "lead")
+    fields = ("stages", "taper", "stagger", "coalesce", "sequential", "lead", "ramp", "own")
     assert len({(t["construction"], *(t[f] for f in fields)) for t in tried}) == len(tried)
     assert any(t["stagger"] for t in tried)  # a few ranks: staggered shapes are judged too
     assert "packed" in {t["construction"] for t in tried} <= {"packed", "shallow"}  # shallow may be pruned
@@ -871,3 +871,77 @@ def test_slots_at_1024_ranks_keep_a_two_stage_pipeline_within_twice_the_budget()
     assert slot_count(star_packing(256), 1, 256, Shape(4)) > 2
     assert 1100 * 1099 > MAX_TRANSFERS  # two slots over twice the budget: one
     assert slot_count(star_packing(1100), 1, 1100, Shape(4)) == 1
+
+
+# ---------------------------------------------------------------- ramped pipelines, the root's own part
+def test_a_ramped_stage_map_starts_and_ends_with_a_quarter_and_a_half_stage() -> None:
+    from solvers.packing.schedule import RAMP, _stages, _up_stages
+
+    for share, stages, taper in [(768, 12, 1.0), (1000, 16, 0.95), (96, 6, 1.0)]:
+        for up in (False, True):
+            ramped = (_up_stages if up else _stages)(share, stages, taper, True)
+            assert len(ramped) == share and ramped[0] == 0 and max(ramped) == stages - 1
+            assert all(b - a in (0, 1) for a, b in zip(ramped, ramped[1:]))  # in order, none empty
+            sizes = [ramped.count(g) for g in range(stages)]
+            full = sizes[len(sizes) // 2]
+            for k, f in enumerate(RAMP):  # both ends, within a slot and the taper's drift
+                for g in (k, stages - 1 - k):
+                    assert abs(sizes[g] - f * full) <= 1 + (1 - taper) * stages * f * full, (sizes, g)
+    # a ramp needs two stages at each end and a full one between; fewer are left as they are
+    assert _stages(40, 4, 1.0, True) == _stages(40, 4, 1.0)
+    assert _stages(60, 5, 1.0, True) != _stages(60, 5, 1.0)
+
+
+def test_the_own_share_moves_slots_from_the_roots_remote_trees_to_the_others() -> None:
+    """The rail constructions send the root's own part down its rail and back over the others:
+    its trees' root has children in other nodes only (``remote``); ``own`` scales their
+    share, the rest goes to the other trees; without nodes it changes nothing."""
+    from solvers.packing.plan import _rail_phase
+    from solvers.packing.schedule import _assign, remote
+
+    topo = T.build("dgx-h100:2")
+    phase = _rail_phase(topo, False, 0, None, shallow=True)
+    assert phase is not None
+    far = [t for t in phase.trees if remote(t, topo.node_of)]
+    assert len(far) == 1 and all(topo.node_of[v] == 1 for v, p in far[0].parent.items() if p == 0)
+    slots = 800
+    for own in (1.0, 0.9, 0.8):
+        carried = _assign(phase, slots, own, topo.node_of)[0]
+        shares = {id(t): len(offsets) for t, offsets in carried}
+        assert sum(shares.values()) == slots
+        total = sum(t.weight for t in phase.trees)
+        want = far[0].weight * own / (total - far[0].weight * (1 - own)) * slots
+        assert abs(shares[id(far[0])] - want) <= 1
+    assert _assign(phase, slots, 0.8, ()) == _assign(phase, slots)
+
+
+@pytest.mark.parametrize("spec", ["dgx-h100:2", "dgx-a100:2,fabric=leafspine"])
+@pytest.mark.parametrize("kind", ["broadcast", "reduce"])
+def test_ramped_pipelines_with_a_lighter_own_part_verify(spec: str, kind: str) -> None:
+    from solvers.packing import slot_count
+    from solvers.packing.schedule import Shape, build
+
+    topo = _TOPOLOGIES.setdefault(spec, T.build(spec))
+    root = 3
+    problem = Problem(topo, builtin(kind, topo.n_ranks, root=root), Request("packing"))
+    for packing in plans(topo, kind, root)[:2]:
+        for shape in (Shape(6, ramp=True), Shape(8, ramp=True, own=0.8), Shape(5, 0.95, ramp=True, own=0.9)):
+            alg = build(problem, packing, slot_count(packing, 1, topo.n_ranks, shape), shape)
+            assert verify(alg).transfers == len(alg.transfers)
+            assert verify_program(lower(alg)).messages > 0
+
+
+def test_the_search_lightens_the_own_part_where_it_pays() -> None:
+    """dgx-a100:2 broadcast at 64 MiB: the own part's path down the root's rail and back is the
+    longest; at 0.9 of its share and with ramped ends the judge finds a faster schedule than
+    any uniform one (391.5 us against 413.6 when measured)."""
+    topo = _TOPOLOGIES.setdefault("dgx-a100:2", T.build("dgx-a100:2"))
+    result = compiler.synthesize(Problem(topo, builtin("broadcast", topo.n_ranks, root=0),
+                                         Request("packing", size=64 << 20)))
+    details = result.details
+    tried = details["pipeline_candidates"]
+    uniform = min(c["time_us"] for c in tried if not c["ramp"] and c["own"] == 1.0 and c["taper"] == 1.0
+                  and not c["stagger"])
+    assert details["own"] < 1.0 or details["ramp"]
+    assert min(c["time_us"] for c in tried) < uniform
+    verify(result.algorithm)
