@@ -184,9 +184,10 @@ class Collective:
             tuple(None if a is None else a * k + j for a in slots for j in range(k))
             for slots in self.aliases
         )
-        result = Collective(
-            self.name, self.kind, self.n_ranks, inputs, outputs, aliases, self.root, self.chunk_factor * k
-        )
+        # valid by construction (every chunk of a valid collective split into k consecutive ones),
+        # so not checked again: the checks cost a second per split at 128 ranks, and a search
+        # over pipeline shapes splits once per slot count it tries
+        result = _derived(self, inputs, outputs, aliases, self.chunk_factor * k)
         self._chunked[k] = result
         return result
 
@@ -365,6 +366,18 @@ _BUILDERS = {
 _SPELLINGS = {"reduce_scatter": "reducescatter", "reduce-scatter": "reducescatter", "all_gather": "allgather",
               "all-gather": "allgather", "all_reduce": "allreduce", "all-reduce": "allreduce",
               "all_to_all": "alltoall", "all-to-all": "alltoall"}
+
+
+def _derived(base: Collective, inputs, outputs, aliases, chunk_factor: int) -> Collective:
+    """A Collective with ``base``'s name, kind, ranks and root and these tables, built without
+    ``__post_init__``'s checks: for tables derived from a checked collective by a transformation
+    that keeps them valid (``Collective.chunk_up``)."""
+    out = object.__new__(Collective)
+    for name, value in (("name", base.name), ("kind", base.kind), ("n_ranks", base.n_ranks), ("inputs", inputs),
+                        ("outputs", outputs), ("aliases", aliases), ("root", base.root),
+                        ("chunk_factor", chunk_factor), ("_chunked", {})):
+        object.__setattr__(out, name, value)
+    return out
 
 
 def builtin(kind: str, n: int, root: int | None = None, chunks: int = 1) -> Collective:

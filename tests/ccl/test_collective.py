@@ -83,6 +83,20 @@ def test_chunk_up_composes():
         assert make(3).chunk_up(2).chunk_up(3) == make(3).chunk_up(6)
 
 
+def test_chunk_up_builds_what_the_checked_constructor_accepts():
+    """chunk_up skips the constructor's checks (its tables are valid by construction): the
+    result passes them when built the checked way, and equals and hashes alike."""
+    from ccl.collective import BUILTIN_KINDS, ROOTED_KINDS, Collective, builtin
+
+    for kind in BUILTIN_KINDS:
+        base = builtin(kind, 5, root=2 if kind in ROOTED_KINDS else None)
+        for k in (2, 3):
+            c = base.chunk_up(k)
+            checked = Collective(c.name, c.kind, c.n_ranks, c.inputs, c.outputs, c.aliases, c.root, c.chunk_factor)
+            assert c == checked and hash(c) == hash(checked) and repr(c) == repr(checked)
+            assert c.chunk_up(2) == base.chunk_up(2 * k)
+
+
 def test_chunk_up_identity_and_bad_factor():
     c = allgather(4)
     assert c.chunk_up(1) is c
