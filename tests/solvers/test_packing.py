@@ -945,3 +945,23 @@ def test_the_search_lightens_the_own_part_where_it_pays() -> None:
     assert details["own"] < 1.0 or details["ramp"]
     assert min(c["time_us"] for c in tried) < uniform
     verify(result.algorithm)
+
+
+def test_a_reduce_is_the_time_reverse_of_the_broadcast_on_trees_of_mixed_depth() -> None:
+    """amd8's packed trees are 2 to 4 deep: a reduce whose trees all bring stage i to the root
+    at the same step (the reverse of a broadcast, whose trees all leave it together) takes the
+    broadcast's time; each tree's leaves starting at once took 3.5% longer."""
+    from solvers.packing import _lanes, pieces, slot_count
+    from solvers.packing.schedule import Shape, build
+
+    topo = _TOPOLOGIES.setdefault("amd8", T.build("amd8"))
+    times = {}
+    for kind in ("broadcast", "reduce"):
+        problem = Problem(topo, builtin(kind, topo.n_ranks, root=0), Request("packing", size=64 << 20))
+        packing = plan(topo, kind, 0)
+        assert len({max(t.depth().values()) for ph in packing.phases() for t in ph.trees}) > 1
+        shape = Shape(18, coalesce=True)
+        alg = build(problem, packing, slot_count(packing, pieces(problem), topo.n_ranks, shape, _lanes(problem)), shape)
+        verify(alg)
+        times[kind] = compiler.simulate(alg, 64 << 20, bound=False, baselines=False).time_us
+    assert times["reduce"] == pytest.approx(times["broadcast"], rel=1e-3)
