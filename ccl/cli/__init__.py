@@ -60,8 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    code = _main(argv)
-    if argv is None and (code == interrupt.EXIT_INTERRUPTED or _command[0] in QUICK_EXIT):
+    code, command = _main(argv)
+    if argv is None and (code == interrupt.EXIT_INTERRUPTED or command in QUICK_EXIT):
         # the program itself (not a caller in-process): after Ctrl-C, or once a command that
         # starts no process and leaves no file open has ended, end now rather than wait for the
         # interpreter to free a large model (seconds for a big MILP; 2 s after a 128-GPU
@@ -73,18 +73,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 QUICK_EXIT = ("synthesize", "verify", "simulate", "compare", "bounds")  # commands main may end at once
-_command: list[str | None] = [None]  # the command the last _main ran
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def _main(argv: Sequence[str] | None) -> tuple[int, str | None]:
+    """The exit code and the command run (None when the arguments were refused first)."""
     for arg in sys.argv[1:] if argv is None else argv:
         if isinstance(arg, str) and "\x00" in arg:  # only a caller in-process can pass one
             print(f"ccl: {InputError(f'argument {arg!r} contains a NUL character (no file name or value can)').render()}",
                   file=sys.stderr)
-            return InputError.exit_code
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    _command[0] = args.command
+            return InputError.exit_code, None
+    args = build_parser().parse_args(argv)
+    return _run(args), args.command
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         with interrupt.handling():  # Ctrl-C reaches solvers blocked in native code (ccl.interrupt)
             return args.func(args)

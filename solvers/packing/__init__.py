@@ -47,6 +47,7 @@ import sys
 import time
 
 from ccl import interrupt
+from ccl.collective import ROOTED_KINDS
 from ccl.errors import InputError, Interrupted, SolverTimeout
 from ccl.judge import CostJudge
 from ccl.problem import Problem
@@ -571,7 +572,7 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
         flipped = top._replace(coalesce=not top.coalesce)
         if affordable(flipped):
             ev(flipped)
-    if variants and kind in ROOTED_KINDS:  # 9. ramped ends, the root's own part lighter
+    if variants and kind in ROOTED_KINDS:  # 9. ramped ends, the root's own part lighter (trees: broadcast, reduce)
         top = best()
         ramps = (top.ramp, not top.ramp) if top.stages >= 5 else (top.ramp,)
         for share in (top.own, *(OWN_SHARES if own else ())):
@@ -584,7 +585,6 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
     return list(seen.items())
 
 
-ROOTED_KINDS = ("broadcast", "reduce")
 OWN_SHARES = (0.9, 0.8)  # the root's own part's share (``Shape.own``) the search tries
 
 

@@ -249,9 +249,9 @@ def _up(b, phase: Phase, C: int, shape: Shape, n: int, loc, lead: bool | None = 
     done: dict[tuple[int, int], int] = {}
     lead = shape.lead if lead is None else lead
     for q, carried in _assign(phase, C, shape.own, node_of).items():
-        deepest = max(max(tree.depth().values()) for tree, _ in carried)
-        for tree, offsets in carried:
-            depth = tree.depth()
+        depths = [tree.depth() for tree, _ in carried]
+        deepest = max(max(d.values()) for d in depths)
+        for (tree, offsets), depth in zip(carried, depths):
             D = deepest if aligned else max(depth.values())
             base = _up_stages(len(offsets), shape.stages, shape.taper, shape.ramp)
             leaves = root_leaves(tree) if lead else set()
