@@ -171,13 +171,15 @@ class Collective:
         if k in self._chunked:
             return self._chunked[k]
         inputs = tuple(tuple(c * k + j for c in slots for j in range(k)) for slots in self.inputs)
-        split: dict[int, tuple[frozenset[int], ...]] = {}  # shared sets stay shared
+        # equal sets split once and share their pieces (an allgather's 128 ranks need the same
+        # 128 chunks: 128 splits, not 16,384)
+        split: dict[frozenset[int], tuple[frozenset[int], ...]] = {}
 
         def pieces(need: frozenset[int]) -> tuple[frozenset[int], ...]:
-            key = id(need)
-            if key not in split:
-                split[key] = tuple(frozenset(c * k + j for c in need) for j in range(k))
-            return split[key]
+            got = split.get(need)
+            if got is None:
+                got = split[need] = tuple(frozenset(c * k + j for c in need) for j in range(k))
+            return got
 
         outputs = tuple(tuple(p for need in slots for p in pieces(need)) for slots in self.outputs)
         aliases = tuple(

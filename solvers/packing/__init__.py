@@ -315,7 +315,9 @@ def _pick(candidates: list, size: float, progress, *, name, rate, evaluate, long
 
     def guarded(candidate, c):
         with budget.region():
-            return evaluate(candidate, c)
+            us = evaluate(candidate, c)
+        progress(f"{name(candidate)}, {c.describe()}: {us:.4g} us")  # as it comes: judgements take seconds at scale
+        return us
 
     def record(index: int, run) -> None:
         nonlocal best
@@ -330,7 +332,6 @@ def _pick(candidates: list, size: float, progress, *, name, rate, evaluate, long
             if shape in known:
                 continue
             tried.append({"construction": name(candidate), **shape._asdict(), "time_us": round(us, 3)})
-            progress(f"{name(candidate)}, {shape.describe()}: {us:.4g} us")
             if best is None or us < best[0]:
                 best = (us, index, shape)
 
