@@ -365,7 +365,7 @@ def _pick(candidates: list, size: float, progress, *, name, rate, evaluate, long
             x = candidates[index]
             record(index, lambda ev, times, x=x: _refine(ev, times, longest=longest(x), kind=kind,
                                                          work=lambda c: work(x, c), variants=variants, spent=spent,
-                                                         own=own(x)))
+                                                         own=own(x), leaves=_has_root_leaves(x)))
     return (None if best is None else (best[1], best[2])), tried
 
 
@@ -449,7 +449,7 @@ def _search(evaluate, longest: int = 16, seen: dict | None = None, work=None, sp
 
 
 def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", work=None,
-            variants: bool = True, spent: list[int] | None = None, own: bool = False):
+            variants: bool = True, spent: list[int] | None = None, own: bool = False, leaves: bool = False):
     """Finer shapes around the best uniform one in ``seen`` (the leading construction's), the
     most valuable first, within the search's work budget (``_Work``: all of them on up to about
     64 ranks; at 128 the first few):
@@ -465,7 +465,11 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
        longer pipelines pay; coalescing sends the pieces of many roots a relay forwards to one
        peer in a step as one message (NVSwitch stars after the NIC rails); an allreduce whose
        allgather half follows its reducescatter half keeps each half's pipeline in its own
-       stagger;
+       stagger; with ``leaves`` (the trees' roots have leaf children) an allreduce's seeds
+       also have its sequential halves tapered with leaves first, each half then as the
+       reducescatter and the allgather are fastest alone (dgx-h100:4 at 64 MiB: 280.2 us,
+       301.8 the best without; judged after the first seed's climb, as at 128 ranks it is
+       slower and the budget ends before it: dgx-h100:16, 344.7 against 336.0);
     2. the best so far with its stage count doubled or halved while that pays (at most
        ``STAGGER_STAGES`` when staggered);
     3. tapered stages (when the best has 8 or more: bandwidth binds), 0.95 of the one before:
@@ -544,6 +548,8 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
         seeds = [first._replace(taper=0.95), first, Shape(k, coalesce=True, lead=top.lead)]
         if allreduce:
             seeds.append(Shape(k, stagger=True, coalesce=True))
+            if leaves:  # each half's leaves served at once, as the reducescatter and allgather do alone
+                seeds.insert(1, first._replace(taper=0.95, lead=True))
     def taper(candidates) -> None:
         top = best()
         if top.stages >= 8:

@@ -965,3 +965,27 @@ def test_a_reduce_is_the_time_reverse_of_the_broadcast_on_trees_of_mixed_depth()
         verify(alg)
         times[kind] = compiler.simulate(alg, 64 << 20, bound=False, baselines=False).time_us
     assert times["reduce"] == pytest.approx(times["broadcast"], rel=1e-3)
+
+
+def test_an_allreduce_search_seeds_sequential_halves_with_their_leaves_first() -> None:
+    """Sequential halves take about a reducescatter plus an allgather, each fastest alone with
+    the root's leaf children served at once (dgx-h100:4 at 64 MiB: 280.2 us tapered with leaves
+    first, 301.8 the best without); the search seeds that shape where the trees have root
+    leaves (the seed follows the climb from the first: on dgx-h100:16 it is slower, 344.7 us
+    against 336.0, and the budget there ends before it)."""
+    from solvers.packing import _refine
+    from solvers.packing.schedule import Shape
+
+    seed = Shape(16, 0.95, stagger=True, coalesce=True, sequential=True, lead=True)
+    for leaves in (True, False):
+        tried: list[Shape] = []
+
+        def judge(c: Shape) -> float:
+            tried.append(c)
+            return 100.0 + abs(c.stages - 8) - (20 if c == seed else 0)
+
+        found = dict(_refine(judge, {Shape(8): 100.0}, kind="allreduce", leaves=leaves))
+        if leaves:
+            assert seed in tried and min(found, key=found.get).lead
+        else:
+            assert seed not in tried
