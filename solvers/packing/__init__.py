@@ -218,6 +218,7 @@ def _synthesize_trees(problem: Problem, judge: CostJudge | None, progress, start
         details["constructions"] = [_construction(p) for p in candidates]
     if tried:
         details["pipeline_candidates"] = tried
+    progress(f"chose {_construction(packing)}, {shape.describe()}: {len(alg.transfers):,} transfers to verify")
     return _finish(problem, alg, details, budget)
 
 
@@ -276,6 +277,7 @@ def _synthesize_routes(problem: Problem, judge: CostJudge | None, progress, star
                     "plan_seconds": round(planned, 3), "constructions": [rt.construction for rt in candidates]})
     if tried:
         details["pipeline_candidates"] = tried
+    progress(f"chose {routing.construction}, {shape.describe()}: {len(alg.transfers):,} transfers to verify")
     return _finish(problem, alg, details, budget)
 
 
@@ -365,7 +367,7 @@ def _pick(candidates: list, size: float, progress, *, name, rate, evaluate, long
             x = candidates[index]
             record(index, lambda ev, times, x=x: _refine(ev, times, longest=longest(x), kind=kind,
                                                          work=lambda c: work(x, c), variants=variants, spent=spent,
-                                                         own=own(x), leaves=_has_root_leaves(x)))
+                                                         own=own(x), leaves=variants and _has_root_leaves(x)))
     return (None if best is None else (best[1], best[2])), tried
 
 

@@ -989,3 +989,14 @@ def test_an_allreduce_search_seeds_sequential_halves_with_their_leaves_first() -
             assert seed in tried and min(found, key=found.get).lead
         else:
             assert seed not in tried
+
+
+@pytest.mark.parametrize("kind", ["gather", "scatter"])
+def test_routes_go_through_the_judged_search_and_its_refinement(kind: str) -> None:
+    """Gather and scatter routes are judged and refined like the trees (without the tree-only
+    variants): at 1 GiB on dgx-h100:2 the refinement runs, and what it picks verifies."""
+    topo = _TOPOLOGIES.setdefault("dgx-h100:2", T.build("dgx-h100:2"))
+    result = compiler.synthesize(Problem(topo, builtin(kind, topo.n_ranks, root=0), Request("packing", size=1 << 30)))
+    tried = result.details["pipeline_candidates"]
+    assert len({c["stages"] for c in tried}) > 2  # the climb and the refinement's finer stage counts
+    verify(result.algorithm)
