@@ -259,7 +259,7 @@ def _packing_set(args: argparse.Namespace) -> int:
         row: dict[str, Any] = {
             "construction": m.key[0], "trees_per_root": d.get("trees_per_root", d.get("routes_per_piece")),
             "height": height, "stages": d["stages"], "taper": d["taper"], "stagger": bool(d.get("stagger")),
-            "lead": bool(d.get("lead")), "ramp": bool(d.get("ramp")), "own": d.get("own", 1.0),
+            "lead": bool(d.get("lead")), "ramp": int(d.get("ramp") or 0), "own": d.get("own", 1.0),
             "slots_per_part": d["slots_per_part"],
             "rate_over_bound": round(rate, 6), "steps": m.algorithm.n_steps,
             "wins_from_bytes": int(m.wins_from) if i else None,
@@ -276,7 +276,7 @@ def _packing_set(args: argparse.Namespace) -> int:
         table.append([_approx(m.wins_from) if i else "-", _approx(m.wins_to) if i < len(members) - 1 else "-",
                       row["construction"], str(row["trees_per_root"]), str(height),
                       str(d["stages"]) + ("s" if row["stagger"] else "") + ("l" if row["lead"] else "")
-                      + ("r" if row["ramp"] else "") + (f"o{row['own']:g}" if row["own"] != 1.0 else ""), str(d["taper"]),
+                      + ("r" * row["ramp"]) + (f"o{row['own']:g}" if row["own"] != 1.0 else ""), str(d["taper"]),
                       f"{rate:.3f}", str(row["steps"]),
                       ", ".join(f"{x['size']}: {x['time_us']:.4g} us ({x['bound_ratio']:.2f})" for x in row["sweep"])])
     save_all(args, planned)

@@ -56,7 +56,7 @@ from ..common import pieces
 from . import routes
 from .plan import KINDS as TREE_KINDS
 from .plan import Packing, plan, plans
-from .schedule import Shape, build, remote, root_leaves
+from .schedule import RAMPS, Shape, build, remote, root_leaves
 
 __all__ = ["KINDS", "Packing", "Shape", "plan", "plans", "synthesize"]
 
@@ -488,13 +488,16 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
     8. the best unstaggered shape coalesced the other way (the steps before can leave a uniform
        best whose coalesced twin was never judged: amd8 reduce at 64 MiB, 222.9 us uniform at
        18 stages, 219.2 coalesced);
-    9. broadcast and reduce: the best ramped the other way (``Shape.ramp``), and with ``own``
-       (the construction has trees whose root sends only to other nodes: the root's own part
-       of the rail constructions) the best with that part's share at each of ``OWN_SHARES``,
-       ramped and not; the stage count of the winner climbed. The own part goes down the root's rail
-       and back over the other rails, a longer path than the others', and a ramp helps only
-       once that path is no longer the last to finish (dgx-a100:2 broadcast at 64 MiB: 414 us
-       uniform at 12 stages, 422 ramped, 406 with the own part at 0.9, 388 both).
+    9. broadcast and reduce: the best with each other ramp (``Shape.ramp``: none, steep,
+       gentle), and with ``own`` (the construction has trees whose root sends only to other
+       nodes: the root's own part of the rail constructions) the best with that part's share at
+       each of ``OWN_SHARES``, with each ramp; the stage count of the winner climbed, then 3/2
+       and 3/4 of it (a gentle ramp's pieces grow over three stages, and fewer stages pay:
+       dgx-h100:2 broadcast at 64 MiB, 211.6 us at 9 stages, 219.0 steep at 12). The own part
+       goes down the root's rail and back over the other rails, a longer path than the others',
+       and a ramp helps only once that path is no longer the last to finish (dgx-a100:2
+       broadcast at 64 MiB: 414 us uniform at 12 stages, 422 ramped, 406 with the own part at
+       0.9, 388 both).
 
     The seeds of 1. serve the root's leaf children as the best uniform shape does."""
 
@@ -583,7 +586,7 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
             ev(flipped)
     if variants and kind in ROOTED_KINDS:  # 9. ramped ends, the root's own part lighter (trees: broadcast, reduce)
         top = best()
-        ramps = (top.ramp, not top.ramp) if top.stages >= 5 else (top.ramp,)
+        ramps = [int(top.ramp), *(r for r in range(len(RAMPS)) if r != top.ramp and top.stages >= 2 * len(RAMPS[r]) + 1)]
         for share in (top.own, *(OWN_SHARES if own else ())):
             for ramp in ramps:
                 c = top._replace(ramp=ramp, own=share)
@@ -591,6 +594,7 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
                     ev(c)
         if best() != top:
             climb()
+            thirds()
     return list(seen.items())
 
 

@@ -69,24 +69,29 @@ def remote(tree: Tree, node_of: tuple[int, ...]) -> bool:
     return bool(children) and all(node_of[v] != node_of[tree.root] for v in children)
 
 
-RAMP = (0.25, 0.5)  # a ramped pipeline's first (and last) stages, as fractions of a full one
+RAMPS = ((), (0.25, 0.5), (1 / 3, 0.5, 0.75))  # a ramped pipeline's first (and last) stages, as
+# fractions of a full one, by ``Shape.ramp``: 1, steep (each stage twice the one before); 2,
+# gentle (1.5 times: where the ranks before and after the bottleneck are only a little faster
+# than it, dgx-h100:2 broadcast at 64 MiB, 211.6 us at 9 stages against 219.0 steep at 12)
+RAMP = RAMPS[1]
 
 
-def _stages(share: int, stages: int, taper: float = 1.0, ramp: bool = False) -> list[int]:
+def _stages(share: int, stages: int, taper: float = 1.0, ramp: int = 0) -> list[int]:
     """The pipeline stage of each of the ``share`` slots a tree carries. With ``taper`` < 1 the
     stages shrink geometrically (each ``taper`` times the one before), so the last piece, whose
     trip down the tree after the bottleneck is the pipeline's tail, is small while the stage
-    count (and so the per-message latency paid) stays low. With ``ramp`` (and at least 5
-    stages) the first two and the last two stages are a quarter and a half of a full one
-    (``RAMP``): the first piece, which every relay waits for before it can send, is small, and
-    so is the last, which the ranks after the bottleneck pass on after it."""
+    count (and so the per-message latency paid) stays low. With ``ramp`` (1 or 2, and at least
+    twice its stages plus one) the first and the last stages are the fractions ``RAMPS[ramp]``
+    of a full one: the first piece, which every relay waits for before it can send, is small,
+    and so is the last, which the ranks after the bottleneck pass on after it."""
     s = min(stages, share)
-    ramped = ramp and s >= 2 * len(RAMP) + 1
+    ramps = RAMPS[int(ramp)]
+    ramped = bool(ramps) and s >= 2 * len(ramps) + 1
     if (taper >= 1.0 and not ramped) or s < 2:
         return [i * s // share for i in range(share)]
     weights = [taper**k for k in range(s)]
     if ramped:
-        for k, f in enumerate(RAMP):
+        for k, f in enumerate(ramps):
             weights[k] *= f
             weights[s - 1 - k] *= f
     total = sum(weights) if ramped else (1 - taper**s) / (1 - taper)
@@ -100,7 +105,7 @@ def _stages(share: int, stages: int, taper: float = 1.0, ramp: bool = False) -> 
     return out
 
 
-def _up_stages(share: int, stages: int, taper: float = 1.0, ramp: bool = False) -> list[int]:
+def _up_stages(share: int, stages: int, taper: float = 1.0, ramp: int = 0) -> list[int]:
     """Stages up a tree: tapered ones grow instead of shrinking (the time reverse of a
     broadcast's), so the first piece, whose climb to the bottleneck is the pipeline's fill,
     is the small one (a ramp is its own reverse)."""
@@ -128,7 +133,8 @@ class Shape(NamedTuple):
     there yet with the leaves' (dgx-h100:2 allgather at 1 GiB, the root's own node a leaf star:
     1.035x the bound with, 1.16x without). Not with an allreduce's pieces going down as their
     sums complete (the leaves' one message would wait for the last sum). ``ramp``: the first
-    two and last two stages a quarter and a half of a full one (``_stages``). ``own``
+    and last stages smaller, 1 steeply (a quarter and a half of a full one), 2 gently (a
+    third, a half and three quarters; ``RAMPS``, ``_stages``). ``own``
     (broadcast, reduce): the share of the trees whose root sends only to other nodes
     (``remote``: the root's own part of the rail constructions, whose path down the root's rail
     and back over the others is the longest) relative to their multiplicity, the rest spread
@@ -140,15 +146,17 @@ class Shape(NamedTuple):
     coalesce: bool = False
     sequential: bool = False
     lead: bool = False
-    ramp: bool = False
+    ramp: int = 0
     own: float = 1.0
 
     def describe(self) -> str:
         out = f"{self.stages} stages, taper {self.taper}"
         for flag, text in (("stagger", "staggered"), ("coalesce", "coalesced"), ("sequential", "sequential"),
-                           ("lead", "leaves first"), ("ramp", "ramped")):
+                           ("lead", "leaves first")):
             if getattr(self, flag):
                 out += f", {text}"
+        if self.ramp:
+            out += ", ramped" if self.ramp == 1 else ", ramped gently"
         if self.own != 1.0:
             out += f", own part {self.own:g}"
         return out

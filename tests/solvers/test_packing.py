@@ -874,22 +874,28 @@ def test_slots_at_1024_ranks_keep_a_two_stage_pipeline_within_twice_the_budget()
 
 
 # ---------------------------------------------------------------- ramped pipelines, the root's own part
-def test_a_ramped_stage_map_starts_and_ends_with_a_quarter_and_a_half_stage() -> None:
-    from solvers.packing.schedule import RAMP, _stages, _up_stages
+@pytest.mark.parametrize("ramp", [1, 2])
+def test_a_ramped_stage_map_starts_and_ends_with_its_fractions_of_a_stage(ramp: int) -> None:
+    """Steep (1): a quarter and a half of a full stage at each end; gentle (2): a third, a half
+    and three quarters. ``True`` is the steep one (shapes written before the gentle one)."""
+    from solvers.packing.schedule import RAMP, RAMPS, _stages, _up_stages
 
-    for share, stages, taper in [(768, 12, 1.0), (1000, 16, 0.95), (96, 6, 1.0)]:
+    assert RAMPS[1] == RAMP and RAMPS[2] == (1 / 3, 0.5, 0.75)
+    for share, stages, taper in [(768, 12, 1.0), (1000, 16, 0.95), (96, 7, 1.0), (576, 9, 1.0)]:
         for up in (False, True):
-            ramped = (_up_stages if up else _stages)(share, stages, taper, True)
+            ramped = (_up_stages if up else _stages)(share, stages, taper, ramp)
             assert len(ramped) == share and ramped[0] == 0 and max(ramped) == stages - 1
             assert all(b - a in (0, 1) for a, b in zip(ramped, ramped[1:]))  # in order, none empty
             sizes = [ramped.count(g) for g in range(stages)]
             full = sizes[len(sizes) // 2]
-            for k, f in enumerate(RAMP):  # both ends, within a slot and the taper's drift
+            for k, f in enumerate(RAMPS[ramp]):  # both ends, within a slot and the taper's drift
                 for g in (k, stages - 1 - k):
                     assert abs(sizes[g] - f * full) <= 1 + (1 - taper) * stages * f * full, (sizes, g)
-    # a ramp needs two stages at each end and a full one between; fewer are left as they are
-    assert _stages(40, 4, 1.0, True) == _stages(40, 4, 1.0)
-    assert _stages(60, 5, 1.0, True) != _stages(60, 5, 1.0)
+    # a ramp needs its stages at each end and a full one between; fewer are left as they are
+    ends = len(RAMPS[ramp])
+    assert _stages(40 * ends, 2 * ends, 1.0, ramp) == _stages(40 * ends, 2 * ends, 1.0)
+    assert _stages(60 * ends, 2 * ends + 1, 1.0, ramp) != _stages(60 * ends, 2 * ends + 1, 1.0)
+    assert _stages(600, 9, 1.0, True) == _stages(600, 9, 1.0, 1)
 
 
 def test_the_own_share_moves_slots_from_the_roots_remote_trees_to_the_others() -> None:
@@ -925,7 +931,8 @@ def test_ramped_pipelines_with_a_lighter_own_part_verify(spec: str, kind: str) -
     root = 3
     problem = Problem(topo, builtin(kind, topo.n_ranks, root=root), Request("packing"))
     for packing in plans(topo, kind, root)[:2]:
-        for shape in (Shape(6, ramp=True), Shape(8, ramp=True, own=0.8), Shape(5, 0.95, ramp=True, own=0.9)):
+        for shape in (Shape(6, ramp=True), Shape(8, ramp=True, own=0.8), Shape(5, 0.95, ramp=True, own=0.9),
+                      Shape(9, ramp=2, own=0.8), Shape(7, 0.95, ramp=2)):
             alg = build(problem, packing, slot_count(packing, 1, topo.n_ranks, shape), shape)
             assert verify(alg).transfers == len(alg.transfers)
             assert verify_program(lower(alg)).messages > 0
@@ -944,6 +951,21 @@ def test_the_search_lightens_the_own_part_where_it_pays() -> None:
                   and not c["stagger"])
     assert details["own"] < 1.0 or details["ramp"]
     assert min(c["time_us"] for c in tried) < uniform
+    verify(result.algorithm)
+
+
+def test_the_search_ramps_gently_where_the_bottleneck_is_fed_only_a_little_faster() -> None:
+    """dgx-h100:2 broadcast at 64 MiB: the root's port feeds each rail, and each rail's far GPU
+    serves its node, only about 1.3x faster than the NIC drains: pieces growing and shrinking
+    by half a stage over three stages at each end, at fewer stages, beat the steep ramp
+    (211.6 us at 9 stages against 219.0 at 12 when measured)."""
+    topo = _TOPOLOGIES.setdefault("dgx-h100:2", T.build("dgx-h100:2"))
+    result = compiler.synthesize(Problem(topo, builtin("broadcast", topo.n_ranks, root=0),
+                                         Request("packing", size=64 << 20)))
+    details = result.details
+    tried = details["pipeline_candidates"]
+    assert details["ramp"] == 2
+    assert min(c["time_us"] for c in tried if c["ramp"] == 2) < min(c["time_us"] for c in tried if c["ramp"] != 2)
     verify(result.algorithm)
 
 
