@@ -17,6 +17,8 @@ only for the error message.
 
 from __future__ import annotations
 
+import gc
+
 from collections import Counter
 from dataclasses import dataclass
 
@@ -144,6 +146,16 @@ def verify(algorithm: Algorithm, *, in_place: bool = False) -> VerificationResul
     as its input slot (the in-place call of a runtime)."""
     validate.instance(algorithm, Algorithm, "ccl.verify's algorithm")
     validate.flag(in_place, "in_place")
+    enabled = gc.isenabled()
+    gc.disable()  # the state holds millions of tuples and no cycles: collections only cost time
+    try:
+        return _verify(algorithm, in_place)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _verify(algorithm: Algorithm, in_place: bool) -> VerificationResult:
     coll = algorithm.collective
     topo = algorithm.topology
     chunks = _Chunks(coll)
