@@ -121,3 +121,18 @@ def test_options_parse(tmp_path, monkeypatch):
     assert c.command.startswith("python -m benchmarks --quick --machines ring:4,dgx1")
     paths = suite.Paths.under(str(tmp_path), quick=True)
     assert paths.md.endswith("RESULTS-quick.md") and paths.json.endswith("suite-quick.json")
+
+
+def test_the_flow_shop_model_meets_its_closed_forms(capsys):
+    """``benchmarks/flowshop.py``: one stage takes k latencies plus the volume at its rate;
+    two equal stages with equal pieces (k + 1) a + V / r + V / (k r) (Johnson's rule: equal
+    machines gain nothing from unequal pieces); the table prints the best count."""
+    from benchmarks import flowshop
+
+    us, sizes = flowshop.makespan(1e6, [(1e3, 2.0)], 4)
+    assert us == pytest.approx(4 * 2.0 + 1e3) and sum(sizes) == pytest.approx(1e6)
+    for k in (3, 8):
+        us, _ = flowshop.makespan(1e6, [(1e3, 1.0), (1e3, 1.0)], k)
+        assert us == pytest.approx((k + 1) * 1.0 + 1e3 + 1e3 / k, rel=1e-6)
+    assert flowshop.main(["--volume", "1MB", "--stage", "1,1", "--stage", "1,1", "--pieces", "20..40"]) == 0
+    assert "best: 32 pieces, 1064.2 us" in capsys.readouterr().out  # about sqrt(1000 us / 1 us) pieces
