@@ -25,6 +25,8 @@ import sys
 import numpy as np
 from scipy.optimize import linprog
 
+from ccl.units import parse_size
+
 
 def makespan(volume: float, stages: list[tuple[float, float]], pieces: int) -> tuple[float, list[float]]:
     """Least makespan (us) of ``pieces`` pieces summing to ``volume`` bytes through ``stages``
@@ -51,15 +53,6 @@ def makespan(volume: float, stages: list[tuple[float, float]], pieces: int) -> t
     return float(res.x[-1]), [float(x) for x in res.x[:-1]]
 
 
-def _bytes(text: str) -> float:
-    units = {"KB": 1e3, "MB": 1e6, "GB": 1e9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "B": 1}
-    upper = text.strip().upper()
-    for unit in sorted(units, key=len, reverse=True):
-        if upper.endswith(unit):
-            return float(upper[: -len(unit)]) * units[unit]
-    return float(upper)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--volume", required=True, help="bytes through the chain (e.g. 8.65MB, 64MiB)")
@@ -68,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pieces", default="2..16", help="piece counts, A..B")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    volume = _bytes(args.volume)
+    volume = float(parse_size(args.volume))
     stages = [(float(r) * 1e3, float(a)) for r, a in (s.split(",") for s in args.stage)]  # GB/s -> bytes/us
     lo, hi = (int(x) for x in args.pieces.split(".."))
     rows = []
