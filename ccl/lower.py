@@ -38,12 +38,12 @@ seconds); only steps whose local ops can conflict with each other are ordered in
 
 from __future__ import annotations
 
-import gc
 from typing import TYPE_CHECKING
 
 from . import validate
 from .algorithm import Algorithm
 from .collective import Collective
+from .collector import gc_paused
 from .errors import CollectiveError
 from .lower_ranks import Assembly, Runs
 from .lower_slots import Moves, unit_moves
@@ -63,13 +63,8 @@ def lower(algorithm: Algorithm, *, channels: int = 1, fuse: bool = True) -> Prog
     validate.instance(algorithm, Algorithm, "ccl.lower's algorithm", error=CollectiveError)
     validate.integer(channels, "channels", least=1, most=2**31 - 1, error=CollectiveError)
     validate.flag(fuse, "fuse", error=CollectiveError)
-    enabled = gc.isenabled()
-    gc.disable()  # the schedule may hold millions of objects: a full collection only costs time here
-    try:
+    with gc_paused():  # the schedule may hold millions of objects
         return _lower(algorithm, channels, fuse)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _lower(algorithm: Algorithm, channels: int, fuse: bool) -> Program:

@@ -17,14 +17,13 @@ only for the error message.
 
 from __future__ import annotations
 
-import gc
-
 from collections import Counter
 from dataclasses import dataclass
 
 from . import validate
 from .algorithm import Algorithm
 from .collective import Collective
+from .collector import gc_paused
 from .errors import VerificationError
 
 _Value = tuple  # (group, mask, dup) or (-1, Counter) for a mix of groups
@@ -146,13 +145,8 @@ def verify(algorithm: Algorithm, *, in_place: bool = False) -> VerificationResul
     as its input slot (the in-place call of a runtime)."""
     validate.instance(algorithm, Algorithm, "ccl.verify's algorithm")
     validate.flag(in_place, "in_place")
-    enabled = gc.isenabled()
-    gc.disable()  # the state holds millions of tuples and no cycles: collections only cost time
-    try:
+    with gc_paused():  # the state holds millions of tuples
         return _verify(algorithm, in_place)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _verify(algorithm: Algorithm, in_place: bool) -> VerificationResult:

@@ -39,7 +39,6 @@ the driver (``ccl.compiler``) adds them to the Report.
 
 from __future__ import annotations
 
-import gc
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -47,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from ccl import limits, validate
+from ccl.collector import gc_paused
 from ccl.errors import InputError, VerificationError
 from ccl.program import Program
 from ccl.report import LinkUsage, RankUsage, Report, bus_factor, check_size, slot_bytes
@@ -152,13 +152,8 @@ class Simulator:
         unknown = sorted(set(options) - set(OPTIONS))
         if unknown:
             raise InputError(f"unknown simulator option {unknown[0]!r} (known: {', '.join(OPTIONS)})")
-        enabled = gc.isenabled()
-        gc.disable()  # millions of short-lived tuples: the cyclic collector only costs time here
-        try:
+        with gc_paused():  # millions of short-lived tuples
             return self._run(size, **options)
-        finally:
-            if enabled:
-                gc.enable()
 
     def _run(self, size: float, *, mode: str = "dependency", slices: int = 1, in_place: bool = False,
              overlap_latency: bool = False, local_bandwidth: float | None = None) -> Simulation:

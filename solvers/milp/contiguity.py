@@ -24,10 +24,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ccl import interrupt
+from ccl.collector import gc_paused
 
 from .emit import Batch
 from .logical import LogicalTopology
-from .lp import OutOfTime, Solved, gc_paused, new_var, not_solved, solve, tick
+from .lp import OutOfTime, Solved, new_var, not_solved, solve, tick
 from .ordering import Plan
 
 

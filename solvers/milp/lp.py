@@ -10,7 +10,6 @@ is stopped at the deadline or on Ctrl-C from its interrupt callbacks.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import sys
@@ -27,22 +26,6 @@ ABANDON_AFTER = 0.3  # seconds HiGHS gets to stop after Ctrl-C before its result
 
 class OutOfTime(Exception):
     """The stage's deadline passed, or Ctrl-C asked to stop, while a model was being built."""
-
-
-@contextlib.contextmanager
-def gc_paused():
-    """No cyclic garbage collection while a model is built and solved: PuLP's millions of small
-    objects make each full collection a pause of seconds on large models, during which neither
-    the deadline nor Ctrl-C is seen (and building is slower). Re-enabled after, as it was."""
-    import gc
-
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def long_sum(terms: list, deadline: float | None, chunk: int = 4096):

@@ -26,10 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ccl import interrupt
+from ccl.collector import gc_paused
 from ccl.errors import InfeasibleError
 
 from .logical import LogicalTopology
-from .lp import OutOfTime, Solved, gc_paused, new_var, not_solved, progress, solve, tick
+from .lp import OutOfTime, Solved, new_var, not_solved, progress, solve, tick
 
 EPSILON = 1e-3  # price of link time in the objective, relative to the makespan
 

@@ -28,9 +28,10 @@ from __future__ import annotations
 import math
 
 from ccl import interrupt
+from ccl.collector import gc_paused
 
 from .logical import LogicalTopology
-from .lp import OutOfTime, Solved, gc_paused, long_sum, new_var, not_solved, progress, solve, tick
+from .lp import OutOfTime, Solved, long_sum, new_var, not_solved, progress, solve, tick
 from .routing import (
     Commodity,
     Routes,

@@ -41,7 +41,6 @@ stderr, none when ``CCL_QUIET`` is set (``ccl ... --quiet``).
 
 from __future__ import annotations
 
-import gc
 import math
 import os
 import sys
@@ -49,6 +48,7 @@ import time
 
 from ccl import interrupt
 from ccl.collective import ROOTED_KINDS
+from ccl.collector import gc_paused
 from ccl.errors import InputError, Interrupted, SolverTimeout
 from ccl.judge import CostJudge
 from ccl.problem import Problem
@@ -128,13 +128,8 @@ class _Budget:
     def timed_build(self, make):
         """``make()`` (a schedule build), its time counted in the reserve."""
         t0 = time.monotonic()
-        enabled = gc.isenabled()
-        gc.disable()  # a build makes millions of tuples and no cycles: collections only cost time
-        try:
+        with gc_paused():  # a build makes millions of tuples
             out = make()
-        finally:
-            if enabled:
-                gc.enable()
         self.reserve = max(self.reserve, RESERVE * (time.monotonic() - t0))
         return out
 
