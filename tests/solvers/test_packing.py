@@ -1002,7 +1002,7 @@ def test_an_allreduce_search_seeds_sequential_halves_with_their_leaves_first() -
     for leaves in (True, False):
         tried: list[Shape] = []
 
-        def judge(c: Shape) -> float:
+        def judge(c: Shape, tried: list[Shape] = tried) -> float:
             tried.append(c)
             return 100.0 + abs(c.stages - 8) - (20 if c == seed else 0)
 
