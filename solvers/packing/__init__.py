@@ -57,7 +57,7 @@ from ..common import pieces
 from . import routes
 from .plan import KINDS as TREE_KINDS
 from .plan import Packing, plan, plans
-from .schedule import RAMPS, Shape, build, remote, root_leaves
+from .schedule import RAMPS, Shape, build, ramp_fits, remote, root_leaves
 
 __all__ = ["KINDS", "Packing", "Shape", "plan", "plans", "synthesize"]
 
@@ -588,7 +588,7 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
             ev(flipped)
     if variants and kind in ROOTED_KINDS:  # 9. ramped ends, the root's own part lighter (trees: broadcast, reduce)
         top = best()
-        ramps = [int(top.ramp), *(r for r in range(len(RAMPS)) if r != top.ramp and top.stages >= 2 * len(RAMPS[r]) + 1)]
+        ramps = [int(top.ramp), *(r for r in range(len(RAMPS)) if r != top.ramp and ramp_fits(r, top.stages))]
         for share in (top.own, *(OWN_SHARES if own else ())):
             for ramp in ramps:
                 c = top._replace(ramp=ramp, own=share)

@@ -73,7 +73,12 @@ RAMPS = ((), (0.25, 0.5), (1 / 3, 0.5, 0.75))  # a ramped pipeline's first (and 
 # fractions of a full one, by ``Shape.ramp``: 1, steep (each stage twice the one before); 2,
 # gentle (1.5 times: where the ranks before and after the bottleneck are only a little faster
 # than it, dgx-h100:2 broadcast at 64 MiB, 211.6 us at 9 stages against 219.0 steep at 12)
-RAMP = RAMPS[1]
+
+
+def ramp_fits(ramp: int, stages: int) -> bool:
+    """Whether ``stages`` stages take the ramp: its stages at each end and a full one between
+    (fewer are left uniform)."""
+    return stages >= 2 * len(RAMPS[int(ramp)]) + 1
 
 
 def _stages(share: int, stages: int, taper: float = 1.0, ramp: int = 0) -> list[int]:
@@ -86,7 +91,7 @@ def _stages(share: int, stages: int, taper: float = 1.0, ramp: int = 0) -> list[
     and so is the last, which the ranks after the bottleneck pass on after it."""
     s = min(stages, share)
     ramps = RAMPS[int(ramp)]
-    ramped = bool(ramps) and s >= 2 * len(ramps) + 1
+    ramped = bool(ramps) and ramp_fits(ramp, s)
     if (taper >= 1.0 and not ramped) or s < 2:
         return [i * s // share for i in range(share)]
     weights = [taper**k for k in range(s)]

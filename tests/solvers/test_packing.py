@@ -878,9 +878,9 @@ def test_slots_at_1024_ranks_keep_a_two_stage_pipeline_within_twice_the_budget()
 def test_a_ramped_stage_map_starts_and_ends_with_its_fractions_of_a_stage(ramp: int) -> None:
     """Steep (1): a quarter and a half of a full stage at each end; gentle (2): a third, a half
     and three quarters. ``True`` is the steep one (shapes written before the gentle one)."""
-    from solvers.packing.schedule import RAMP, RAMPS, _stages, _up_stages
+    from solvers.packing.schedule import RAMPS, _stages, _up_stages
 
-    assert RAMPS[1] == RAMP and RAMPS[2] == (1 / 3, 0.5, 0.75)
+    assert RAMPS[1] == (0.25, 0.5) and RAMPS[2] == (1 / 3, 0.5, 0.75)
     for share, stages, taper in [(768, 12, 1.0), (1000, 16, 0.95), (96, 7, 1.0), (576, 9, 1.0)]:
         for up in (False, True):
             ramped = (_up_stages if up else _stages)(share, stages, taper, ramp)
