@@ -612,16 +612,22 @@ def slot_count(packing: Packing, base: int, n: int, shape: Shape = DEFAULT_SHAPE
     which are bounded by ``MAX_BUFFER_SLOTS`` per rank instead (``ROOTED_SLOTS`` for the one
     part of a broadcast or reduce); when even one slot per stage is
     over budget, the slots are (every slot may then be a transfer of its own), though never
-    below one per tree, nor below two (a pipeline of two stages: dgx-h100:128 allgather at
-    1 GiB, 1.43x the bound against 1.82x with one), within twice the budget (a tree without a
-    slot idles its links: torus:8x8x8's six trees per root on four slots took 1.5x the bound)."""
+    below one per tree, nor below three within three times the budget, else two within twice
+    it (``LEAST_STAGES``: a pipeline of three or two stages; dgx-h100:128 allgather at 1 GiB
+    takes 1.30x the bound with three, 3.1 million transfers, synthesized in 133 s with 5.0 GB;
+    1.43x with two; 1.82x with one; four would take 7.5 GB to judge; a tree without a slot
+    idles its links: torus:8x8x8's six trees per root on four slots took 1.5x the bound)."""
     per_slot = _per_slot(packing, n)
     want = packing.trees_per_root() * _per_share(shape, lanes)
     if per_slot * _runs_per_tree(packing, shape) <= MAX_TRANSFERS:
         cap = ROOTED_SLOTS if packing.root is not None else MAX_BUFFER_SLOTS // n
-    else:  # but a slot per tree (every tree carries its share) and two stages, within twice the budget
-        least = max(packing.trees_per_root(), 2)
-        cap = max(MAX_TRANSFERS // per_slot, least if per_slot * least <= 2 * MAX_TRANSFERS else 0)
+    else:  # but a slot per tree (every tree carries its share) and three stages, or two, within as many budgets
+        cap = MAX_TRANSFERS // per_slot
+        for stages in LEAST_STAGES:
+            least = max(packing.trees_per_root(), stages)
+            if per_slot * least <= stages * MAX_TRANSFERS:
+                cap = max(cap, least)
+                break
     target = min(want, max(1, cap))
     return base * max(1, target // base)
 
@@ -631,6 +637,8 @@ def _runs_per_tree(packing: Packing, shape: Shape) -> int:
     return packing.trees_per_root() * shape.stages * (2 if shape.stagger else 1)
 
 
+LEAST_STAGES = (3, 2)  # the pipelines kept over budget: three stages within three budgets, else two within two
+# (``slot_count``)
 MAX_BUFFER_SLOTS = 1 << 15  # slots of all parts together in a rank's buffer
 ROOTED_SLOTS = 1 << 12  # slots of a broadcast's or reduce's one part, whatever the rank count (a
 # rank's share of the all-parts budget left dgx-h100:16's 16 rail trees one slot per stage at 16

@@ -853,11 +853,11 @@ def test_small_allreduces_across_nodes_cross_the_fabric_once() -> None:
     assert ours < theirs / 1.3
 
 
-def test_slots_at_1024_ranks_keep_a_two_stage_pipeline_within_twice_the_budget() -> None:
+def test_slots_at_1024_ranks_keep_a_three_stage_pipeline_within_three_budgets() -> None:
     """A slot of every part costs n (n - 1) transfers: at 1,024 ranks one slot is 1.05 million,
-    most of the budget. Two slots (a pipeline of two stages) are kept within twice the budget;
-    beyond that one."""
-    from solvers.packing import MAX_TRANSFERS, Shape, slot_count
+    most of the budget. Three slots (a pipeline of three stages) are kept within three times the
+    budget, else two within twice it; beyond that one."""
+    from solvers.packing import LEAST_STAGES, MAX_TRANSFERS, Shape, slot_count
     from solvers.packing.plan import Phase
     from solvers.packing.trees import Tree
 
@@ -866,11 +866,14 @@ def test_slots_at_1024_ranks_keep_a_two_stage_pipeline_within_twice_the_budget()
                       for r in range(n))
         return Packing("allgather", n, None, Phase(False, trees, 1.0, 1.0, True), None)
 
-    assert 1024 * 1023 < MAX_TRANSFERS < 2 * 1024 * 1023 <= 2 * MAX_TRANSFERS
-    assert slot_count(star_packing(1024), 1, 1024, Shape(4)) == 2
-    assert slot_count(star_packing(256), 1, 256, Shape(4)) > 2
-    assert 1100 * 1099 > MAX_TRANSFERS  # two slots over twice the budget: one
+    assert LEAST_STAGES == (3, 2)
+    assert 1024 * 1023 < MAX_TRANSFERS < 2 * 1024 * 1023 and 3 * 1024 * 1023 <= 3 * MAX_TRANSFERS
+    assert slot_count(star_packing(1024), 1, 1024, Shape(4)) == 3
+    assert slot_count(star_packing(1024), 1, 1024, Shape(2)) == 3  # the cap, not the stages asked for
+    assert slot_count(star_packing(256), 1, 256, Shape(4)) > 3
+    assert 1100 * 1099 > MAX_TRANSFERS  # over the budget per slot: three or two slots are over as many budgets
     assert slot_count(star_packing(1100), 1, 1100, Shape(4)) == 1
+    assert slot_count(star_packing(1024), 2, 1024, Shape(4)) == 2  # a multiple of the request's chunks
 
 
 # ---------------------------------------------------------------- ramped pipelines, the root's own part
