@@ -1016,6 +1016,27 @@ def test_an_allreduce_search_seeds_sequential_halves_with_their_leaves_first() -
             assert seed not in tried
 
 
+@pytest.mark.parametrize("own", [True, False])
+def test_a_rooted_search_polishes_its_winner_a_stage_and_a_share_at_a_time(own: bool) -> None:
+    """Step 10 of the refinement: from the winner of the steps before, a stage either way and
+    (where the trees have a root's own part) its share 0.05 either way, while a neighbour wins.
+    A judge whose optimum lies between the shares and stage counts the earlier steps try (11
+    stages, share 0.85) is found exactly; without an own part the share stays put."""
+    from solvers.packing import _refine
+    from solvers.packing.schedule import Shape
+
+    def judge(c: Shape) -> float:
+        return 100.0 + abs(c.stages - 11) + 40 * abs(c.own - 0.85) + c.ramp
+
+    found = dict(_refine(judge, {Shape(16): judge(Shape(16))}, kind="broadcast", own=own))
+    top = min(found, key=lambda c: (found[c], c))
+    assert top.stages == 11 and top.ramp == 0
+    assert top.own == (0.85 if own else 1.0)
+    assert all(c.own == 1.0 for c in found) or own
+    allgather = dict(_refine(judge, {Shape(16): judge(Shape(16))}, kind="allgather", own=own))
+    assert all(c.own == 1.0 for c in allgather)  # no own part, no polish of it outside broadcast and reduce
+
+
 @pytest.mark.parametrize("kind", ["gather", "scatter"])
 def test_routes_go_through_the_judged_search_and_its_refinement(kind: str) -> None:
     """Gather and scatter routes are judged and refined like the trees (without the tree-only
