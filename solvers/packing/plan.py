@@ -94,8 +94,9 @@ def plans(topology: Topology, kind: str, root: int | None,
           progress: Callable[[str], None] | None = None, partial: list | None = None) -> list[Packing]:
     """The candidate packings, cached per topology: first, best rate first (stitched first on
     a tie), the stitched trees on identical nodes (``stitch``), for broadcast and reduce the
-    rails (chains, and from 4 nodes binary trees) and the whole-graph packing (on up to
-    ``ROOTED_FLAT_LIMIT`` vertices, or when no rail construction meets the bound; otherwise when
+    rails (chains, and from 4 nodes binary trees) and the whole-graph packing (on one node up to
+    ``ROOTED_FLAT_LIMIT`` vertices, on several up to ``FLAT_LIMIT``, or when no rail
+    construction meets the bound; otherwise when
     nothing is stitched, or the stitched trees miss the bound on at most ``FLAT_LIMIT``
     vertices), and the two-hop trees of an LP
     (``twohop``: up to 16 ranks, every pair linked) unless the best of those meets the bound
@@ -136,7 +137,8 @@ def plans(topology: Topology, kind: str, root: int | None,
                 if phase is not None and (not shallow or phase.achieved <= out[-1].phases()[0].achieved * (1 + 1e-9)):
                     out.append(Packing(kind, topology.n_ranks, r, None if want_up else phase, phase if want_up else None))
     met = any(all(_meets(ph) for ph in p.phases()) for p in out)
-    if not out or (rooted and (topology.n_vertices <= ROOTED_FLAT_LIMIT or not met)) or \
+    if not out or (rooted and (not met or topology.n_vertices <= (
+            ROOTED_FLAT_LIMIT if topology.n_nodes <= 1 else FLAT_LIMIT))) or \
             (topology.n_vertices <= FLAT_LIMIT and not all(_meets(p) for p in out[0].phases())):
         up = _phase(topology, True, r, progress) if want_up else None
         down = _phase(topology, False, r, progress) if want_down else None
@@ -344,9 +346,13 @@ def _depth_key(trees: list[Tree]) -> tuple[int, Fraction]:
     return max(d for d, _ in depths), Fraction(sum(d * w for d, w in depths), sum(w for _, w in depths))
 
 
-ROOTED_FLAT_LIMIT = 80  # vertices up to which broadcast and reduce pack the whole graph even when
-# the rails meet the bound (it wins on one node and ties on two; dgx-h100:8, 145 vertices, took
-# 69 s and dgx-h100:16 200 s to plan it, and lost to the rail trees by 1.3x)
+ROOTED_FLAT_LIMIT = 80  # vertices up to which broadcast and reduce on one node pack the whole graph
+# (it wins there: no rails); on several nodes up to ``FLAT_LIMIT`` vertices, or when no rail
+# construction meets the bound. Above that the rails won at every size: broadcast and reduce at
+# 64 KiB, 1 MiB, 64 MiB and 1 GiB took the same time without the whole-graph trees on dgx2:2,
+# dgx-a100:4 and dgx-h100:4, whose plans they took 40 s, 11 s and 11 s of (dgx-h100:8: 69 s,
+# and 1.3x slower than the rail trees); below it they can win by a little (ndv2:2 broadcast at
+# 1 MiB: 141.4 us with them, 143.6 without)
 FLAT_LIMIT = 48  # vertices up to which the whole graph is packed too when stitching misses the bound
 # (dgx-h100:2 has 43: 5 s per phase; dgx2:2 has 51: 1 min per phase, and its packed trees,
 # routed as the flattened topology routes them, are slower than the stitched ones)
