@@ -34,6 +34,7 @@ class Phase:
     achieved: float
     exact: bool
     construction: str = "packed"  # or "stitched": one node's packing and rail stars
+    turns: int = 1  # trees per part a schedule takes in turn, stage by stage (``stitch.rail_chains``)
 
     def trees_per_root(self) -> int:
         count: dict[int, int] = {}
@@ -136,6 +137,11 @@ def plans(topology: Topology, kind: str, root: int | None,
                 phase = _rail_phase(topology, want_up, r, progress, shallow, fan)
                 if phase is not None and (not shallow or phase.achieved <= out[-1].phases()[0].achieved * (1 + 1e-9)):
                     out.append(Packing(kind, topology.n_ranks, r, None if want_up else phase, phase if want_up else None))
+        if 2 <= topology.n_nodes <= TURNS_NODES:  # the shallow chains crossing between rails, in turns
+            phase = _rail_phase(topology, want_up, r, progress, True, 1, RAIL_TURNS)
+            if phase is not None and out and phase.achieved <= min(
+                    p.phases()[0].achieved for p in out) * (1 + 1e-9):
+                out.append(Packing(kind, topology.n_ranks, r, None if want_up else phase, phase if want_up else None))
     met = any(all(_meets(ph) for ph in p.phases()) for p in out)
     if not out or (rooted and (not met or topology.n_vertices <= (
             ROOTED_FLAT_LIMIT if topology.n_nodes <= 1 else FLAT_LIMIT))) or \
@@ -353,6 +359,10 @@ ROOTED_FLAT_LIMIT = 80  # vertices up to which broadcast and reduce on one node 
 # dgx-a100:4 and dgx-h100:4, whose plans they took 40 s, 11 s and 11 s of (dgx-h100:8: 69 s,
 # and 1.3x slower than the rail trees); below it they can win by a little (ndv2:2 broadcast at
 # 1 MiB: 141.4 us with them, 143.6 without)
+RAIL_TURNS = 4  # crossing trees per part of the turned rail chains (``stitch.rail_chains``): on
+# dgx-h100:2 broadcast at 64 MiB (hand-tuned shapes) 2 took 216 us at best, 4 196, 8 196 (the rails 212)
+TURNS_NODES = 4  # nodes up to which they are planned: each has t times the trees, and judging them at
+# 1 GiB took dgx-h100:4 broadcast 135 s instead of 34 (235.9 us at 64 MiB against 250.7)
 FLAT_LIMIT = 48  # vertices up to which the whole graph is packed too when stitching misses the bound
 # (dgx-h100:2 has 43: 5 s per phase; dgx2:2 has 51: 1 min per phase, and its packed trees,
 # routed as the flattened topology routes them, are slower than the stitched ones)
@@ -441,7 +451,7 @@ def _torus_phase(topology: Topology, reverse: bool) -> Phase | None:
 
 
 def _rail_phase(topology: Topology, reverse: bool, root: int, progress: Callable[[str], None] | None,
-                shallow: bool = False, fan: int = 1) -> Phase | None:
+                shallow: bool = False, fan: int = 1, turns: int = 1) -> Phase | None:
     """Rooted trees over every rail (``stitch.rail_chains``): part i of the data along rail i,
     inside each node down the node's own trees of local root i: its packing (rate-optimal for
     one root: a chain on a switch), or with ``shallow`` its fewest-hop tree (a star on a switch:
@@ -464,12 +474,13 @@ def _rail_phase(topology: Topology, reverse: bool, root: int, progress: Callable
                 intra[i] = list(found.trees)
         except InfeasibleError:
             return None
-    trees = rail_chains(topology, intra, root, around=shallow, fan=fan)
+    trees = rail_chains(topology, intra, root, around=shallow, fan=fan, turns=turns)
     if trees is None:
         return None
     caps, _, optimal, _, _ = _rate(topology, reverse, root)
     return Phase(reverse, tuple(trees), optimal, physical_time(topology, trees, reverse), caps.exact,
-                 ("rails-shallow" if shallow else "rails") + ("-trees" if fan > 1 else ""))
+                 ("rails-shallow" if shallow else "rails") + ("-trees" if fan > 1 else "")
+                 + ("-turns" if turns > 1 else ""), turns)
 
 
 def _check_finite(lam, topology: Topology) -> None:

@@ -226,6 +226,14 @@ def _down(b, phase: Phase, C: int, shape: Shape, n: int, loc, ready: dict[tuple[
     ``ready[(q, j)]`` (default: ``offset`` + its pipeline stage, shifted per branch when
     staggered; with ``shape.lead`` and no ``ready``, the root's leaf children get every slot at
     ``offset``)."""
+    if phase.turns > 1 and not ready:
+        for q, group, depths, stream, stage in _turns(phase, C, shape, node_of):
+            for tree, depth, mine in zip(group, depths, _taken(stream, stage, len(group))):
+                for j, count, start in _runs(mine):
+                    for v in tree.order[1:]:
+                        par = tree.parent[v]
+                        b.move_run(offset + start + depth[v] - 1, par, loc(par, q, j), v, loc(v, q, j), count, "copy")
+        return
     for q, carried in _assign(phase, C, shape.own, node_of).items():
         for tree, offsets in carried:
             depth = tree.depth()
@@ -261,6 +269,17 @@ def _up(b, phase: Phase, C: int, shape: Shape, n: int, loc, lead: bool | None = 
     each tree's leaves starting at once)."""
     done: dict[tuple[int, int], int] = {}
     lead = shape.lead if lead is None else lead
+    if phase.turns > 1:
+        for q, group, depths, stream, stage in _turns(phase, C, shape, node_of, up=True):
+            D = max(max(d.values()) for d in depths)
+            for tree, depth, mine in zip(group, depths, _taken(stream, stage, len(group))):
+                for j, count, g in _runs(mine):
+                    for v in tree.order[1:]:
+                        b.move_run(g + D - depth[v], v, loc(v, q, j), tree.parent[v], loc(tree.parent[v], q, j),
+                                   count, "reduce")
+                    for k in range(count):
+                        done[(q, j + k)] = max(done.get((q, j + k), 0), g + D - 1)
+        return done
     for q, carried in _assign(phase, C, shape.own, node_of).items():
         depths = [tree.depth() for tree, _ in carried]
         deepest = max(max(d.values()) for d in depths)
@@ -285,6 +304,35 @@ def _up(b, phase: Phase, C: int, shape: Shape, n: int, loc, lead: bool | None = 
                 for k in range(count):
                     done[(q, j + k)] = max(done.get((q, j + k), 0), last)
     return done
+
+
+def _turns(phase: Phase, C: int, shape: Shape, node_of, up: bool = False):
+    """For a phase whose parts have several trees taken in turn (``Phase.turns``): per root and
+    per part (the trees whose root sends to the same ranks; the root's own part, sent only to
+    other nodes, is one part), (root, the part's trees, their depths, the slots they carry
+    together in order, each slot's stage): ``shape.stages`` stages per tree, so the part's
+    stream has as many times more, and stage s goes down (up) tree s mod t, so consecutive
+    pieces of a part leave a rank for different peers."""
+    for q, carried in _assign(phase, C, shape.own, node_of).items():
+        parts: dict[object, list[tuple[Tree, list[int]]]] = {}
+        for tree, offsets in carried:
+            key = "own" if node_of and remote(tree, node_of) else tuple(sorted(
+                v for v, p in tree.parent.items() if p == tree.root))
+            parts.setdefault(key, []).append((tree, offsets))
+        for group in parts.values():
+            stream = sorted(j for _, offsets in group for j in offsets)
+            count = shape.stages * len(group)
+            stage = (_up_stages if up else _stages)(len(stream), count, shape.taper, shape.ramp)
+            trees = [t for t, _ in group]
+            yield q, trees, [t.depth() for t in trees], stream, stage
+
+
+def _taken(stream: list[int], stage: list[int], t: int) -> list[list[tuple[int, int]]]:
+    """(slot, stage) pairs of each of ``t`` trees taking a stream's stages in turn."""
+    out: list[list[tuple[int, int]]] = [[] for _ in range(t)]
+    for j, g in zip(stream, stage):
+        out[g % t].append((j, g))
+    return out
 
 
 def root_leaves(tree: Tree) -> set[int]:

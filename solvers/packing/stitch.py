@@ -210,7 +210,7 @@ def busiest_time(topology: Topology, hops) -> float:
 
 
 def rail_chains(topology: Topology, intra: dict[int, list[Tree]], root: int,
-                around: bool = False, fan: int = 1) -> list[Tree] | None:
+                around: bool = False, fan: int = 1, turns: int = 1) -> list[Tree] | None:
     """Broadcast (reduce: reversed) trees of ``root`` that use every NIC rail: the data is split
     by local index i; part i goes from the root to its node-mate of index i, along rail i from
     node to node (each NIC receives each part once and sends it on at most once in all, so
@@ -225,8 +225,13 @@ def rail_chains(topology: Topology, intra: dict[int, list[Tree]], root: int,
     more nodes) the root's own part does not go through its port to its node-mates at all: it
     goes down its rail to a node that is a leaf of every rail tree (the chain's last), and from
     each rank there back along that rank's rail to its mate in the root's node (the rails'
-    otherwise idle direction), so no root-to-mate pair carries two parts. None when some hop has
-    no route or a local root has no intra-node trees."""
+    otherwise idle direction), so no root-to-mate pair carries two parts. With ``turns`` t > 1
+    (chains, one intra-node tree per local root) every part has t trees that cross between
+    nodes differently: turn f hands part i on from local index i + f k to i + f (k + 1) (mod
+    L) between positions k and k + 1 (and the own part back to index j + f), so each NIC sends
+    to and receives from t pairs, which a schedule taking the turns in order keeps busy while
+    each pair waits out its message latency (``schedule``: ``Phase.turns``). None when some hop
+    has no route or a local root has no intra-node trees (or several, with turns)."""
     ranks = topology.node_ranks
     L, N = len(ranks[0]), len(ranks)
     a0 = next(a for a, members in enumerate(ranks) if root in members)
@@ -240,27 +245,33 @@ def rail_chains(topology: Topology, intra: dict[int, list[Tree]], root: int,
         scale = scale * totals[i] // math.gcd(scale, totals[i])
     order = [(a0 + k) % N for k in range(N)]  # position -> node; the root's node first
     node_trees = rail_trees(N - 1, fan, around and N > 1)
+    if turns > 1 and (fan != 1 or any(len(trees[i]) != 1 for i in range(L))):
+        return None
     out: list[Tree] = []
     for i in range(L):
         head = ranks[a0][i]
         own = around and N > 1 and head == root
-        for level in node_trees:
-            hops = ([(root, head)] if head != root else []) + [
-                (ranks[order[p]][i], ranks[order[k]][i]) for k, p in sorted(level.items())]
-            if own:  # the last position's ranks (a leaf of every tree) pass the root's part back
-                hops += [(ranks[order[N - 1]][j], ranks[a0][j]) for j in range(L) if ranks[a0][j] != root]
-            if any(y not in topology.routes_from(x) for x, y in hops):
-                return None
-            for t in trees[i]:
-                parent = {y: x for x, y in hops}
-                for node in (ranks[order[k]] for k in range(1, N)) if own else ranks:
-                    for v in t.order[1:]:
-                        if node[v] != root:
-                            u = t.parent[v]
-                            if node[u] == root and u != t.root:
-                                u = t.parent[u]  # the root is passed over: its children hang from its parent
-                            parent[node[v]] = node[u]
-                out.append(Tree(root, t.weight * scale // totals[i], parent, _topological(root, parent)))
+        for f in range(turns):
+            col = [(i + f * k) % L for k in range(N)]  # position -> the local index part i takes there
+            for level in node_trees:
+                hops = ([(root, head)] if head != root else []) + [
+                    (ranks[order[p]][col[p]], ranks[order[k]][col[k]]) for k, p in sorted(level.items())]
+                if own:  # the last position's ranks (a leaf of every tree) pass the root's part back
+                    hops += [(ranks[order[N - 1]][j], ranks[a0][(j + f) % L]) for j in range(L)
+                             if ranks[a0][(j + f) % L] != root]
+                if any(y not in topology.routes_from(x) for x, y in hops):
+                    return None
+                for t in trees[i]:
+                    parent = {y: x for x, y in hops}
+                    for k in range(1, N) if own else range(N):
+                        node, local = ranks[order[k]], trees[col[k]][0] if turns > 1 else t
+                        for v in local.order[1:]:
+                            if node[v] != root:
+                                u = local.parent[v]
+                                if node[u] == root and u != local.root:
+                                    u = local.parent[u]  # the root is passed over: its children hang from its parent
+                                parent[node[v]] = node[u]
+                    out.append(Tree(root, t.weight * scale // totals[i], parent, _topological(root, parent)))
     return merge_equal(out)
 
 
