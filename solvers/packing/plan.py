@@ -359,10 +359,14 @@ ROOTED_FLAT_LIMIT = 80  # vertices up to which broadcast and reduce on one node 
 # dgx-a100:4 and dgx-h100:4, whose plans they took 40 s, 11 s and 11 s of (dgx-h100:8: 69 s,
 # and 1.3x slower than the rail trees); below it they can win by a little (ndv2:2 broadcast at
 # 1 MiB: 141.4 us with them, 143.6 without)
-RAIL_TURNS = 4  # crossing trees per part of the turned rail chains (``stitch.rail_chains``): on
-# dgx-h100:2 broadcast at 64 MiB (hand-tuned shapes) 2 took 216 us at best, 4 196, 8 196 (the rails 212)
-TURNS_NODES = 4  # nodes up to which they are planned: each has t times the trees, and judging them at
-# 1 GiB took dgx-h100:4 broadcast 135 s instead of 34 (235.9 us at 64 MiB against 250.7)
+RAIL_TURNS = 6  # crossing trees per part of the turned rail chains (``stitch.rail_chains``, at most
+# one per local index). At 64 MiB, the best of a grid of shapes with 4, 6 and 8 turns (a reduce's
+# own part a cycle of turns late, ``schedule._up``; the plain rails 212 us on the first):
+# dgx-h100:2 broadcast 200.9, 195.2, 195.9 us, reduce 193.1, 192.3, 194.3; dgx-h100:4 broadcast
+# 229.4, 224.4, 225.4, reduce 226.1, 222.8, 222.6; dgx-a100:2 broadcast 379.5, 371.7, 370.9,
+# reduce 370.0, 364.2, 360.3
+TURNS_NODES = 4  # nodes up to which they are planned: each turn adds trees, and judging them at
+# 1 GiB took dgx-h100:4 broadcast 135 s with 4 turns, 34 s without (235.9 us at 64 MiB against 250.7)
 FLAT_LIMIT = 48  # vertices up to which the whole graph is packed too when stitching misses the bound
 # (dgx-h100:2 has 43: 5 s per phase; dgx2:2 has 51: 1 min per phase, and its packed trees,
 # routed as the flattened topology routes them, are slower than the stitched ones)
@@ -474,6 +478,7 @@ def _rail_phase(topology: Topology, reverse: bool, root: int, progress: Callable
                 intra[i] = list(found.trees)
         except InfeasibleError:
             return None
+    turns = min(turns, node.n_ranks)  # one per local index a part can cross to
     trees = rail_chains(topology, intra, root, around=shallow, fan=fan, turns=turns)
     if trees is None:
         return None

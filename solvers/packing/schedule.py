@@ -272,13 +272,19 @@ def _up(b, phase: Phase, C: int, shape: Shape, n: int, loc, lead: bool | None = 
     if phase.turns > 1:
         for q, group, depths, stream, stage in _turns(phase, C, shape, node_of, up=True):
             D = max(max(d.values()) for d in depths)
+            # The root's own part goes up last: its far node's ranks wait for the root's node-mates'
+            # pieces, which cross the rails' idle direction all at once (a NIC fair-shared by
+            # L - 1 senders), and a pair's messages go in list order, so a piece of it placed with
+            # the other parts' would hold theirs up behind it on the far node's pairs. A cycle of
+            # turns later (dgx-h100:2 reduce at 64 MiB, 4 turns: 193.1 us at best, 199.7 in step)
+            lag = OWN_LAG * len(group) if node_of and remote(group[0], node_of) else 0
             for tree, depth, mine in zip(group, depths, _taken(stream, stage, len(group))):
                 for j, count, g in _runs(mine):
                     for v in tree.order[1:]:
-                        b.move_run(g + D - depth[v], v, loc(v, q, j), tree.parent[v], loc(tree.parent[v], q, j),
+                        b.move_run(g + D - depth[v] + lag, v, loc(v, q, j), tree.parent[v], loc(tree.parent[v], q, j),
                                    count, "reduce")
                     for k in range(count):
-                        done[(q, j + k)] = max(done.get((q, j + k), 0), g + D - 1)
+                        done[(q, j + k)] = max(done.get((q, j + k), 0), g + D - 1 + lag)
         return done
     for q, carried in _assign(phase, C, shape.own, node_of).items():
         depths = [tree.depth() for tree, _ in carried]
@@ -325,6 +331,9 @@ def _turns(phase: Phase, C: int, shape: Shape, node_of, up: bool = False):
             stage = (_up_stages if up else _stages)(len(stream), count, shape.taper, shape.ramp)
             trees = [t for t, _ in group]
             yield q, trees, [t.depth() for t in trees], stream, stage
+
+
+OWN_LAG = 1  # cycles of turns a reduce's own part goes up behind the other parts (``_up``)
 
 
 def _taken(stream: list[int], stage: list[int], t: int) -> list[list[tuple[int, int]]]:
