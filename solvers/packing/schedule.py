@@ -227,7 +227,7 @@ def _down(b, phase: Phase, C: int, shape: Shape, n: int, loc, ready: dict[tuple[
     staggered; with ``shape.lead`` and no ``ready``, the root's leaf children get every slot at
     ``offset``)."""
     if phase.turns > 1 and not ready:
-        for q, group, depths, stream, stage in _turns(phase, C, shape, node_of):
+        for q, group, depths, stream, stage, _ in _turns(phase, C, shape, node_of):
             for tree, depth, mine in zip(group, depths, _taken(stream, stage, len(group))):
                 for j, count, start in _runs(mine):
                     for v in tree.order[1:]:
@@ -270,14 +270,8 @@ def _up(b, phase: Phase, C: int, shape: Shape, n: int, loc, lead: bool | None = 
     done: dict[tuple[int, int], int] = {}
     lead = shape.lead if lead is None else lead
     if phase.turns > 1:
-        for q, group, depths, stream, stage in _turns(phase, C, shape, node_of, up=True):
+        for q, group, depths, stream, stage, lag in _turns(phase, C, shape, node_of, up=True):
             D = max(max(d.values()) for d in depths)
-            # The root's own part goes up last: its far node's ranks wait for the root's node-mates'
-            # pieces, which cross the rails' idle direction all at once (a NIC fair-shared by
-            # L - 1 senders), and a pair's messages go in list order, so a piece of it placed with
-            # the other parts' would hold theirs up behind it on the far node's pairs. A cycle of
-            # turns later (dgx-h100:2 reduce at 64 MiB, 4 turns: 193.1 us at best, 199.7 in step)
-            lag = OWN_LAG * len(group) if node_of and remote(group[0], node_of) else 0
             for tree, depth, mine in zip(group, depths, _taken(stream, stage, len(group))):
                 for j, count, g in _runs(mine):
                     for v in tree.order[1:]:
@@ -318,22 +312,28 @@ def _turns(phase: Phase, C: int, shape: Shape, node_of, up: bool = False):
     other nodes, is one part), (root, the part's trees, their depths, the slots they carry
     together in order, each slot's stage): ``shape.stages`` stages per tree, so the part's
     stream has as many times more, and stage s goes down (up) tree s mod t, so consecutive
-    pieces of a part leave a rank for different peers."""
+    pieces of a part leave a rank for different peers. Last, the steps the part starts late:
+    ``OWN_LAG`` cycles of turns for the root's own part going up, else 0."""
     for q, carried in _assign(phase, C, shape.own, node_of).items():
         parts: dict[object, list[tuple[Tree, list[int]]]] = {}
         for tree, offsets in carried:
             key = "own" if node_of and remote(tree, node_of) else tuple(sorted(
                 v for v, p in tree.parent.items() if p == tree.root))
             parts.setdefault(key, []).append((tree, offsets))
-        for group in parts.values():
+        for key, group in parts.items():
             stream = sorted(j for _, offsets in group for j in offsets)
             count = shape.stages * len(group)
             stage = (_up_stages if up else _stages)(len(stream), count, shape.taper, shape.ramp)
             trees = [t for t, _ in group]
-            yield q, trees, [t.depth() for t in trees], stream, stage
+            lag = OWN_LAG * len(group) if up and key == "own" else 0
+            yield q, trees, [t.depth() for t in trees], stream, stage, lag
 
 
-OWN_LAG = 1  # cycles of turns a reduce's own part goes up behind the other parts (``_up``)
+OWN_LAG = 1  # cycles of turns a reduce's own part goes up behind the other parts (``_turns``): on
+# the far node its ranks wait for the root's node-mates' pieces, which cross the rails' idle
+# direction all at once (a NIC fair-shared by L - 1 senders), and a pair's messages go in list
+# order, so a piece of it placed with the other parts' would hold theirs up behind it on the far
+# node's pairs (dgx-h100:2 reduce at 64 MiB, 4 turns: 193.1 us at best, 199.7 in step)
 
 
 def _taken(stream: list[int], stage: list[int], t: int) -> list[list[tuple[int, int]]]:
