@@ -17,6 +17,7 @@ from .flows import Capacities, FlowGraph, capacities
 from .split import remove_switches
 from .stitch import busiest_time, node_topology, physical_time, rail_chains, second_entry, stitch
 from .torus import torus_trees
+from .torus_rooted import rooted_torus_trees
 from .trees import Tree, merge_equal, pack_shallow, pack_trees
 
 KINDS = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce")
@@ -131,6 +132,10 @@ def plans(topology: Topology, kind: str, root: int | None,
         down = _torus_phase(topology, False) if want_down else None
         if (up is not None or not want_up) and (down is not None or not want_down):
             out.append(Packing(kind, topology.n_ranks, r, down, up))
+    if rooted:  # on a torus of equal sides: the images of one shallow tree (``torus_rooted``)
+        phase = _rooted_torus_phase(topology, want_up, r)
+        if phase is not None:
+            out.append(Packing(kind, topology.n_ranks, r, None if want_up else phase, phase if want_up else None))
     if rooted:  # chains along the rails; from 4 nodes also binary trees (a shorter pipeline)
         for fan in (1, 2) if topology.n_nodes >= 4 else (1,):
             for shallow in (False, True):
@@ -451,6 +456,16 @@ def _torus_phase(topology: Topology, reverse: bool) -> Phase | None:
     if reverse and any(topology.flat_link(v, p) is None for t in trees for v, p in t.parent.items()):
         return None
     caps, _, optimal, _, _ = _rate(topology, reverse, None)
+    return Phase(reverse, tuple(trees), optimal, physical_time(topology, trees, reverse), caps.exact, "torus")
+
+
+def _rooted_torus_phase(topology: Topology, reverse: bool, root: int) -> Phase | None:
+    """The root's 2k trees on a k-dimensional torus of equal sides (``torus_rooted``), or None
+    when the ranks are no such torus (or too many to search)."""
+    trees = rooted_torus_trees(topology, root, reverse)
+    if trees is None:
+        return None
+    caps, _, optimal, _, _ = _rate(topology, reverse, root)
     return Phase(reverse, tuple(trees), optimal, physical_time(topology, trees, reverse), caps.exact, "torus")
 
 

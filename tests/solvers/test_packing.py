@@ -811,6 +811,66 @@ def test_translated_torus_trees_meet_the_bound_and_verify(spec: str, kind: str) 
         assert verify(alg).transfers == len(alg.transfers)
 
 
+@pytest.mark.parametrize("spec,root", [("torus:3x3", 4), ("torus:4x4", 0), ("torus:5x5", 7), ("torus:6x6", 13),
+                                       ("torus:3x3x3", 0), ("torus:4x4x4", 21)])
+@pytest.mark.parametrize("kind", ["broadcast", "reduce"])
+def test_rooted_torus_trees_share_no_arc_are_shallow_and_verify(spec: str, root: int, kind: str) -> None:
+    """The images of one base tree under the torus's 2k symmetries about the root: spanning,
+    no arc used twice (so the root's rate is the cut bound), all of the least depth the search
+    finds, and the broadcast and reduce schedules built on them verify."""
+    from solvers.packing.plan import _rooted_torus_phase
+    from solvers.packing.schedule import Shape, build
+    from solvers.packing.torus_rooted import least_depth, rooted_torus_trees
+
+    topo = T.build(spec)
+    n = topo.n_ranks
+    dims = [int(x) for x in spec.split(":")[1].split("x")]
+    k, side = len(dims), dims[0]
+    up = kind == "reduce"
+    trees = rooted_torus_trees(topo, root, up)
+    assert trees is not None and len(trees) == 2 * k
+    used: set[tuple[int, int]] = set()
+    depths = set()
+    for t in trees:
+        assert t.root == root and t.weight == 1
+        assert set(t.parent) | {root} == set(range(n)) and root not in t.parent
+        arcs = {(p, v) for v, p in t.parent.items()}
+        assert not arcs & used
+        used |= arcs
+        d = t.depth()  # raises on a cycle (a parent missing from the order)
+        assert t.order[0] == root and sorted(t.order) == list(range(n))
+        assert all(d[t.parent[v]] < d[v] for v in t.parent)
+        depths.add(max(d.values()))
+    assert len(depths) == 1
+    depth = depths.pop()
+    # the least depth where one exists (even sides and 3x3, 7x7...), else one level more (5x5)
+    assert depth == least_depth(k, side) + (1 if spec == "torus:5x5" else 0)
+    phase = _rooted_torus_phase(topo, up, root)
+    assert phase is not None and phase.construction == "torus"
+    assert phase.achieved == pytest.approx(phase.optimal, rel=1e-9)
+    packing = Packing(kind, n, root, None if up else phase, phase if up else None)
+    problem = Problem(topo, builtin(kind, n, root=root), Request("packing"))
+    for shape in (Shape(1), Shape(3, coalesce=True)):
+        alg = build(problem, packing, 2 * k * 3, shape)
+        assert verify(alg).transfers == len(alg.transfers)
+    assert any(p.phases()[0].construction == "torus" for p in plans(topo, kind, root))
+
+
+def test_rooted_torus_trees_sat_and_unsat_at_the_least_depth() -> None:
+    """The SAT search's boundary: none shallower than 1 + k * floor(p / 2) can exist (the root's
+    one child is that far from its farthest rank), and the search proves none at that depth on
+    torus:5x5, finds one a level deeper, and finds one at it on torus:4x4 and torus:7x7."""
+    from solvers.packing.torus_rooted import base_directions, least_depth
+
+    assert base_directions(2, 4, least_depth(2, 4)) is not None
+    assert base_directions(2, 4, least_depth(2, 4) - 1) is None
+    assert least_depth(2, 5) == 5
+    assert base_directions(2, 5, 5) is None
+    assert base_directions(2, 5, 6) is not None
+    assert base_directions(2, 7, least_depth(2, 7)) is not None
+    assert base_directions(3, 3, least_depth(3, 3) - 1) is None
+
+
 def test_tori_of_unequal_sides_get_no_translated_trees() -> None:
     from solvers.packing.torus import torus_trees
 
