@@ -15,7 +15,15 @@ from ..bounds import max_cut_ratio
 from ..symmetry import rank_orbits
 from .flows import Capacities, FlowGraph, capacities
 from .split import remove_switches
-from .stitch import busiest_time, node_topology, physical_time, rail_chains, second_entry, stitch
+from .stitch import (
+    TWO_HOP,
+    busiest_time,
+    node_topology,
+    physical_time,
+    rail_chains,
+    second_entry,
+    stitch,
+)
 from .torus import torus_trees
 from .torus_rooted import rooted_torus_trees
 from .trees import Tree, merge_equal, pack_shallow, pack_trees
@@ -142,6 +150,11 @@ def plans(topology: Topology, kind: str, root: int | None,
                 phase = _rail_phase(topology, want_up, r, progress, shallow, fan)
                 if phase is not None and (not shallow or phase.achieved <= out[-1].phases()[0].achieved * (1 + 1e-9)):
                     out.append(Packing(kind, topology.n_ranks, r, None if want_up else phase, phase if want_up else None))
+        if 4 <= topology.n_nodes <= TWO_HOP_NODES:  # two NIC hops deep, the own part relayed in the root's node
+            phase = _rail_phase(topology, want_up, r, progress, True, TWO_HOP, relay=True)
+            if phase is not None and out and phase.achieved <= min(
+                    p.phases()[0].achieved for p in out) * (1 + 1e-9):
+                out.append(Packing(kind, topology.n_ranks, r, None if want_up else phase, phase if want_up else None))
         if 2 <= topology.n_nodes <= TURNS_NODES:  # the shallow chains crossing between rails, in turns
             phase = _rail_phase(topology, want_up, r, progress, True, 1, RAIL_TURNS)
             if phase is not None and out and phase.achieved <= min(
@@ -372,6 +385,10 @@ RAIL_TURNS = 6  # crossing trees per part of the turned rail chains (``stitch.ra
 # reduce 370.0, 364.2, 360.3
 TURNS_NODES = 4  # nodes up to which they are planned: each turn adds trees, and judging them at
 # 1 GiB took dgx-h100:4 broadcast 135 s with 4 turns, 34 s without (235.9 us at 64 MiB against 250.7)
+TWO_HOP_NODES = 8  # nodes up to which the rail trees two NIC hops deep are planned (from 4: on fewer
+# they are the chain): every relay NIC sends a stage to each other node, a message each, so
+# beyond that the latencies outweigh the shorter pipeline (dgx-h100:8 broadcast at 64 MiB:
+# 231.5 us against 266 over the binary rail trees; dgx-h100:4 226.2 against 224.8 over the turns)
 FLAT_LIMIT = 48  # vertices up to which the whole graph is packed too when stitching misses the bound
 # (dgx-h100:2 has 43: 5 s per phase; dgx2:2 has 51: 1 min per phase, and its packed trees,
 # routed as the flattened topology routes them, are slower than the stitched ones)
@@ -470,7 +487,7 @@ def _rooted_torus_phase(topology: Topology, reverse: bool, root: int) -> Phase |
 
 
 def _rail_phase(topology: Topology, reverse: bool, root: int, progress: Callable[[str], None] | None,
-                shallow: bool = False, fan: int = 1, turns: int = 1) -> Phase | None:
+                shallow: bool = False, fan: int = 1, turns: int = 1, relay: bool = False) -> Phase | None:
     """Rooted trees over every rail (``stitch.rail_chains``): part i of the data along rail i,
     inside each node down the node's own trees of local root i: its packing (rate-optimal for
     one root: a chain on a switch), or with ``shallow`` its fewest-hop tree (a star on a switch:
@@ -478,7 +495,10 @@ def _rail_phase(topology: Topology, reverse: bool, root: int, progress: Callable
     it when its rate is as good); then the root's own part goes round its rail and comes back
     to its node-mates over theirs (``rail_chains(around=True)``: the root's port feeds only the
     other local roots). Along each rail a chain of the nodes, or with ``fan`` 2 two binary
-    trees (``stitch.rail_trees``). None unless the nodes are identical (and connected inside)."""
+    trees, or with ``fan`` ``TWO_HOP`` trees two NIC hops deep (``stitch.rail_trees``); with
+    ``relay`` (and ``shallow``) the root's own part reaches its node-mates through each of them
+    in turn instead of round its rail (``rail_chains(relay=True)``). None unless the nodes are
+    identical (and connected inside)."""
     node = node_topology(topology)
     if node is None or (shallow and node.n_ranks == 1):
         return None
@@ -494,13 +514,13 @@ def _rail_phase(topology: Topology, reverse: bool, root: int, progress: Callable
         except InfeasibleError:
             return None
     turns = min(turns, node.n_ranks)  # one per local index a part can cross to
-    trees = rail_chains(topology, intra, root, around=shallow, fan=fan, turns=turns)
+    trees = rail_chains(topology, intra, root, around=shallow and not relay, fan=fan, turns=turns, relay=relay)
     if trees is None:
         return None
     caps, _, optimal, _, _ = _rate(topology, reverse, root)
-    return Phase(reverse, tuple(trees), optimal, physical_time(topology, trees, reverse), caps.exact,
-                 ("rails-shallow" if shallow else "rails") + ("-trees" if fan > 1 else "")
-                 + ("-turns" if turns > 1 else ""), turns)
+    name = ("rails-relay" if relay else "rails-shallow" if shallow else "rails") + (
+        "-two-hop" if fan == TWO_HOP else "-trees" if fan > 1 else "") + ("-turns" if turns > 1 else "")
+    return Phase(reverse, tuple(trees), optimal, physical_time(topology, trees, reverse), caps.exact, name, turns)
 
 
 def _check_finite(lam, topology: Topology) -> None:

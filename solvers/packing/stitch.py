@@ -210,7 +210,7 @@ def busiest_time(topology: Topology, hops) -> float:
 
 
 def rail_chains(topology: Topology, intra: dict[int, list[Tree]], root: int,
-                around: bool = False, fan: int = 1, turns: int = 1) -> list[Tree] | None:
+                around: bool = False, fan: int = 1, turns: int = 1, relay: bool = False) -> list[Tree] | None:
     """Broadcast (reduce: reversed) trees of ``root`` that use every NIC rail: the data is split
     by local index i; part i goes from the root to its node-mate of index i, along rail i from
     node to node (each NIC receives each part once and sends it on at most once in all, so
@@ -230,8 +230,12 @@ def rail_chains(topology: Topology, intra: dict[int, list[Tree]], root: int,
     nodes differently: turn f hands part i on from local index i + f k to i + f (k + 1) (mod
     L) between positions k and k + 1 (and the own part back to index j + f), so each NIC sends
     to and receives from t pairs, which a schedule taking the turns in order keeps busy while
-    each pair waits out its message latency (``schedule``: ``Phase.turns``). None when some hop
-    has no route or a local root has no intra-node trees (or several, with turns)."""
+    each pair waits out its message latency (``schedule``: ``Phase.turns``). With ``relay`` (not
+    with ``around``) the root's node-mates get its own part through them in turn: each of the
+    part's trees takes a node-mate j (spread evenly over them) that gets the part from the root
+    and passes it to the others, so the root's port carries each part once and no node-mate waits for the part to come back
+    round a rail (which takes three NIC hops and more on four nodes). None when some hop has no
+    route or a local root has no intra-node trees (or several, with turns)."""
     ranks = topology.node_ranks
     L, N = len(ranks[0]), len(ranks)
     a0 = next(a for a, members in enumerate(ranks) if root in members)
@@ -247,13 +251,17 @@ def rail_chains(topology: Topology, intra: dict[int, list[Tree]], root: int,
     node_trees = rail_trees(N - 1, fan, around and N > 1)
     if turns > 1 and (fan != 1 or any(len(trees[i]) != 1 for i in range(L))):
         return None
+    mates = [v for v in ranks[a0] if v != root] if relay and not around else []
+    if any(v not in topology.routes_from(j) for j in mates for v in mates if v != j):
+        return None
+    ways = turns * len(node_trees)  # trees per part
     out: list[Tree] = []
     for i in range(L):
         head = ranks[a0][i]
         own = around and N > 1 and head == root
         for f in range(turns):
             col = [(i + f * k) % L for k in range(N)]  # position -> the local index part i takes there
-            for level in node_trees:
+            for x, level in enumerate(node_trees):
                 hops = ([(root, head)] if head != root else []) + [
                     (ranks[order[p]][col[p]], ranks[order[k]][col[k]]) for k, p in sorted(level.items())]
                 if own:  # the last position's ranks (a leaf of every tree) pass the root's part back
@@ -271,8 +279,15 @@ def rail_chains(topology: Topology, intra: dict[int, list[Tree]], root: int,
                                 if node[u] == root and u != local.root:
                                     u = local.parent[u]  # the root is passed over: its children hang from its parent
                                 parent[node[v]] = node[u]
+                    if mates and head == root:  # the own part's trees take the node-mates in turn
+                        w = f * len(node_trees) + x
+                        j = mates[w * len(mates) // ways if ways <= len(mates) else w % len(mates)]
+                        parent.update({v: (root if v == j else j) for v in mates})
                     out.append(Tree(root, t.weight * scale // totals[i], parent, _topological(root, parent)))
     return merge_equal(out)
+
+
+TWO_HOP = 0  # ``fan`` of the rail trees two NIC hops deep (``rail_trees``)
 
 
 def rail_trees(m: int, fan: int = 1, spare: bool = False) -> list[dict[int, int]]:
@@ -289,7 +304,10 @@ def rail_trees(m: int, fan: int = 1, spare: bool = False) -> list[dict[int, int]
     position that forwards nothing in one of them (checked for every m up to 256 by the tests).
     Not ``phases.balanced_tree``: its middle split, shifted by one, leaves some positions inner
     in both trees (m = 5, 8 to 13, ...), forwarding a part and a half."""
-    if fan == 1 or m < 3:
+    if fan == TWO_HOP and m >= 2:  # tree j: 0 -> j -> every other position (m one's leaf in all with spare)
+        relays = range(1, m) if spare else range(1, m + 1)
+        return [{k: (0 if k == j else j) for k in range(1, m + 1)} for j in relays]
+    if fan <= 1 or m < 3:
         return [{k: k - 1 for k in range(1, m + 1)}]
     size = m - 1 if spare else m
     a = _binary_tree(size)

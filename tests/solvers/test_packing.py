@@ -704,6 +704,65 @@ def test_binary_rail_trees_meet_the_bound_and_verify(spec: str, kind: str) -> No
             verify(build(problem, packing, 2 * packing.trees_per_root(), Shape(2)))
 
 
+@pytest.mark.parametrize("spare", [False, True])
+def test_two_hop_rail_trees_keep_the_chain_load_two_hops_deep(spare: bool) -> None:
+    """The rail trees two NIC hops deep (fan ``TWO_HOP``): tree j takes position 0 -> j -> every
+    other position, so each position is reached once per tree, every relay forwards one part at
+    most over its trees (the chain's load), nothing is deeper than two hops, and the spare
+    position relays nothing."""
+    from solvers.packing.stitch import TWO_HOP, rail_trees
+
+    for m in range(2 + spare, 40):
+        trees = rail_trees(m, fan=TWO_HOP, spare=spare)
+        assert len(trees) == m - spare
+        sent: dict[int, float] = {}
+        for tree in trees:
+            assert sorted(tree) == list(range(1, m + 1))
+            assert all(p == 0 or tree[p] == 0 for p in tree.values())  # two hops at most
+            for p in tree.values():
+                sent[p] = sent.get(p, 0) + 1 / len(trees)
+        assert sent[0] == pytest.approx(1.0)
+        assert max(v for p, v in sent.items() if p) <= 1 + 1e-9
+        if spare:
+            assert m not in sent
+
+
+@pytest.mark.parametrize(("spec", "kind", "root"), [("dgx-h100:4", "broadcast", 0), ("dgx-h100:4", "reduce", 13),
+                                                    ("dgx-a100:5", "broadcast", 7), ("dgx2:4", "reduce", 0)])
+def test_two_hop_rail_trees_with_the_own_part_relayed_meet_the_bound_and_verify(spec: str, kind: str,
+                                                                                root: int) -> None:
+    """Two NIC hops deep along every rail, the root's own part to its node-mates through them in
+    turn (not round its rail): the cut bound's rate, every tree spanning, the root's node-mates
+    fed by the root only in the own part's trees through one mate each (so the root's port
+    carries each part once), and the schedules verify."""
+    from solvers.packing.plan import _rail_phase
+    from solvers.packing.schedule import Shape, build
+    from solvers.packing.stitch import TWO_HOP
+
+    topo = T.build(spec)
+    phase = _rail_phase(topo, kind == "reduce", root, None, True, TWO_HOP, relay=True)
+    assert phase is not None and phase.construction == "rails-relay-two-hop"
+    assert phase.achieved <= phase.optimal * (1 + 1e-3)
+    mates = [v for v in topo.node_ranks[topo.node_of[root]] if v != root]
+    relays = set()
+    for t in phase.trees:
+        assert t.root == root and set(t.parent) == set(range(topo.n_ranks)) - {root}
+        fed = [v for v in mates if t.parent[v] == root]
+        assert len(fed) == 1
+        own = [v for v, p in t.parent.items() if p == root and topo.node_of[v] != topo.node_of[root]]
+        if own:  # the own part's tree: down the root's rail, and to its node-mates through fed[0]
+            relays.add(fed[0])
+        assert max(t.depth().values()) <= 4  # root -> mate -> two NIC hops -> node-mate
+    own_trees = topo.n_nodes - 1  # one per relay node
+    assert len(relays) == min(len(mates), own_trees)  # the mates take the own part in turn
+    packing = Packing(kind, topo.n_ranks, root, None if kind == "reduce" else phase,
+                      phase if kind == "reduce" else None)
+    problem = Problem(topo, builtin(kind, topo.n_ranks, root), Request("packing"))
+    for shape in (Shape(2), Shape(3, taper=0.95, coalesce=True)):
+        alg = build(problem, packing, 8 * packing.trees_per_root(), shape)
+        assert verify(alg).transfers == len(alg.transfers)
+
+
 @pytest.mark.slow
 def test_rail_trees_win_the_rooted_collectives_across_nodes() -> None:
     """dgx2:2 reduce at 1 GiB: 1.23x the bound with the whole-graph packing, about 1.06x over
