@@ -256,13 +256,19 @@ def rail_chains(topology: Topology, intra: dict[int, list[Tree]], root: int,
         return None
     ways = turns * len(node_trees)  # trees per part
     out: list[Tree] = []
+    local_root = ranks[a0].index(root)
     for i in range(L):
         head = ranks[a0][i]
         own = around and N > 1 and head == root
+        # a head the root has no link to (a DGX-1 mesh) gets part i down the root's own tree,
+        # which reaches every node-mate: in the root's node that tree stands for local root i's
+        direct = head == root or head in topology.routes_from(root)
+        if not direct and (turns > 1 or relay or around):
+            return None
         for f in range(turns):
             col = [(i + f * k) % L for k in range(N)]  # position -> the local index part i takes there
             for x, level in enumerate(node_trees):
-                hops = ([(root, head)] if head != root else []) + [
+                hops = ([(root, head)] if head != root and direct else []) + [
                     (ranks[order[p]][col[p]], ranks[order[k]][col[k]]) for k, p in sorted(level.items())]
                 if own:  # the last position's ranks (a leaf of every tree) pass the root's part back
                     hops += [(ranks[order[N - 1]][j], ranks[a0][(j + f) % L]) for j in range(L)
@@ -273,6 +279,8 @@ def rail_chains(topology: Topology, intra: dict[int, list[Tree]], root: int,
                     parent = {y: x for x, y in hops}
                     for k in range(1, N) if own else range(N):
                         node, local = ranks[order[k]], trees[col[k]][0] if turns > 1 else t
+                        if k == 0 and not direct:
+                            local = trees[local_root][0]
                         for v in local.order[1:]:
                             if node[v] != root:
                                 u = local.parent[v]

@@ -619,12 +619,15 @@ def test_routes_relieve_the_root_at_large_sizes(spec, kind, most):
 
 
 # ---------------------------------------------------------------------- rooted trees over every rail
-@pytest.mark.parametrize("spec", ["dgx-h100:2", "dgx-a100:4", "dgx2:2", "dgx-h100:4,fabric=leafspine,per-leaf=2"])
+@pytest.mark.parametrize("spec", ["dgx-h100:2", "dgx-a100:4", "dgx2:2", "dgx-h100:4,fabric=leafspine,per-leaf=2",
+                                  "ndv2:4"])
 @pytest.mark.parametrize("kind", ["broadcast", "reduce"])
 def test_rail_trees_meet_the_bound_and_verify(spec: str, kind: str) -> None:
     """Part i of the data along rail i (a chain over the nodes) and down each node's trees of
     local root i: every NIC carries 1/L of the data once, the cut bound on these fabrics; the
-    root is passed over in its node's trees so its port sends each part once."""
+    root is passed over in its node's trees so its port sends each part once. On ndv2 (a DGX-1
+    mesh: the root has no link to some node-mates, and one NIC per node) the parts reach the
+    heads the root has no link to down the root's own trees."""
     from solvers.packing.plan import _rail_phase
 
     topo = T.build(spec)
