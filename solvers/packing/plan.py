@@ -144,11 +144,13 @@ def plans(topology: Topology, kind: str, root: int | None,
         phase = _rooted_torus_phase(topology, want_up, r)
         if phase is not None:
             out.append(Packing(kind, topology.n_ranks, r, None if want_up else phase, phase if want_up else None))
-    if rooted:  # chains along the rails; from 4 nodes also binary trees (a shorter pipeline)
-        for fan in (1, 2) if topology.n_nodes >= 4 else (1,):
+    if rooted:  # chains along the rails (below ``CHAIN_NODES``); from 4 nodes also binary trees (a shorter pipeline)
+        fans = (1,) if topology.n_nodes < 4 else (1, 2) if topology.n_nodes < CHAIN_NODES else (2,)
+        for fan in fans:
             for shallow in (False, True):
                 phase = _rail_phase(topology, want_up, r, progress, shallow, fan)
-                if phase is not None and (not shallow or phase.achieved <= out[-1].phases()[0].achieved * (1 + 1e-9)):
+                if phase is not None and (not shallow or not out or
+                                          phase.achieved <= out[-1].phases()[0].achieved * (1 + 1e-9)):
                     out.append(Packing(kind, topology.n_ranks, r, None if want_up else phase, phase if want_up else None))
         if 4 <= topology.n_nodes <= TWO_HOP_NODES:  # two NIC hops deep, the own part relayed in the root's node
             phase = _rail_phase(topology, want_up, r, progress, True, TWO_HOP, relay=True)
@@ -385,10 +387,15 @@ RAIL_TURNS = 6  # crossing trees per part of the turned rail chains (``stitch.ra
 # reduce 370.0, 364.2, 360.3
 TURNS_NODES = 4  # nodes up to which they are planned: each turn adds trees, and judging them at
 # 1 GiB took dgx-h100:4 broadcast 135 s with 4 turns, 34 s without (235.9 us at 64 MiB against 250.7)
-TWO_HOP_NODES = 8  # nodes up to which the rail trees two NIC hops deep are planned (from 4: on fewer
-# they are the chain): every relay NIC sends a stage to each other node, a message each, so
-# beyond that the latencies outweigh the shorter pipeline (dgx-h100:8 broadcast at 64 MiB:
-# 231.5 us against 266 over the binary rail trees; dgx-h100:4 226.2 against 224.8 over the turns)
+CHAIN_NODES = 8  # nodes from which the rails' plain chains (as many NIC hops as nodes) are not
+# planned: the binary rail trees carry the same load log2 deep, and judging the chains took the
+# search's budget (dgx-h100:16 broadcast at 256 MiB: 1,043 us at best against 964 for the trees
+# before refining; dgx-h100:128 at 1 GiB 5.2x the bound against 1.57x)
+TWO_HOP_NODES = 16  # nodes up to which the rail trees two NIC hops deep are planned (from 4: on
+# fewer they are the chain): every relay NIC sends a stage to each other node, a message each,
+# and there are a part's node count of trees to judge (dgx-h100:8 broadcast at 64 MiB: 230.4 us
+# against 266 over the binary rail trees; dgx-h100:16 at 256 MiB 808.7 us at 24 stages against
+# 886.1; dgx-h100:4 215.1 against 224.8 over the turns)
 FLAT_LIMIT = 48  # vertices up to which the whole graph is packed too when stitching misses the bound
 # (dgx-h100:2 has 43: 5 s per phase; dgx2:2 has 51: 1 min per phase, and its packed trees,
 # routed as the flattened topology routes them, are slower than the stitched ones)
