@@ -233,9 +233,12 @@ def rail_chains(topology: Topology, intra: dict[int, list[Tree]], root: int,
     each pair waits out its message latency (``schedule``: ``Phase.turns``). With ``relay`` (not
     with ``around``) the root's node-mates get its own part through them in turn: each of the
     part's trees takes a node-mate j (spread evenly over them) that gets the part from the root
-    and passes it to the others, so the root's port carries each part once and no node-mate waits for the part to come back
-    round a rail (which takes three NIC hops and more on four nodes). None when some hop has no
-    route or a local root has no intra-node trees (or several, with turns)."""
+    and passes it to the others, so the root's port carries each part once and no node-mate
+    waits for the part to come back round a rail (three NIC hops and more from four nodes). A
+    head the root has no route to (a DGX-1 mesh) gets its part down the root's own first node
+    tree instead, which stands for the head's in the root's node (not with turns, ``around`` or
+    ``relay``). None when some hop has no route or a local root has no intra-node trees (or
+    several, with turns)."""
     ranks = topology.node_ranks
     L, N = len(ranks[0]), len(ranks)
     a0 = next(a for a, members in enumerate(ranks) if root in members)
@@ -311,7 +314,10 @@ def rail_trees(m: int, fan: int = 1, spare: bool = False) -> list[dict[int, int]
     root's node feeds both tops. With ``spare`` position m hangs as a leaf in both from a
     position that forwards nothing in one of them (checked for every m up to 256 by the tests).
     Not ``phases.balanced_tree``: its middle split, shifted by one, leaves some positions inner
-    in both trees (m = 5, 8 to 13, ...), forwarding a part and a half."""
+    in both trees (m = 5, 8 to 13, ...), forwarding a part and a half. ``fan`` ``TWO_HOP``: m
+    trees (m - 1 with ``spare``), tree j taking position 0 -> j -> every other position, so
+    every position is two hops from the root's node and a relay forwards (m - 1) / m of a part
+    (one with ``spare``), a message to each other position per stage."""
     if fan == TWO_HOP and m >= 2:  # tree j: 0 -> j -> every other position (m one's leaf in all with spare)
         relays = range(1, m) if spare else range(1, m + 1)
         return [{k: (0 if k == j else j) for k in range(1, m + 1)} for j in relays]
