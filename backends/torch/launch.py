@@ -422,6 +422,13 @@ def _collect(procs: list, folder: str, end: float, timeout: float = 60.0, grace:
     return [reports[r][1] for r in range(n)]
 
 
+def _lost_failed_peer(message: str, failed: set[int]) -> bool:
+    """A rank's error says it lost a peer that failed too (``runtime``: "lost rank q")."""
+    import re
+
+    return any(int(q) in failed for q in re.findall(r"\blost rank (\d+)", message))
+
+
 def _is_wait(message: str) -> bool:
     """A rank's error says it timed out waiting for a peer."""
     return any(word in message for word in ("timed out", "Timed out", "imeout", "waited "))
@@ -447,7 +454,11 @@ def _launch_error(reports: dict[int, tuple], when: dict[int, float]) -> Exceptio
         return sorted(((r, v) for r, (k, v) in reports.items() if k == kind), key=lambda x: when.get(x[0], 1e300))
 
     died, inputs, backend, stalled = of("died"), of("input"), of("backend"), of("stalled")
-    waited = not backend or _is_wait(backend[0][1])  # the first failure was a wait: others only followed
+    failed = {r for r, (k, _) in reports.items() if k in ("backend", "input", "died")}
+    # a rank that lost a peer which reported a failure itself (it timed out and closed its
+    # connections) only followed, whichever of the two reported first
+    first = [x for x in backend if not _lost_failed_peer(x[1], failed)] or backend
+    waited = not first or _is_wait(first[0][1])  # the first failure was a wait: others only followed
     if died:
         cause, seen = died[0], inputs + backend
     elif inputs:

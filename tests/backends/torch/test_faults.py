@@ -361,3 +361,10 @@ def test_the_launcher_blames_the_cause() -> None:
     error = _launch_error({0: ("backend", timeout), 1: ("input", "rank 1: bad size"), 2: stalled}, when)
     assert type(error).__name__ == "InputError" and error.failed_rank == 1
     assert error.reports[2] == stalled
+    # rank 1 stalled; rank 2 timed out waiting for it and closed its connections, and rank 0,
+    # losing rank 2, reported first: the cause is still the stalled rank
+    waited = "rank 2: timed out after 2 s waiting for the step 0 receive (4 B) from rank 1 (tag 0): ..."
+    follow = "rank 0: lost rank 2 during the step 1 receive (4 B) from rank 2 (tag 1): Connection closed by peer"
+    error = _launch_error({0: ("backend", follow), 1: ("stalled", stalled[1].replace("rank 2", "rank 1")),
+                           2: ("backend", waited)}, {0: 1.0, 2: 1.1})
+    assert error.failed_rank == 1 and error.message.startswith("rank 1 stalled") and waited in error.message
