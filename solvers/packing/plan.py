@@ -152,13 +152,12 @@ def plans(topology: Topology, kind: str, root: int | None,
                 if phase is not None and (not shallow or not out or
                                           phase.achieved <= out[-1].phases()[0].achieved * (1 + 1e-9)):
                     out.append(Packing(kind, topology.n_ranks, r, None if want_up else phase, phase if want_up else None))
+        extra = []
         if 4 <= topology.n_nodes <= TWO_HOP_NODES:  # two NIC hops deep, the own part relayed in the root's node
-            phase = _rail_phase(topology, want_up, r, progress, True, TWO_HOP, relay=True)
-            if phase is not None and out and phase.achieved <= min(
-                    p.phases()[0].achieved for p in out) * (1 + 1e-9):
-                out.append(Packing(kind, topology.n_ranks, r, None if want_up else phase, phase if want_up else None))
+            extra.append(_rail_phase(topology, want_up, r, progress, True, TWO_HOP, relay=True))
         if 2 <= topology.n_nodes <= TURNS_NODES:  # the shallow chains crossing between rails, in turns
-            phase = _rail_phase(topology, want_up, r, progress, True, 1, RAIL_TURNS)
+            extra.append(_rail_phase(topology, want_up, r, progress, True, 1, RAIL_TURNS))
+        for phase in extra:  # kept where their rate is the best so far
             if phase is not None and out and phase.achieved <= min(
                     p.phases()[0].achieved for p in out) * (1 + 1e-9):
                 out.append(Packing(kind, topology.n_ranks, r, None if want_up else phase, phase if want_up else None))

@@ -28,6 +28,7 @@ from functools import lru_cache
 
 from ccl.topology import Topology
 
+from .stitch import _topological
 from .torus import _positions, _symmetries
 from .trees import Tree
 
@@ -141,22 +142,12 @@ def rooted_torus_trees(topology: Topology, root: int, reverse: bool = False) -> 
         return index[tuple((a + b) % side for a, b in zip(c, origin))]
 
     parents = {v: _step_back(v, dirs[d], side) for v, d in base.items()}
-    level = {(0,) * k: 0}
-    for v in sorted(parents, key=lambda v: sum(min(x, side - x) for x in v)):
-        chain = []
-        while v not in level:
-            chain.append(v)
-            v = parents[v]
-        for u in reversed(chain):
-            level[u] = level[parents[u]] + 1
     links = topology.flat()
     out: list[Tree] = []
     for f, _, _ in _maps(k, side):
         parent = {rank(f(v)): rank(f(p)) for v, p in parents.items()}
-        joined = sorted((level[v], rank(f(v))) for v in parents)  # parents first: by level, then rank
-        order = [root, *(r for _, r in joined)]
         for v, p in parent.items():
             if (links.link(v, p) if reverse else links.link(p, v)) is None:
                 return None
-        out.append(Tree(root, 1, parent, order))
+        out.append(Tree(root, 1, parent, _topological(root, parent)))
     return out
