@@ -20,3 +20,11 @@ class CostJudge(Protocol):
         convention of ``ccl.report``). The algorithm may be a candidate a solver has not
         verified yet; a judge raises the project's errors for one it cannot time."""
         ...
+
+
+def effort_us(judge: CostJudge) -> float | None:
+    """What the judge's last ``time_us`` call cost, in microseconds estimated from counts (the
+    same on every machine), for a solver that budgets its search deterministically; None when the
+    judge does not say (its optional ``last_effort_us`` attribute)."""
+    value = getattr(judge, "last_effort_us", None)
+    return None if value is None else float(value)

@@ -103,6 +103,7 @@ class Engine:
         self.svc_array = data if overlap_latency else data + self.latency  # lane time per message
         self.lane_free = [[0.0] * res.lanes for res in resources]
         self.op_times_known = False
+        self.rate_updates = 0  # fair rates computed (flows per recomputation, summed): the fluid loops' work
         self._phases: tuple[np.ndarray, np.ndarray, float] | None = None
 
     @property
@@ -463,6 +464,7 @@ class Engine:
             version[0] += 1
             if not active:
                 return
+            self.rate_updates += len(active)
             rates = fair(np.fromiter((res_of[q // m] for q in active), dtype=np.int64, count=len(active))).tolist()
             nxt = INF
             for st, rate in zip(active.values(), rates):

@@ -220,6 +220,7 @@ def run(engine) -> None:
                 todo.extend(limits_of[res_of[q]])
         if not flows:
             return
+        engine.rate_updates += len(flows)
         if len(flows) > VECTOR_FLOWS:
             qs = list(flows)
             rates = zip(qs, vector(np.fromiter((res_of[q] for q in qs), dtype=np.int64, count=len(qs))).tolist())

@@ -257,3 +257,24 @@ def test_a_pairs_messages_are_posted_in_list_order(general, monkeypatch):
     starts = {int(program.ops.step[sim.graph.row[int(s)]]): float(sim.start[q])
               for q, s in enumerate(sim.graph.msg_send.tolist())}
     assert starts[0] == 0.0 and starts[2] >= starts[1] > 0.0
+
+
+def test_a_runs_effort_counts_its_ops_and_the_fair_rates_it_computed() -> None:
+    """``Simulation.effort_us`` (what a cost judge reports so a solver can budget its search)
+    comes from counts, so one Program gives one figure: ops alone where no limit binds (no
+    fair rate is computed), plus every fair rate on a machine whose NIC and NVSwitch ports
+    are shared."""
+    from backends.sim.simulator import EFFORT_OP_US, EFFORT_RATE_US
+
+    free = next(programs("amd8"))
+    sim = Simulator(free).run(1e6)
+    assert not T.build("amd8").flat().limits
+    assert sim.engine.rate_updates == 0
+    assert sim.effort_us == EFFORT_OP_US * sim.graph.n_ops
+    shared = next(packing_programs("ndv2:2", ("broadcast",)))
+    runs = [Simulator(shared).run(3e6) for _ in range(2)]
+    assert runs[0].engine.rate_updates > 0
+    assert runs[0].effort_us == runs[1].effort_us == pytest.approx(
+        EFFORT_OP_US * runs[0].graph.n_ops + EFFORT_RATE_US * runs[0].engine.rate_updates)
+    two = Simulator(shared).run(3e6, slices=2)
+    assert two.effort_us > runs[0].effort_us

@@ -46,6 +46,31 @@ def test_the_default_judge_times_the_lowered_program():
     assert judge.time_us(alg, 2**26) == physics(ccl.lower(alg), 2**26).time_us
 
 
+def test_the_default_judge_says_what_its_last_judgement_cost():
+    """``ccl.judge.effort_us``: the lowering and the simulation, estimated from counts (the same
+    on every run), for a solver budgeting its search; None for a judge that does not say."""
+    from ccl.compiler.timing import LOWER_OP_US
+    from ccl.judge import effort_us
+
+    alg = driver.synthesize(ccl.problem("dgx1", "allgather", solver="multi-ring")).algorithm
+    judge = driver.SimulationJudge()
+    assert effort_us(judge) is None
+    judge.time_us(alg, 2**26)
+    first = effort_us(judge)
+    program = ccl.lower(alg)
+    from backends.sim import run
+
+    assert first == LOWER_OP_US * program.n_ops + run(program, 2**26).effort_us
+    judge.time_us(alg, 2**26)
+    assert effort_us(judge) == first
+
+    class Plain:
+        def time_us(self, algorithm, size):
+            return 1.0
+
+    assert effort_us(Plain()) is None
+
+
 def test_the_simulator_is_physics_and_the_driver_adds_bound_and_baselines():
     result = driver.synthesize(ccl.problem("dgx1", "allreduce", solver="ring", chunks=2))
     program = driver.program(result)

@@ -1246,3 +1246,54 @@ def test_turned_rail_chains_schedule_verifies_and_beats_the_plain_chains_at_64Mi
             return min(compiler.simulate(build(p, pk, slot_count(pk, pieces(p), n, Shape(s)), Shape(s)), 64 << 20,
                                          bound=False, baselines=False).time_us for s in (8, 12))
         assert best(turned) < 0.97 * best(plain)
+
+
+def test_the_search_charges_what_its_judgements_cost() -> None:
+    """A judgement costs its estimate until it is judged, then what it cost (the transfers built
+    plus the judge's effort, never less than the estimate); shapes not judged yet are estimated
+    times the most a judgement of the same construction cost over its estimate (staggered or
+    not apart). A judge that says nothing leaves the estimates."""
+    from solvers.packing import BUILD_SHARE, US_PER_TRANSFER, _Costs
+    from solvers.packing.schedule import Shape
+
+    x, other = object(), object()
+    costs = _Costs(lambda candidate, c: 1000 * c.stages)
+    assert costs(x, Shape(4)) == 4000
+    costs.record(x, Shape(4), 4000, None)
+    assert costs(x, Shape(8)) == 8000  # no effort reported: estimates stand
+    costs.record(x, Shape(4), 4000, 20 * 4000 * US_PER_TRANSFER)
+    measured = int(BUILD_SHARE * 4000 + 20 * 4000)
+    assert costs(x, Shape(4)) == measured
+    assert costs(x, Shape(8)) == int(8000 * measured / 4000)
+    assert costs(x, Shape(8, stagger=True)) == int(8000 * measured / 4000)  # the construction's, until judged
+    costs.record(x, Shape(8, stagger=True), 8000, 100 * 8000 * US_PER_TRANSFER)
+    assert costs(x, Shape(16, stagger=True)) == int(16000 * (BUILD_SHARE + 100))
+    assert costs(x, Shape(16)) == int(16000 * measured / 4000)  # staggered shapes apart
+    assert costs(other, Shape(4)) == 4000  # another construction: its own estimate
+    costs.record(other, Shape(4), 4000, 1.0)
+    assert costs(other, Shape(4)) == 4000 and costs(other, Shape(8)) == 8000  # never below the estimate
+
+
+@pytest.mark.parametrize("heavy", [False, True])
+def test_slow_simulations_end_the_search_within_its_budget(heavy: bool) -> None:
+    """Where each judgement's simulation costs far more than its transfers suggest (fair shares
+    of many flows under shared ports), the search stops when what it measured reaches the
+    budget: after the first two (4 stages, then 2, slower) the estimate of 8, scaled by what
+    those cost, is over the budget, and the climb ends there. With light judgements it climbs on."""
+    from solvers.packing import SEARCH_WORK, US_PER_TRANSFER, _Costs, _search
+    from solvers.packing.schedule import Shape
+
+    x = object()
+    costs = _Costs(lambda candidate, c: 2000 * c.stages)
+    spent = [0]
+
+    def evaluate(c: Shape) -> float:
+        effort = (SEARCH_WORK // 3 if heavy else 2000 * c.stages) * US_PER_TRANSFER
+        costs.record(x, c, 2000 * c.stages, effort)
+        return 1000.0 / c.stages + c.stages / 100
+
+    found = dict(_search(evaluate, longest=256, work=lambda c: costs(x, c), spent=spent))
+    if heavy:
+        assert sorted(c.stages for c in found) == [2, 4] and spent[0] < SEARCH_WORK
+    else:
+        assert max(c.stages for c in found) == 256 and spent[0] < SEARCH_WORK
