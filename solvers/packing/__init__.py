@@ -312,12 +312,21 @@ def _finish(problem: Problem, alg, details: dict, budget: _Budget):
 def _pick(candidates: list, size: float, progress, *, name, rate, evaluate, longest, kind: str,
           budget: _Budget, work, variants: bool = True,
           own=lambda candidate: False) -> tuple[tuple[int, Shape] | None, list[dict]]:
-    """The judged search: every construction over the uniform pipeline shapes (``_search``),
-    skipping those whose bandwidth time alone (``rate``) exceeds the best time so far, then the
-    finer shapes (``_refine``) of the construction that leads (and of the second when its best
-    uniform time is within ``RUNNER_UP`` of the leader's), until the budget is due (the best
-    shape judged by then wins; each judgement runs in ``budget.region()`` and one cut short is
-    given up). ``work(candidate, shape)``: the transfers a judgement builds (estimated), which
+    """The judged search, until the budget is due (the best shape judged by then wins; each
+    judgement runs in ``budget.region()`` and one cut short is given up), skipping a
+    construction whose bandwidth time alone (``rate``) exceeds the best time so far:
+
+    1. every construction of the best rate at the first uniform shape (4 stages);
+    2. the fastest of those over the uniform shapes (``_search``), then its finer shapes
+       (``_refine``);
+    3. the others over the uniform shapes, those of step 1 fastest first, then the rest in
+       order, and the finer shapes of the best of them whose best uniform time is within
+       ``RUNNER_UP`` of the leader's (or below it).
+
+    On small machines everything fits and the order does not matter; at scale, or where the
+    simulations are slow, the budget goes to the construction that leads first (dgx-h100:16
+    broadcast at 256 MiB: the two other rail trees' climbs, 2x and 1.6x slower at 4 stages,
+    used it all before the leader's finer shapes). ``work(candidate, shape)``: the transfers a judgement builds (estimated), which
     bounds the refinement; ``variants``: whether staggered, coalesced, sequential and ramped
     shapes exist (trees; not routes); ``own(candidate)``: whether its root's own part can be
     made lighter (``Shape.own``). Returns (the winner's index and shape, or None when nothing was
@@ -355,31 +364,66 @@ def _pick(candidates: list, size: float, progress, *, name, rate, evaluate, long
             return True
         return False
 
-    spent = [0]  # estimated transfers built by the judgements so far (``SEARCH_WORK``)
-    for index, candidate in enumerate(candidates):
+    spent = [0]  # transfers the judgements so far cost (``SEARCH_WORK``)
+
+    def skipped(index: int) -> bool:
+        if best is not None and rate(candidates[index]) >= best[0]:
+            progress(f"{name(candidates[index])}: its rate alone takes longer than the best so far")
+            return True
+        return False
+
+    def climb(index: int) -> None:
+        x = candidates[index]
+        record(index, lambda ev, times: _search(ev, longest=longest(x), seen=times, work=lambda c: work(x, c),
+                                                spent=spent, lead=variants and kind in LEAD_KINDS
+                                                and _has_root_leaves(x)))
+
+    def refine(index: int) -> None:
+        x = candidates[index]
+        record(index, lambda ev, times: _refine(ev, times, longest=longest(x), kind=kind, work=lambda c: work(x, c),
+                                                variants=variants, spent=spent, own=own(x),
+                                                leaves=variants and _has_root_leaves(x)))
+
+    def uniform(index: int) -> float:
+        return min((us for c, us in seen.get(index, {}).items() if c._replace(lead=False) == Shape(c.stages)),
+                   default=math.inf)
+
+    first = Shape(DEFAULT_STAGES)
+    fastest = min((rate(x) for x in candidates), default=math.inf)
+    for index in range(len(candidates)):
         if stopped():
             break
-        if best is not None and rate(candidate) >= best[0]:
-            progress(f"{name(candidate)}: its rate alone takes longer than the best so far")
-            continue
-        record(index, lambda ev, times, x=candidate: _search(ev, longest=longest(x), seen=times,
-                                                             work=lambda c: work(x, c), spent=spent,
-                                                             lead=variants and kind in LEAD_KINDS
-                                                             and _has_root_leaves(x)))
-    if best is not None and not stopped():
-        # the leader's finer shapes, then the runner-up's when its uniform best is close (the
-        # finer shapes can reorder them: dgx-h100:8 broadcast at 256 MiB, the chains led the
-        # rail trees uniform, 924 us against 941, and the trees coalesced took 866)
-        uniform = sorted((min(times.values()), index) for index, times in seen.items() if times)
-        runner = next((index for us, index in uniform[1:2] if us <= uniform[0][0] * (1 + RUNNER_UP)), None)
-        for index in (best[1], runner):
-            if index is None or stopped():
+        if rate(candidates[index]) <= fastest * (1 + 1e-9) and not skipped(index):
+            record(index, lambda ev, times, x=candidates[index]: _first(ev, times, first, lambda c: work(x, c), spent))
+    order = sorted((uniform(index), index) for index in seen if seen[index])
+    if order and not stopped():
+        leader = order[0][1]
+        climb(leader)
+        if not stopped():
+            refine(leader)
+        others = [index for _, index in order[1:]] + [i for i in range(len(candidates)) if i not in seen]
+        for index in others:
+            if stopped():
                 break
-            x = candidates[index]
-            record(index, lambda ev, times, x=x: _refine(ev, times, longest=longest(x), kind=kind,
-                                                         work=lambda c: work(x, c), variants=variants, spent=spent,
-                                                         own=own(x), leaves=variants and _has_root_leaves(x)))
+            if not skipped(index):
+                climb(index)
+        order = [(uniform(index), index) for index in others]
+        # the finer shapes can reorder constructions whose uniform bests are close (dgx-h100:8
+        # broadcast at 256 MiB, the chains led the rail trees uniform, 924 us against 941, and
+        # the trees coalesced took 866)
+        close = sorted((us, index) for us, index in order if us <= uniform(leader) * (1 + RUNNER_UP))
+        if close and not stopped():
+            refine(close[0][1])
     return (None if best is None else (best[1], best[2])), tried
+
+
+def _first(evaluate, seen: dict, shape: Shape, work, spent: list[int]) -> list:
+    """One judgement (step 1 of ``_pick``), within the search's budget (``_Work``)."""
+    budget = _Work(work, spent)
+    if shape not in seen and budget.affordable(shape, seen):
+        seen[shape] = evaluate(shape)
+        budget.charge(shape)
+    return list(seen.items())
 
 
 DEFAULT_STAGES = 4
@@ -428,8 +472,10 @@ class _Costs:
     it is judged, then what it cost: the transfers built (``BUILD_SHARE`` of one each) plus the
     judge's effort (``ccl.judge.effort_us``, from counts) in ``US_PER_TRANSFER``, never less
     than the estimate. Shapes not judged yet are estimated times the most a judgement of the
-    same construction, staggered or not, cost over its estimate (of the construction, when its
-    kind of shape was not judged yet). So a search whose simulations are slow (the fair shares
+    same construction and kind of shape (staggered or not, coalesced or not) cost over its
+    estimate: the kinds differ most (dgx-h100:16 broadcast at 256 MiB over the two-hop rail
+    trees: 3.4 million fair rates at 16 stages, 0.1 million at 24 coalesced, whose messages
+    carry many pieces each), so a kind not judged yet has its plain estimate. So a search whose simulations are slow (the fair shares
     of many flows under the NVSwitch ports and the NICs: dgx2:2 reduce over the turned rails
     spent 36 s simulating one staggered shape of 51,621 transfers) ends within the budget's
     time instead of its transfers'. Deterministic: counts, not the clock."""
@@ -437,15 +483,13 @@ class _Costs:
     def __init__(self, estimate) -> None:
         self.estimate = estimate
         self.measured: dict[tuple[int, Shape], int] = {}
-        self.ratio: dict[tuple[int, bool], float] = {}
+        self.ratio: dict[tuple[int, bool, bool], float] = {}
 
     def __call__(self, candidate, c: Shape) -> int:
         key = (id(candidate), c)
         if key in self.measured:
             return self.measured[key]
-        ratio = self.ratio.get((id(candidate), c.stagger)) or max(
-            (r for (x, _), r in self.ratio.items() if x == id(candidate)), default=1.0)
-        return int(self.estimate(candidate, c) * ratio)
+        return int(self.estimate(candidate, c) * self.ratio.get((id(candidate), c.stagger, c.coalesce), 1.0))
 
     def record(self, candidate, c: Shape, transfers: int, effort: float | None) -> None:
         """A judgement of ``c`` built ``transfers`` and cost the judge ``effort`` us."""
@@ -454,7 +498,7 @@ class _Costs:
         guess = max(1, self.estimate(candidate, c))
         cost = BUILD_SHARE * transfers + effort / US_PER_TRANSFER
         self.measured[(id(candidate), c)] = max(guess, int(cost))
-        key = (id(candidate), c.stagger)
+        key = (id(candidate), c.stagger, c.coalesce)
         self.ratio[key] = max(self.ratio.get(key, 1.0), cost / guess)
 
 
@@ -599,7 +643,7 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
             if 2 <= k <= (limit(c) * 3 // 2 if beyond else limit(c)) and affordable(c):
                 ev(c)
 
-    if best().stages >= 8:  # the uniform optimum between powers of two, while pipelines are long
+    if best().stages >= 8 and not variants:  # the uniform optimum between powers of two, while pipelines are long
         thirds(beyond=False)
     top = best()
     if variants and top.stages == 1 and affordable(top._replace(coalesce=True)):
@@ -623,6 +667,8 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
 
     if seeds and affordable(seeds[0]):
         ev(seeds[0])
+    if variants and top.stages >= 8:  # 0. after the first seed, which gains more where the budget ends soon
+        thirds(beyond=False)
     climb()  # from the best so far: the first seed's stage count where it wins
     taper(lambda top: [top._replace(taper=0.95)])  # at scale all there is time for
     thirds()  # before the other seeds, which at scale the budget may not reach

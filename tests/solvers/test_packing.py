@@ -1251,8 +1251,9 @@ def test_turned_rail_chains_schedule_verifies_and_beats_the_plain_chains_at_64Mi
 def test_the_search_charges_what_its_judgements_cost() -> None:
     """A judgement costs its estimate until it is judged, then what it cost (the transfers built
     plus the judge's effort, never less than the estimate); shapes not judged yet are estimated
-    times the most a judgement of the same construction cost over its estimate (staggered or
-    not apart). A judge that says nothing leaves the estimates."""
+    times the most a judgement of the same construction and kind (staggered, coalesced) cost over
+    its estimate, a kind not judged yet at its estimate. A judge that says nothing leaves the
+    estimates."""
     from solvers.packing import BUILD_SHARE, US_PER_TRANSFER, _Costs
     from solvers.packing.schedule import Shape
 
@@ -1265,10 +1266,11 @@ def test_the_search_charges_what_its_judgements_cost() -> None:
     measured = int(BUILD_SHARE * 4000 + 20 * 4000)
     assert costs(x, Shape(4)) == measured
     assert costs(x, Shape(8)) == int(8000 * measured / 4000)
-    assert costs(x, Shape(8, stagger=True)) == int(8000 * measured / 4000)  # the construction's, until judged
+    assert costs(x, Shape(8, stagger=True)) == 8000  # a kind not judged yet
     costs.record(x, Shape(8, stagger=True), 8000, 100 * 8000 * US_PER_TRANSFER)
     assert costs(x, Shape(16, stagger=True)) == int(16000 * (BUILD_SHARE + 100))
-    assert costs(x, Shape(16)) == int(16000 * measured / 4000)  # staggered shapes apart
+    assert costs(x, Shape(16, stagger=True, coalesce=True)) == 16000
+    assert costs(x, Shape(16)) == int(16000 * measured / 4000)  # each kind apart
     assert costs(other, Shape(4)) == 4000  # another construction: its own estimate
     costs.record(other, Shape(4), 4000, 1.0)
     assert costs(other, Shape(4)) == 4000 and costs(other, Shape(8)) == 8000  # never below the estimate
