@@ -553,9 +553,13 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
     most valuable first, within the search's work budget (``_Work``: all of them on up to about
     64 ranks; at 128 the first few):
 
-    0. when the best uniform shape has 8 or more stages, 3/2 and 3/4 of its count (see 5.);
-       when it has one, the same coalesced (small sizes: a rank's pieces for one peer in one
-       message);
+    0. when the best uniform shape has 8 or more stages, 3/2 and 3/4 of its count (see 5.):
+       first when it is the longest the climb may reach (then 3/2 of it too: dgx-h100:128
+       broadcast at 1 GiB, 1.41x the bound at 24 stages, 1.57x at 16), else (``variants``)
+       after the first seed of 1. (dgx-h100:16 broadcast at 256 MiB: 860.6 us staggered and
+       coalesced, 884.5 at the best count between; where simulations are slow the budget ends
+       after a few); when it has one, the same coalesced (small sizes: a rank's pieces for one
+       peer in one message);
     1. (``variants``) at twice the best stage count (up to 16; the count itself above): staggered and coalesced (and, for
        allreduce, sequential) with stages tapered by 0.95, whose stage count is then climbed
        (2.), then the same untapered, coalesced alone (and for allreduce staggered and
@@ -643,8 +647,9 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
             if 2 <= k <= (limit(c) * 3 // 2 if beyond else limit(c)) and affordable(c):
                 ev(c)
 
-    if best().stages >= 8 and not variants:  # the uniform optimum between powers of two, while pipelines are long
-        thirds(beyond=False)
+    capped = best().stages >= longest  # the climb stopped at its longest pipeline: longer ones first
+    if best().stages >= 8 and (not variants or capped):  # the uniform optimum between powers of two
+        thirds(beyond=capped)
     top = best()
     if variants and top.stages == 1 and affordable(top._replace(coalesce=True)):
         ev(top._replace(coalesce=True))  # small sizes: one message per pair and step
@@ -667,7 +672,7 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
 
     if seeds and affordable(seeds[0]):
         ev(seeds[0])
-    if variants and top.stages >= 8:  # 0. after the first seed, which gains more where the budget ends soon
+    if variants and top.stages >= 8 and not capped:  # 0. after the first seed, which gains more where the budget ends soon
         thirds(beyond=False)
     climb()  # from the best so far: the first seed's stage count where it wins
     taper(lambda top: [top._replace(taper=0.95)])  # at scale all there is time for
