@@ -390,11 +390,12 @@ def test_sigint_in_a_description_file_writes_the_finished_requests_and_the_best(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("topology", "limit"), [("ndv2:2", 2), ("ndv2:4", 1), ("ndv2:4", 3)])
+@pytest.mark.parametrize(("topology", "limit"), [("ndv2:2", 2), ("ndv2:4", 2), ("ndv2:4", 3)])
 def test_packing_time_limit_holds(tmp_path, topology, limit):
     """The packing's planning and judged search stop at the limit (18 s and a minute without
     one) with the best schedule so far, verified, status timeout; the synthesis ends within
-    max(10%, 1 s) of the limit."""
+    max(10%, 1 s) of the limit. (ndv2:4's planning alone takes 0.8-1.2 s on this 2-core
+    machine, so a 1 s limit can end before any schedule exists: exit 5, a different test.)"""
     start_cost, _ = _wall(_ccl("synthesize", "-t", "ndv2:4", "-c", "allgather", "-s", "ring"), tmp_path)
     wall, done = _wall(_ccl("synthesize", "-t", topology, "-c", "allreduce", "-s", "packing", "--size", "64MiB",
                             "--time-limit", str(limit), "--json", "-o", "p.json"), tmp_path)
