@@ -407,11 +407,11 @@ def _pick(candidates: list, size: float, progress, *, name, rate, evaluate, long
                 break
             if not skipped(index):
                 climb(index)
-        order = [(uniform(index), index) for index in others]
         # the finer shapes can reorder constructions whose uniform bests are close (dgx-h100:8
         # broadcast at 256 MiB, the chains led the rail trees uniform, 924 us against 941, and
         # the trees coalesced took 866)
-        close = sorted((us, index) for us, index in order if us <= uniform(leader) * (1 + RUNNER_UP))
+        close = sorted((uniform(index), index) for index in others
+                       if uniform(index) <= uniform(leader) * (1 + RUNNER_UP))
         if close and not stopped():
             refine(close[0][1])
     return (None if best is None else (best[1], best[2])), tried
@@ -420,9 +420,8 @@ def _pick(candidates: list, size: float, progress, *, name, rate, evaluate, long
 def _first(evaluate, seen: dict, shape: Shape, work, spent: list[int]) -> list:
     """One judgement (step 1 of ``_pick``), within the search's budget (``_Work``)."""
     budget = _Work(work, spent)
-    if shape not in seen and budget.affordable(shape, seen):
-        seen[shape] = evaluate(shape)
-        budget.charge(shape)
+    if budget.affordable(shape, seen):
+        budget.judged(shape, seen, evaluate)
     return list(seen.items())
 
 
@@ -460,10 +459,14 @@ class _Work:
         return (c in seen or self.work is None or not self.spent[0]
                 or self.spent[0] + self.work(c) <= SEARCH_WORK)
 
-    def charge(self, c: Shape) -> None:
-        """After the judgement of ``c``: ``work(c)`` is then what it cost, where measured."""
-        if self.work is not None:
-            self.spent[0] += self.work(c)
+    def judged(self, c: Shape, seen: dict, evaluate) -> float:
+        """``c``'s time, judged (and charged) unless ``seen`` has it; the charge comes after the
+        judgement, when ``work(c)`` is what it cost where that was measured."""
+        if c not in seen:
+            seen[c] = evaluate(c)
+            if self.work is not None:
+                self.spent[0] += self.work(c)
+        return seen[c]
 
 
 class _Costs:
@@ -525,10 +528,7 @@ def _search(evaluate, longest: int = 16, seen: dict | None = None, work=None, sp
     budget = _Work(work, spent)
 
     def ev(c: Shape) -> float:
-        if c not in seen:
-            seen[c] = evaluate(c)
-            budget.charge(c)
-        return seen[c]
+        return budget.judged(c, seen, evaluate)
 
     i = 2
     if not budget.affordable(Shape(1 << i), seen):
@@ -614,10 +614,7 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
         return budget.affordable(c, seen)
 
     def ev(c: Shape) -> float:
-        if c not in seen:
-            seen[c] = evaluate(c)
-            budget.charge(c)
-        return seen[c]
+        return budget.judged(c, seen, evaluate)
 
     def best() -> Shape:
         return min(seen, key=lambda c: (seen[c], c))
