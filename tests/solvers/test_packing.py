@@ -1131,8 +1131,8 @@ def test_an_allreduce_search_seeds_sequential_halves_with_their_leaves_first() -
     first, 301.8 the best without); the search seeds that shape where the trees have root
     leaves (the seed follows the climb from the first: on dgx-h100:16 it is slower, 344.7 us
     against 336.0, and the budget there ends before it)."""
-    from solvers.packing import _refine
     from solvers.packing.schedule import Shape
+    from solvers.packing.search import _refine
 
     seed = Shape(16, 0.95, stagger=True, coalesce=True, sequential=True, lead=True)
     for leaves in (True, False):
@@ -1155,8 +1155,8 @@ def test_a_rooted_search_polishes_its_winner_a_stage_and_a_share_at_a_time(own: 
     (where the trees have a root's own part) its share 0.05 either way, while a neighbour wins.
     A judge whose optimum lies between the shares and stage counts the earlier steps try (11
     stages, share 0.85) is found exactly; without an own part the share stays put."""
-    from solvers.packing import _refine
     from solvers.packing.schedule import Shape
+    from solvers.packing.search import _refine
 
     def judge(c: Shape) -> float:
         return 100.0 + abs(c.stages - 11) + 40 * abs(c.own - 0.85) + c.ramp
@@ -1254,11 +1254,11 @@ def test_the_search_charges_what_its_judgements_cost() -> None:
     times the most a judgement of the same construction and kind (staggered, coalesced) cost over
     its estimate, a kind not judged yet at its estimate. A judge that says nothing leaves the
     estimates."""
-    from solvers.packing import BUILD_SHARE, US_PER_TRANSFER, _Costs
     from solvers.packing.schedule import Shape
+    from solvers.packing.search import BUILD_SHARE, US_PER_TRANSFER, Costs
 
     x, other = object(), object()
-    costs = _Costs(lambda candidate, c: 1000 * c.stages)
+    costs = Costs(lambda candidate, c: 1000 * c.stages)
     assert costs(x, Shape(4)) == 4000
     costs.record(x, Shape(4), 4000, None)
     assert costs(x, Shape(8)) == 8000  # no effort reported: estimates stand
@@ -1282,11 +1282,11 @@ def test_slow_simulations_end_the_search_within_its_budget(heavy: bool) -> None:
     of many flows under shared ports), the search stops when what it measured reaches the
     budget: after the first two (4 stages, then 2, slower) the estimate of 8, scaled by what
     those cost, is over the budget, and the climb ends there. With light judgements it climbs on."""
-    from solvers.packing import SEARCH_WORK, US_PER_TRANSFER, _Costs, _search
     from solvers.packing.schedule import Shape
+    from solvers.packing.search import SEARCH_WORK, US_PER_TRANSFER, Costs, _search
 
     x = object()
-    costs = _Costs(lambda candidate, c: 2000 * c.stages)
+    costs = Costs(lambda candidate, c: 2000 * c.stages)
     spent = [0]
 
     def evaluate(c: Shape) -> float:
