@@ -841,6 +841,26 @@ def test_two_hop_trees_from_the_lp() -> None:
     assert amd is not None and all(max(t.depth().values()) <= 2 for t in amd.trees)
 
 
+@pytest.mark.parametrize("spec", ["switch:16", "switch:15", "switch:8", "dgx2", "amd8"])
+def test_two_hop_weights_keep_the_lp_rate_when_rounded(spec: str) -> None:
+    """The LP's first optimum can load a few relays up to their port's capacity and leave one
+    out (dgx2 and switch:16: 14 relays of 15, each port exactly full), and weights rounded over
+    60 overload a port (6/7 of the rate); where the relays' exact weight is not a 60th (switch:15,
+    60/14) no rounding over 60 keeps the rate. The trees keep the LP's rate on the physical
+    links: the bound on a switch, 35 of amd8's 38 lanes."""
+    from solvers.packing.twohop import two_hop_phase
+
+    topo = T.build(spec)
+    for reverse in (False, True):
+        phase = two_hop_phase(topo, reverse, [0], 1.0, True)
+        assert phase is not None
+        rate = Fraction(35, 38) if spec == "amd8" else 1
+        optimal = next(p for p in plans(topo, "reduce" if reverse else "broadcast", 0)
+                       if p.phases()[0].construction == "packed").phases()[0].optimal
+        assert phase.achieved == pytest.approx(optimal / float(rate), rel=1e-9)
+        assert all(max(t.depth().values()) <= 2 for t in phase.trees)
+
+
 # ---------------------------------------------------------------------- tori of equal sides
 @pytest.mark.parametrize("spec", ["torus:4x4", "torus:5x5", "torus:3x3x3", "torus:4x4x4"])
 @pytest.mark.parametrize("kind", ["allgather", "reducescatter", "allreduce"])
