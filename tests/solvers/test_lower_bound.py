@@ -270,6 +270,7 @@ def test_links_of_a_cut_with_different_latencies_start_at_their_own():
 
 
 # ---------------------------------------------------------------------- routed delivery
+@pytest.mark.slow
 def test_routes_a_pair_never_takes_do_not_count():
     """DGX-2: two GPUs share a NIC through a PCIe switch, and the cut bound counts that path
     (a GPU's ingress 125 + 12 GB/s); but the flattened routes send every GPU pair through the

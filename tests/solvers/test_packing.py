@@ -237,8 +237,10 @@ CLUSTERS = ["dgx-h100:3", "dgx-a100:2,fabric=leafspine", pytest.param("dgx2:2,fa
             "ndv2:3", "dgx-h100:4,fabric=switch"]
 
 
-@pytest.mark.parametrize("spec,kind,shape", [(spec, kind, shape) for spec in ("dgx1", "torus:3x3", "ndv2:2")
+@pytest.mark.parametrize("spec,kind,shape", [(spec, kind, shape) for spec in ("dgx1", "torus:3x3")
                                              for kind in KINDS for shape in ((4, 1.0), (8, 0.9))]
+                         + [pytest.param("ndv2:2", kind, shape, marks=pytest.mark.slow)
+                            for kind in KINDS for shape in ((4, 1.0), (8, 0.9))]
                          + [pytest.param("dgx-h100:2", "allreduce", (8, 0.9), marks=pytest.mark.slow)])
 def test_staggered_coalesced_and_sequential_pipelines_verify(spec: str, kind: str, shape: tuple[int, float]) -> None:
     """Every branch of a tree shifting its stage boundaries (by a different fraction) still
@@ -407,6 +409,7 @@ def test_stitched_allgather_simulates_near_the_bound() -> None:
     assert verify(solution.algorithm).transfers == len(solution.algorithm.transfers)
 
 
+@pytest.mark.slow
 def test_stitching_needs_identical_nodes() -> None:
     topo = T.build("dgx-h100:2")
     assert node_topology(topo) is not None and node_topology(topo).n_ranks == 8
@@ -430,6 +433,7 @@ def test_one_rank_per_node_stitches_stars() -> None:
     assert verify(solution.algorithm).transfers == len(solution.algorithm.transfers)
 
 
+@pytest.mark.slow
 def test_parts_entering_a_node_twice_meet_the_bound_where_nvlink_and_nic_bind_together() -> None:
     """Two DGX H100 nodes: a GPU's NVLink plus NIC ingress binds, not the NICs. Rail stars alone
     leave the NICs a ninth idle (28/27 the bound); with half of every part also sent to a second
@@ -619,8 +623,8 @@ def test_routes_relieve_the_root_at_large_sizes(spec, kind, most):
 
 
 # ---------------------------------------------------------------------- rooted trees over every rail
-@pytest.mark.parametrize("spec", ["dgx-h100:2", "dgx-a100:4", "dgx2:2", "dgx-h100:4,fabric=leafspine,per-leaf=2",
-                                  "ndv2:4"])
+@pytest.mark.parametrize("spec", ["dgx-h100:2", "dgx-a100:4", pytest.param("dgx2:2", marks=pytest.mark.slow),
+                                  "dgx-h100:4,fabric=leafspine,per-leaf=2", "ndv2:4"])
 @pytest.mark.parametrize("kind", ["broadcast", "reduce"])
 def test_rail_trees_meet_the_bound_and_verify(spec: str, kind: str) -> None:
     """Part i of the data along rail i (a chain over the nodes) and down each node's trees of
@@ -679,7 +683,7 @@ def test_double_binary_rail_trees_keep_the_chain_load_at_log_depth(spare: bool) 
 
 
 @pytest.mark.parametrize(("spec", "kind"), [("dgx-h100:4", "broadcast"), ("dgx-a100:5", "reduce"),
-                                            ("dgx2:4", "broadcast")])
+                                            pytest.param("dgx2:4", "broadcast", marks=pytest.mark.slow)])
 def test_binary_rail_trees_meet_the_bound_and_verify(spec: str, kind: str) -> None:
     """The rails as two binary trees over the nodes (4 nodes and up): the same rate as the
     chains (the cut bound), every rank reached once per tree, the schedule verified, and the
@@ -794,6 +798,7 @@ def test_slot_counts_split_evenly_over_the_lanes_of_every_link() -> None:
     assert _lanes(dgx1) == 2
 
 
+@pytest.mark.slow
 def test_lowered_messages_fill_every_lane_equally_on_amd8() -> None:
     """The schedule packing picks at 64 MiB: on every pair and step, the messages are one per
     lane and of equal size; and it runs within 1.1x of the bound (it ran at 1.36x when a
@@ -894,7 +899,7 @@ def test_translated_torus_trees_meet_the_bound_and_verify(spec: str, kind: str) 
 
 
 @pytest.mark.parametrize("spec,root", [("torus:3x3", 4), ("torus:4x4", 0), ("torus:5x5", 7), ("torus:6x6", 13),
-                                       ("torus:3x3x3", 0), ("torus:4x4x4", 21)])
+                                       pytest.param("torus:3x3x3", 0, marks=pytest.mark.slow), ("torus:4x4x4", 21)])
 @pytest.mark.parametrize("kind", ["broadcast", "reduce"])
 def test_rooted_torus_trees_share_no_arc_are_shallow_and_verify(spec: str, root: int, kind: str) -> None:
     """The images of one base tree under the torus's 2k symmetries about the root: spanning,
@@ -1066,6 +1071,7 @@ def test_the_own_share_moves_slots_from_the_roots_remote_trees_to_the_others() -
     assert _assign(phase, slots, 0.8, ()) == _assign(phase, slots)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", ["dgx-h100:2", "dgx-a100:2,fabric=leafspine"])
 @pytest.mark.parametrize("kind", ["broadcast", "reduce"])
 def test_ramped_pipelines_with_a_lighter_own_part_verify(spec: str, kind: str) -> None:
@@ -1083,6 +1089,7 @@ def test_ramped_pipelines_with_a_lighter_own_part_verify(spec: str, kind: str) -
             assert verify_program(lower(alg)).messages > 0
 
 
+@pytest.mark.slow
 def test_the_search_lightens_the_own_part_where_it_pays() -> None:
     """dgx-a100:2 broadcast at 64 MiB: the own part's path down the root's rail and back is the
     longest; at 0.9 of its share and with ramped ends the judge finds a faster schedule than
@@ -1099,6 +1106,7 @@ def test_the_search_lightens_the_own_part_where_it_pays() -> None:
     verify(result.algorithm)
 
 
+@pytest.mark.slow
 def test_the_search_ramps_gently_where_the_bottleneck_is_fed_only_a_little_faster() -> None:
     """dgx-h100:2 broadcast at 64 MiB over the shallow rail chains: the root's port feeds each
     rail, and each rail's far GPU serves its node, only about 1.3x faster than the NIC drains:
@@ -1222,6 +1230,7 @@ def test_turned_rail_chains_cross_every_nic_to_as_many_peers_as_turns(spec: str)
     assert peers and all(len(p) == RAIL_TURNS for u, p in peers.items() if u != 0)
 
 
+@pytest.mark.slow
 def test_turned_reduce_sends_the_roots_own_part_up_a_cycle_of_turns_late(monkeypatch) -> None:
     """A reduce's own part (summed on the far node from pieces that cross the rails' idle
     direction) goes up a cycle of turns behind the other parts, so its pieces do not hold
