@@ -366,6 +366,22 @@ def test_level_by_level_packing_evens_the_depths_of_a_torus_broadcast() -> None:
     assert sum(t.weight for t in trees) == 6 and _depth_key(list(trees))[0] == 4
 
 
+def test_the_depth_bounded_milp_starts_at_the_roots_eccentricity() -> None:
+    """No tree is shallower than the root's farthest rank, so the MILP's size limit goes to the
+    depths that can be met: torus:4x4x2 (eccentricity 5) packs five trees 6 deep, where the
+    greedy packing is 11 deep and the limit used to end the tries at depth 5. They meet the
+    bound, verify, and pipeline faster."""
+    from solvers.packing.plan import _depth_key, _eccentricity
+
+    assert _eccentricity(4, {(0, 1): 1, (1, 2): 2, (2, 3): 1, (3, 0): 0}, 0) == 3
+    topo = T.build("torus:4x4x2")
+    phase = plan(topo, "broadcast", 0).phases()[0]
+    assert _depth_key(list(phase.trees))[0] == 6 and phase.achieved == pytest.approx(phase.optimal)
+    solution = synth(topo, "broadcast", size=1 << 26)
+    assert verify(solution.algorithm).transfers == len(solution.algorithm.transfers)
+    assert compiler.simulate(solution.algorithm, 1 << 26).bound_ratio < 1.2  # 1.165 (1.238 11 deep)
+
+
 @pytest.mark.parametrize("spec", CLUSTERS)
 @pytest.mark.parametrize("kind", ["allgather", "reducescatter", "allreduce"])
 def test_stitched_trees_of_identical_nodes_verify(spec: str, kind: str) -> None:
