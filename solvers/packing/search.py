@@ -144,7 +144,8 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
 
     0. when the best uniform shape has 8 or more stages, 3/2 and 3/4 of its count (see 5.):
        first when it is the longest the climb may reach (then 3/2 of it too: dgx-h100:128
-       broadcast at 1 GiB, 1.41x the bound at 24 stages, 1.57x at 16), else (``variants``)
+       broadcast at 1 GiB, 1.41x the bound at 24 stages, 1.57x at 16; and 3/4 only when 3/2
+       does not gain, as the climb goes one way), else (``variants``)
        after the first seed of 1. (dgx-h100:16 broadcast at 256 MiB: 860.6 us staggered and
        coalesced, 884.5 at the best count between; where simulations are slow the budget ends
        after a few); when it has one, the same coalesced (small sizes: a rank's pieces for one

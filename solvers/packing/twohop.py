@@ -106,7 +106,7 @@ def two_hop_phase(topology: Topology, reverse: bool, roots: list[int], optimal: 
     if result.status != 0 or not result.x[0] > 0:
         return None
     solutions = [result.x]
-    balanced = _balanced(linprog, result.x[0], A_ub, b_ub, A_eq, size)
+    balanced = _balanced(result.x[0], A_ub, b_ub, A_eq, size)
     if balanced is not None:
         solutions.append(balanced)
     best: tuple[float, list[Tree]] | None = None
@@ -121,12 +121,14 @@ def two_hop_phase(topology: Topology, reverse: bool, roots: list[int], optimal: 
     return Phase(reverse, tuple(trees), optimal, achieved, exact, "two-hop")
 
 
-def _balanced(linprog, rate: float, A_ub, b_ub, A_eq, size: int):
+def _balanced(rate: float, A_ub, b_ub, A_eq, size: int):
     """The weights of the best rate that make the heaviest tree lightest (a second LP: the rate
     held, the largest weight minimized), or None. The first LP's vertex can load a few trees up
     to their links' capacity and leave others out (dgx2: 14 relays of 15, each relay's port
     exactly full), so rounding the weights overloads a port (6/7 of the rate); spread over
     every relay the same rate leaves each port slack (14/15 full) and rounds exactly."""
+    from scipy.optimize import linprog
+
     n_w = size - 1
     # variables: the first LP's, then z (the largest weight)
     ub = np.hstack([A_ub, np.zeros((A_ub.shape[0], 1))])
