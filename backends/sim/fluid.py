@@ -11,9 +11,12 @@ latency after their data has left).
 
 Two things keep a run of many concurrent flows fast:
 
-* **Lazy progress.** A flow keeps (bytes left, rate, the time both were set) and is brought up
-  to date only when its rate changes; its finish is an event of its own (a version number
-  drops finish events of an older rate).
+* **Lazy progress.** A flow keeps (bytes left, rate, the time both were set, the finish they
+  give) and is brought up to date only when its rate changes. Only each component's next
+  finish is an event (a finish reschedules its component, which pushes the next one), and a
+  finish event whose flow has since finished or been given another time is dropped: a
+  component of a thousand flows whose rates all change costs one vectorized update, not a
+  thousand events.
 * **Local fairness.** Max-min fair rates split over the connected components of the graph of
   active flows and the limits they are under: a flow starting or finishing can change only the
   rates of its component, so only that component's rates are recomputed (``MaxMin``), once per
@@ -33,7 +36,7 @@ from array import array
 
 import numpy as np
 
-from .engine import FairShare, on_grid
+from .engine import GRID, FairShare, on_grid
 from .graph import as_array
 
 INF = math.inf
@@ -111,7 +114,8 @@ def run(engine) -> None:
     op_message = g.op_message.tolist()
     op_rank = g.op_rank.tolist()
     msg_send, msg_recv = g.msg_send.tolist(), g.msg_recv.tolist()
-    res_of = as_array("q", np.repeat(engine.msg_resource, m))
+    res_of_v = np.repeat(np.asarray(engine.msg_resource, dtype=np.int64), m)
+    res_of = as_array("q", res_of_v)
     svc = as_array("d", np.repeat(engine.svc_array, m))  # lane time of an unlimited message
     nbytes = as_array("d", np.repeat(np.asarray(engine.msg_bytes, dtype=float) / m, m))
     lat_q = as_array("d", np.repeat(engine.latency, m))
@@ -140,10 +144,15 @@ def run(engine) -> None:
     waiting: dict[int, list[int]] = {}  # limited link -> messages queued for a lane (FIFO)
     wait_at: dict[int, int] = {}
     users: dict[int, set[int]] = {}  # limit -> active flows
-    left: dict[int, float] = {}  # active flow -> bytes left at since[q]
-    rate: dict[int, float] = {}
-    since: dict[int, float] = {}
-    version: dict[int, int] = {}
+    # per flow (message instance), meaningful while it is active: bytes left at since[q], its
+    # rate, and the finish that rate gives (a flat array for the loops, a numpy view of the
+    # same memory for the components' updates)
+    left = array("d", bytes(8 * n_q))
+    rate = array("d", bytes(8 * n_q))
+    since = array("d", bytes(8 * n_q))
+    due = array("d", np.full(n_q, INF).tobytes())
+    left_v, rate_v, since_v, due_v = (np.frombuffer(a, dtype=np.float64) for a in (left, rate, since, due))
+    active = bytearray(n_q)
     touched: set[int] = set()
 
     def complete(v: int, t: float) -> None:
@@ -198,42 +207,76 @@ def run(engine) -> None:
         left[q] = nbytes[q]
         rate[q] = 0.0
         since[q] = t
-        version[q] = 0
+        due[q] = INF
+        active[q] = 1
         for lim in limits_of[res_of[q]]:
             users.setdefault(lim, set()).add(q)
             touched.add(lim)
 
     def reschedule(t: float) -> None:
-        """The rates of the components of the limits touched at t (set at once, so only the
-        flows whose rate changed get a new finish event)."""
+        """The rates of the components of the limits touched at t (set at once: only the flows
+        whose rate changed get a new finish time), and each component's next finish as an
+        event (the flows tied for it). Every finish reschedules its component (its limits are
+        touched), so the component's next one is then pushed in turn."""
         component: dict[int, set[int]] = {}
         flows: set[int] = set()
-        todo = list(touched)
+        label: dict[int, int] = {}  # flow -> its component (numbered as found)
+        seeds = list(touched)
         touched.clear()
-        while todo:
-            lim = todo.pop()
-            if lim in component:
+        for seed in seeds:
+            if seed in component:
                 continue
-            qs = component[lim] = users.get(lim) or set()
-            for q in qs - flows:
-                flows.add(q)
-                todo.extend(limits_of[res_of[q]])
+            n = len(component)
+            todo = [seed]
+            while todo:
+                lim = todo.pop()
+                if lim in component:
+                    continue
+                qs = component[lim] = users.get(lim) or set()
+                for q in qs - flows:
+                    flows.add(q)
+                    label[q] = n
+                    todo.extend(limits_of[res_of[q]])
         if not flows:
             return
         engine.rate_updates += len(flows)
         if len(flows) > VECTOR_FLOWS:
-            qs = list(flows)
-            rates = zip(qs, vector(np.fromiter((res_of[q] for q in qs), dtype=np.int64, count=len(qs))).tolist())
+            qs = np.fromiter(flows, dtype=np.int64, count=len(flows))
+            r = vector(res_of_v[qs])
+            changed = r != rate_v[qs]
+            c, rc = qs[changed], r[changed]
+            lc = left_v[c] - rate_v[c] * (t - since_v[c])
+            left_v[c] = lc
+            since_v[c] = t
+            rate_v[c] = rc
+            with np.errstate(divide="ignore", invalid="ignore"):
+                due_v[c] = np.where(rc > 0.0, np.round((t + np.maximum(lc, 0.0) / rc) / GRID) * GRID, INF)
+            d = due_v[qs]
+            lab = np.fromiter((label[q] for q in flows), dtype=np.int64, count=len(flows))
+            first = np.full(len(component), INF)
+            np.minimum.at(first, lab, d)
+            at = first[lab]
+            tie = (d == at) & (d < INF)
+            for f, q in zip(d[tie].tolist(), qs[tie].tolist()):
+                push(heap, (f, FINISH, q))
         else:
-            rates = fair(list(flows), res_of, component).items()
-        for q, r in rates:
-            if r != rate[q]:
-                left[q] -= rate[q] * (t - since[q])
-                since[q] = t
-                rate[q] = r
-                version[q] += 1
-                if r > 0.0:
-                    push(heap, (on_grid(t + max(left[q], 0.0) / r), FINISH, q, version[q]))
+            first: dict[int, tuple[float, list[int]]] = {}
+            for q, r in fair(list(flows), res_of, component).items():
+                if r != rate[q]:
+                    left[q] -= rate[q] * (t - since[q])
+                    since[q] = t
+                    rate[q] = r
+                    due[q] = on_grid(t + max(left[q], 0.0) / r) if r > 0.0 else INF
+                f = due[q]
+                if f < INF:
+                    best = first.get(label[q])
+                    if best is None or f < best[0]:
+                        first[label[q]] = (f, [q])
+                    elif f == best[0]:
+                        best[1].append(q)
+            for f, ties in first.values():
+                for q in ties:
+                    push(heap, (f, FINISH, q))
 
     starts = engine.rank_start
     for p in range(g.n_ops):
@@ -279,18 +322,18 @@ def run(engine) -> None:
                 lane[q] = k
                 finish(q, e, e + lat_q[q] if overlap else e)
         elif what == FINISH:
-            if event[3] != version.get(x, -1):
-                continue  # an older rate's finish
-            batch = [x]  # every flow finishing at this instant (their times are on the grid)
+            if not active[x] or due[x] != t:
+                continue  # an older rate's finish, or one already taken
+            batch = {x}  # every flow finishing at this instant (their times are on the grid)
             while heap and heap[0][1] == FINISH and heap[0][0] == t:
-                other = pop(heap)
-                if other[3] == version.get(other[2], -1):
-                    batch.append(other[2])
+                other = pop(heap)[2]
+                if active[other] and due[other] == t:
+                    batch.add(other)
             for q in sorted(batch):
                 for lim in limits_of[res_of[q]]:
                     users[lim].discard(q)
                     touched.add(lim)
-                del left[q], rate[q], since[q], version[q]
+                active[q] = 0
                 push(heap, (t if overlap else t + lat_q[q], RELEASE, q))
         else:  # RELEASE: the lane is free; the next queued message takes it
             q = x
