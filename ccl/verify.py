@@ -255,7 +255,10 @@ def _verify(algorithm: Algorithm, in_place: bool) -> VerificationResult:
                 current = chunks.add(current, value)
             state[dkey] = current
 
-    _check_outputs(coll, chunks, lambda r, j: state.get(key(r, "output", j)), algorithm.n_steps - 1)
+    if alias:
+        _check_outputs(coll, chunks, lambda r, j: get(key(r, "output", j)), algorithm.n_steps - 1)
+    else:
+        _check_outputs(coll, chunks, lambda r, j: get((r, "output", j)), algorithm.n_steps - 1)
     return VerificationResult(
         steps=algorithm.n_steps,
         transfers=len(transfers),
