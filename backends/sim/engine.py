@@ -58,6 +58,11 @@ def on_grid(t: float) -> float:
     return round(t / GRID) * GRID
 
 
+def on_grid_array(t: np.ndarray) -> np.ndarray:
+    """``on_grid`` elementwise (numpy rounds halves to even, as ``round`` does)."""
+    return np.round(t / GRID) * GRID
+
+
 @dataclass(frozen=True)
 class Resource:
     """A link: lanes, per-lane rate in bytes/us, latency in us, and the shared limits it is

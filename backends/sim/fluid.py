@@ -36,7 +36,7 @@ from array import array
 
 import numpy as np
 
-from .engine import GRID, FairShare, on_grid
+from .engine import FairShare, on_grid, on_grid_array
 from .graph import as_array
 
 INF = math.inf
@@ -250,17 +250,16 @@ def run(engine) -> None:
             since_v[c] = t
             rate_v[c] = rc
             with np.errstate(divide="ignore", invalid="ignore"):
-                due_v[c] = np.where(rc > 0.0, np.round((t + np.maximum(lc, 0.0) / rc) / GRID) * GRID, INF)
+                due_v[c] = np.where(rc > 0.0, on_grid_array(t + np.maximum(lc, 0.0) / rc), INF)
             d = due_v[qs]
             lab = np.fromiter((label[q] for q in flows), dtype=np.int64, count=len(flows))
-            first = np.full(len(component), INF)
-            np.minimum.at(first, lab, d)
-            at = first[lab]
-            tie = (d == at) & (d < INF)
+            soonest = np.full(len(component), INF)  # per component
+            np.minimum.at(soonest, lab, d)
+            tie = (d == soonest[lab]) & (d < INF)
             for f, q in zip(d[tie].tolist(), qs[tie].tolist()):
                 push(heap, (f, FINISH, q))
         else:
-            first: dict[int, tuple[float, list[int]]] = {}
+            soonest_of: dict[int, tuple[float, list[int]]] = {}  # component -> (time, flows)
             for q, r in fair(list(flows), res_of, component).items():
                 if r != rate[q]:
                     left[q] -= rate[q] * (t - since[q])
@@ -269,12 +268,12 @@ def run(engine) -> None:
                     due[q] = on_grid(t + max(left[q], 0.0) / r) if r > 0.0 else INF
                 f = due[q]
                 if f < INF:
-                    best = first.get(label[q])
+                    best = soonest_of.get(label[q])
                     if best is None or f < best[0]:
-                        first[label[q]] = (f, [q])
+                        soonest_of[label[q]] = (f, [q])
                     elif f == best[0]:
                         best[1].append(q)
-            for f, ties in first.values():
+            for f, ties in soonest_of.values():
                 for q in ties:
                     push(heap, (f, FINISH, q))
 
