@@ -11,6 +11,7 @@ import solvers
 import topologies as T
 from backends.sim import Simulator
 from backends.sim.engine import Engine
+from backends.sim.graph import ProgramGraph
 from ccl import InfeasibleError, InputError, Problem, Request, verify
 from ccl.collective import ROOTED_KINDS, builtin
 from ccl.lower import lower
@@ -37,9 +38,12 @@ LOOPS = ("fast", "fluid", "general")
 
 
 def force(m: pytest.MonkeyPatch, loop: str) -> None:
-    """Make ``Engine.run`` take one loop (each is exact: they must agree)."""
+    """Make ``Engine.run`` take one loop (each is exact: they must agree); ``fluid-ops``: the
+    fluid loop following every op instead of the messages the local ops contract to."""
     m.setattr(Engine, "uses_fast_loop", property(lambda self: loop == "fast"))
-    m.setattr(Engine, "uses_fluid_loop", lambda self, mode: loop == "fluid")
+    m.setattr(Engine, "uses_fluid_loop", lambda self, mode: loop in ("fluid", "fluid-ops"))
+    if loop == "fluid-ops":
+        m.setattr(ProgramGraph, "contraction_is_cheap", lambda self: False)
 
 
 def agree(program, size: float, loops, monkeypatch, **options) -> None:
@@ -89,10 +93,13 @@ def test_the_fluid_loop_agrees_with_the_general_one_under_limits(spec, kinds, mo
     """Lazy flow progress and fair shares per component give the general loop's times (every
     event in order, every fair share recomputed) on machines with NICs and NVSwitch ports."""
     assert T.build(spec).flat().limits
+    by_message = []
     for program in packing_programs(spec, kinds):
-        agree(program, 2**24 + 3, ("fluid", "general"), monkeypatch)
+        by_message.append(Simulator(program).graph.contraction_is_cheap())
+        agree(program, 2**24 + 3, ("fluid", "fluid-ops", "general"), monkeypatch)
+    assert any(by_message)  # the fluid loop followed messages, not ops, at least once
     program = next(packing_programs(spec, ("allreduce",)))
-    agree(program, 2**24 + 3, ("fluid", "general"), monkeypatch, slices=2, overlap_latency=True)
+    agree(program, 2**24 + 3, ("fluid", "fluid-ops", "general"), monkeypatch, slices=2, overlap_latency=True)
     for name in ("rail-rings", "hierarchical"):
         problem = Problem(T.build(spec), builtin("allreduce", T.build(spec).n_ranks), Request(name, chunks=2))
         agree(lower(solvers.synthesize(problem), fuse=False, channels=2), 3e6 + 1, ("fluid", "general"), monkeypatch)
