@@ -337,7 +337,7 @@ class _Execution:
             r, i = stuck[0]
             raise _fail("deadlock: " + "; ".join(parts) + more, r, ranks[r][i])
         coll = program.collective
-        _check_outputs(coll, self.chunks, lambda r, j: self.state[r].get(self.mem(r, "output", j)),
+        _check_outputs(coll, self.chunks, lambda r, m: [self.state[r].get(self.mem(r, "output", j)) for j in range(m)],
                        max(program.steps - 1, 0))
 
     def _match(self, key, sendq, recvq, complete) -> None:
