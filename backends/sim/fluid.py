@@ -3,7 +3,9 @@ case (dependency mode, local ops free).
 
 Ops are followed through their dependencies as they complete (local ops complete when they
 are issued, at once, without an event), and a message is ready when its send and its receive
-are posted and the message before it of its pair and channel is ready. Messages on links
+are posted and the message before it of its pair and channel is ready. Where the local ops
+contract cheaply, the run follows messages instead (each waits for the sends and receives it
+reaches through local ops, as in the fast loop), and the ops' times are derived after. Messages on links
 without limits take their lane first come first served and their completions are known at
 once, as in the fast loop. Messages on limited links are *flows*: they share the limits max-min fairly while
 their data moves, then hold their lane for the latency (or, with ``overlap_latency``, land a
