@@ -128,11 +128,12 @@ def unit_moves(algorithm: Algorithm) -> Moves:
         stride = max(max((len(x) for x in coll.inputs), default=0), 1)
         keys = np.unique(dst[wrote_input] * stride + didx[wrote_input])
         red_rank = keys // stride
-        first_of_rank = np.searchsorted(red_rank, np.arange(n))
+        bounds = np.searchsorted(red_rank, np.arange(n + 1))  # rank r's keys: bounds[r]..bounds[r+1]-1
         red_scratch = np.array([len(scratch[r]) for r in range(n)], dtype=np.int64)[red_rank] + \
-            np.arange(len(keys)) - first_of_rank[red_rank]
-        for r, i in zip(red_rank.tolist(), (keys % stride).tolist()):
-            scratch[r].append(i % k)
+            np.arange(len(keys)) - bounds[red_rank]
+        classes = keys % stride % k
+        for r in np.flatnonzero(np.diff(bounds)).tolist():  # per rank, in input order
+            scratch[r].extend(classes[bounds[r]:bounds[r + 1]].tolist())
         rkey, wkey = src * stride + sidx, dst * stride + didx
         rpos = np.minimum(np.searchsorted(keys, rkey), len(keys) - 1)
         src_redirected = (sbuf == INPUT) & (keys[rpos] == rkey)
@@ -209,8 +210,17 @@ def _versions(scratch, vcls, step, src, sidx, reads, dst, didx, writes, reduce):
     w_slot = dst[w_ids] * span + didx[w_ids]
     uniq, first = np.unique(w_slot, return_index=True)
     first_cls = vcls[w_ids[first]]
-    for key, cls in zip(uniq.tolist(), first_cls.tolist()):
-        scratch[key // span][key % span] = cls
+    w_rank, w_index = np.divmod(uniq, span)
+    bounds = np.searchsorted(w_rank, np.arange(len(scratch) + 1))  # rank r's slots: bounds[r]..bounds[r+1]-1
+    for r in np.flatnonzero(np.diff(bounds)).tolist():
+        lo, hi = int(bounds[r]), int(bounds[r + 1])
+        at, classes = w_index[lo:hi].tolist(), first_cls[lo:hi].tolist()
+        if at[-1] - at[0] + 1 == len(at):  # a run of slots (sorted, distinct): one slice
+            scratch[r][at[0]:at[-1] + 1] = classes
+        else:
+            row = scratch[r]
+            for i, cls in zip(at, classes):
+                row[i] = cls
     _check_reduces(vcls, step, dst, didx, w_ids, w_slot, reduce)
     w_moved = vcls[w_ids] != first_cls[np.searchsorted(uniq, w_slot)]
     if not np.any(w_moved):
