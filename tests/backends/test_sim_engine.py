@@ -95,9 +95,12 @@ def test_the_fluid_loop_agrees_with_the_general_one_under_limits(spec, kinds, mo
     assert T.build(spec).flat().limits
     by_message = []
     for program in packing_programs(spec, kinds):
-        by_message.append(Simulator(program).graph.contraction_is_cheap())
-        agree(program, 2**24 + 3, ("fluid", "fluid-ops", "general"), monkeypatch)
-    assert any(by_message)  # the fluid loop followed messages, not ops, at least once
+        cheap = Simulator(program).graph.contraction_is_cheap()
+        # where the loop follows messages, once also op by op (the loop's other way)
+        agree(program, 2**24 + 3, ("fluid", "fluid-ops", "general") if cheap and not by_message else
+              ("fluid", "general"), monkeypatch)
+        by_message += [True] if cheap else []
+    assert by_message  # the fluid loop followed messages, not ops, at least once
     program = next(packing_programs(spec, ("allreduce",)))
     agree(program, 2**24 + 3, ("fluid", "fluid-ops", "general"), monkeypatch, slices=2, overlap_latency=True)
     for name in ("rail-rings", "hierarchical"):

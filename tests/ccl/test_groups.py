@@ -86,6 +86,7 @@ def test_every_group_is_verified_and_timed_together(spec, topology, kind, solver
         verify(broken)
 
 
+@pytest.mark.slow
 def test_sharing_slows_groups_and_the_bound_sees_it() -> None:
     topo = T.build(OVERSUBSCRIBED)
     ring = synthesize_groups(topo, "allreduce", "dp", size=1 << 26, solver="ring")

@@ -213,6 +213,7 @@ def test_emit_msccl_writes_one_verified_file_per_range(capsys, ring4_allreduce, 
     assert code == 2 and "-o FOLDER" in err
 
 
+@pytest.mark.slow
 def test_emitted_set_script_runs_the_schedule_serving_the_size(capsys, ring4_allreduce, tmp_path):
     pytest.importorskip("torch")
     src, script = tmp_path / "set.json", tmp_path / "prog.py"

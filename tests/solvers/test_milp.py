@@ -98,7 +98,8 @@ def best_template_time(topo, kind, size):
     return best
 
 
-@pytest.mark.parametrize(("spec", "kind", "size"), [("ndv2:2", "allgather", 1 << 20), ("dgx-h100:2", "alltoall", 1024),
+@pytest.mark.parametrize(("spec", "kind", "size"), [pytest.param("ndv2:2", "allgather", 1 << 20, marks=pytest.mark.slow),
+                                                    ("dgx-h100:2", "alltoall", 1024),
                                                     ("dgx-h100:2", "allgather", 1 << 20)])
 def test_never_slower_than_the_templates_it_reads(spec, kind, size):
     topo = T.build(spec)
@@ -158,6 +159,7 @@ def test_custom_and_unsupported_collectives_are_refused():
         solvers.synthesize(Problem(T.ring(4), builtin("gather", 4, 0), Request("milp")))
 
 
+@pytest.mark.slow
 def test_cli_options(tmp_path, capsys):
     sketch = tmp_path / "rails.json"
     sketch.write_text(json.dumps({"internode": [[i, i] for i in range(8)]}))

@@ -1270,8 +1270,8 @@ def test_turned_reduce_sends_the_roots_own_part_up_a_cycle_of_turns_late(monkeyp
     assert late < 0.97 * timed()
 
 
-@pytest.mark.parametrize("kind", ["broadcast", "reduce"])
-@pytest.mark.parametrize("spec", ["dgx-h100:2", "dgx-a100:3"])
+@pytest.mark.parametrize("spec,kind", [("dgx-h100:2", "broadcast"), pytest.param("dgx-h100:2", "reduce", marks=pytest.mark.slow),
+                                       ("dgx-a100:3", "broadcast"), ("dgx-a100:3", "reduce")])
 def test_turned_rail_chains_schedule_verifies_and_beats_the_plain_chains_at_64MiB(spec: str, kind: str) -> None:
     """The schedule takes a part's trees in turn, stage by stage (``schedule._turns``); it
     verifies for broadcast and reduce with and without a ramp and a lighter own part, and on

@@ -364,7 +364,7 @@ def test_packing_schedules_round_trip(topo, kind):
     assert summary["max_steps"] <= 64
 
 
-@pytest.mark.parametrize("coalesce", [False, True])
+@pytest.mark.parametrize("coalesce", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_packing_allreduce_shapes_round_trip(coalesce):
     """A pipelined packing allreduce, plain or coalesced (pieces packed into scratch by local
     copies, sent as one message, unpacked by local reductions), exported and read back."""

@@ -34,7 +34,7 @@ def check_ddp(rows: tuple) -> None:
         assert row["entries_run"] == [0, 1]  # buckets on both sides of the split
 
 
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_ddp_hook_trains_like_plain_ddp(n: int) -> None:
     [rows] = run_jobs(n, [Call(f"{SCENARIOS}:ddp")], timeout=60)
     check_ddp(rows)

@@ -136,6 +136,7 @@ def test_templates_on_3_ranks_torch_conventions_and_clean_failures(tmp_path):
     assert any("receive into" in row["message"] for row in absent[:2])
 
 
+@pytest.mark.slow
 def test_templates_on_4_ranks():
     labels, jobs = template_jobs(4, chunk_factors=(1, 3), modes=[(1, False), (13, True), (1031, False)])
     assert_all_match(labels, run_jobs(4, jobs, timeout=60))
@@ -169,6 +170,7 @@ def searched_jobs() -> tuple[list[str], list[Job]]:
     return labels, jobs
 
 
+@pytest.mark.slow
 def test_searched_schedules_on_4_ranks():
     labels, jobs = searched_jobs()
     results = run_jobs(4, jobs, timeout=60)
