@@ -146,12 +146,13 @@ def run(engine) -> None:
     sent = engine.sent = as_array("d", np.full(n_q, INF))
     landed = as_array("d", np.full(n_q, INF))
     lane = engine.lane = as_array("q", np.zeros(n_q, dtype=np.int64))
-    posted = bytearray(n_q)  # sides posted (0, 1, 2)
-    post_time = array("d", bytes(8 * n_q))
-    first = np.ones(g.n_messages, dtype=np.uint8)
-    first[g.msg_next[g.msg_next >= 0]] = 0
-    prev_ready = bytearray(np.repeat(first, m).tobytes())  # the pair's message before it is ready (or none)
-    held = bytearray(n_q)  # both sides posted, waiting for the message before it
+    if not by_message:  # (the message lists count these waits themselves)
+        posted = bytearray(n_q)  # sides posted (0, 1, 2)
+        post_time = array("d", bytes(8 * n_q))
+        first = np.ones(g.n_messages, dtype=np.uint8)
+        first[g.msg_next[g.msg_next >= 0]] = 0
+        prev_ready = bytearray(np.repeat(first, m).tobytes())  # the pair's message before it is ready (or none)
+        held = bytearray(n_q)  # both sides posted, waiting for the message before it
     nxt = g.msg_next.tolist()
     fair = MaxMin([r.rate for r in resources], limits_of, list(engine.limit_caps))
     vector = FairShare(resources, engine.limit_caps)
@@ -331,14 +332,12 @@ def run(engine) -> None:
                         complete(v, t0)
                     else:
                         post(op_message[p] * m + j, t0)
+    landing = arrive if by_message else complete  # a receive landing after its send left
     while heap:
         event = pop(heap)
         t, what, x = event[0], event[1], event[2]
         if what == DONE:
-            if by_message:
-                arrive(x, t)
-            else:
-                complete(x, t)
+            landing(x, t)
         elif what == READY:
             q = x
             w = nxt[q // m]

@@ -93,14 +93,14 @@ def test_the_fluid_loop_agrees_with_the_general_one_under_limits(spec, kinds, mo
     """Lazy flow progress and fair shares per component give the general loop's times (every
     event in order, every fair share recomputed) on machines with NICs and NVSwitch ports."""
     assert T.build(spec).flat().limits
-    by_message = []
+    by_message = False  # whether the loop followed messages, not ops, at least once
     for program in packing_programs(spec, kinds):
         cheap = Simulator(program).graph.contraction_is_cheap()
-        # where the loop follows messages, once also op by op (the loop's other way)
+        # the first time the loop follows messages, also op by op (the loop's other way)
         agree(program, 2**24 + 3, ("fluid", "fluid-ops", "general") if cheap and not by_message else
               ("fluid", "general"), monkeypatch)
-        by_message += [True] if cheap else []
-    assert by_message  # the fluid loop followed messages, not ops, at least once
+        by_message = by_message or cheap
+    assert by_message
     program = next(packing_programs(spec, ("allreduce",)))
     agree(program, 2**24 + 3, ("fluid", "fluid-ops", "general"), monkeypatch, slices=2, overlap_latency=True)
     for name in ("rail-rings", "hierarchical"):
