@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from itertools import chain
 
 from . import validate
 from .algorithm import Algorithm
@@ -50,36 +51,41 @@ class _Chunks:
                     seen[id(need)] = need
         distinct = list(dict.fromkeys(seen.values()))
         covered: set[int] = set()
-        overlap = False
+        total = 0
         for need in distinct:
-            if not overlap and not covered.isdisjoint(need):
-                overlap = True
             covered.update(need)
+            total += len(need)
         groups: list[list[int]]
+        overlap = total != len(covered)  # some chunk is in two required sums
         if not overlap:  # the usual case: required sums are disjoint, each is a group
             groups = [sorted(need) for need in distinct]
         else:
             groups = _merge_overlapping(distinct)
-        loose = sorted({c for slots in collective.inputs for c in slots} - covered)
+        loose = sorted(set(chain.from_iterable(collective.inputs)) - covered)
         groups.extend([c] for c in loose)
         groups.sort(key=lambda g: g[0])
-        self.where: dict[int, tuple[int, int]] = {}
+        self.single: dict[int, _Value] = {}  # the value of each chunk alone: (group, its bit, 0)
         self.members: list[list[int]] = groups
+        bits: list[int] = []
         for g, cs in enumerate(groups):
-            for bit, c in enumerate(cs):
-                self.where[c] = (g, 1 << bit)
+            while len(bits) < len(cs):
+                bits.append(1 << len(bits))
+            self.single.update(zip(cs, [(g, bit, 0) for bit in bits[:len(cs)]]))
         self.required: dict[int, _Value] = {}
+        single = self.single
         for key, need in seen.items():
-            g = self.where[next(iter(need))][0]
+            g = single[next(iter(need))][0]
+            if not overlap:  # its group is itself: every bit of it
+                self.required[key] = (g, (1 << len(need)) - 1, 0)
+                continue
             mask = 0
             for c in need:
-                mask |= self.where[c][1]
+                mask |= single[c][1]
             self.required[key] = (g, mask, 0)
         self.collective = collective
 
     def value(self, chunk: int) -> _Value:
-        g, bit = self.where[chunk]
-        return (g, bit, 0)
+        return self.single[chunk]
 
     def counts(self, value: _Value) -> Counter:
         if value[0] < 0:
@@ -149,29 +155,34 @@ def verify(algorithm: Algorithm, *, in_place: bool = False) -> VerificationResul
         return _verify(algorithm, in_place)
 
 
-def _verify(algorithm: Algorithm, in_place: bool) -> VerificationResult:
+def _verify(algorithm: Algorithm, in_place: bool, by_range: bool = True) -> VerificationResult:
+    """The verification. State: one list of values per (rank, buffer). A step is executed range
+    by range (``_range_step``: a transfer's slots read and written as slices) unless two of its
+    transfers write one slot (several reductions into it, or an error to name) or the call is
+    in place (aliased slots): then slot by slot (``_slot_step``). Both read the state before the
+    step and raise the same errors; ``by_range=False`` runs every step slot by slot (the tests
+    compare the two)."""
     coll = algorithm.collective
     topo = algorithm.topology
     chunks = _Chunks(coll)
     n = coll.n_ranks
 
-    # state[(rank, buffer, index)] = value. In place, aliased output slots are their input slots.
-    state: dict[tuple[int, str, int], _Value] = {}
+    # state[(rank, buffer)][index] = value, None before anything is written there. In place,
+    # aliased output slots are their input slots (``alias``, slot by slot).
+    state: dict[tuple[int, str], list] = {}
     alias: dict[tuple[int, str, int], tuple[int, str, int]] = {}
+    scratch = algorithm.scratch_slots
     for r in range(n):
-        for i, c in enumerate(coll.inputs[r]):
-            state[(r, "input", i)] = chunks.value(c)
+        inputs = state[(r, "input")] = list(map(chunks.single.__getitem__, coll.inputs[r]))
+        outputs = state[(r, "output")] = [None] * len(coll.outputs[r])
+        state[(r, "scratch")] = [None] * scratch[r]
         for j, a in enumerate(coll.aliases[r]):
             if a is None:
                 continue
             if in_place:
                 alias[(r, "output", j)] = (r, "input", a)
             else:
-                state[(r, "output", j)] = state[(r, "input", a)]
-
-    def key(rank: int, buf: str, idx: int) -> tuple[int, str, int]:
-        slot = (rank, buf, idx)
-        return alias.get(slot, slot)
+                outputs[j] = inputs[a]
 
     link_ok: dict[tuple[int, int], bool] = {}
     transfers = algorithm.transfers
@@ -193,78 +204,144 @@ def _verify(algorithm: Algorithm, in_place: bool) -> VerificationResult:
     if algorithm.rounds is not None:
         _check_capacity(algorithm)
 
-    get = state.get
+    ranged = by_range and not alias
     for step, indices in algorithm.used_steps:
-        first: dict[tuple[int, str, int], tuple[str, _Value, int]] = {}
-        more: dict[tuple[int, str, int], list[tuple[str, _Value, int]]] = {}
-        for k in indices:
-            src, sbuf, sidx, dst, dbuf, didx, count, op = transfers[k][1:]
-            for j in range(count):
-                skey = (src, sbuf, sidx + j)
-                if alias:
-                    skey = alias.get(skey, skey)
-                value = get(skey)
-                if value is None:
-                    t = transfers[k]
-                    raise VerificationError(
-                        f"step {step}: rank {src} reads {sbuf}[{sidx + j}] before anything "
-                        f"was written there (transfer {k}: {t.describe()})",
-                        rank=src,
-                        step=step,
-                        buffer=sbuf,
-                        index=sidx + j,
-                        transfer=k,
-                        expected="a value",
-                        found="nothing",
-                    )
-                dkey = (dst, dbuf, didx + j)
-                if alias:
-                    dkey = alias.get(dkey, dkey)
-                if dkey in first:
-                    more.setdefault(dkey, [first[dkey]]).append((op, value, k))
-                else:
-                    first[dkey] = (op, value, k)
-        for dkey, (op, value, k) in first.items():
-            if dkey in more:
-                continue
-            if op == "copy":
-                state[dkey] = value
-                continue
-            current = get(dkey)
-            if current is None:
-                _reduce_into_nothing(transfers, step, dkey, k)
-            state[dkey] = chunks.add(current, value)
-        for dkey, ws in more.items():
-            rank = dkey[0]
-            if any(op == "copy" for op, _, _ in ws):
-                ks = sorted(k for _, _, k in ws)
-                raise VerificationError(
-                    f"step {step}: rank {rank} {dkey[1]}[{dkey[2]}] receives a copy and another write "
-                    f"in the same step (transfers {ks[0]} and {ks[1]}: {transfers[ks[0]].describe()}; "
-                    f"{transfers[ks[1]].describe()})",
-                    rank=rank,
-                    step=step,
-                    buffer=dkey[1],
-                    index=dkey[2],
-                    transfer=ks[1],
-                )
-            current = get(dkey)
-            if current is None:
-                _reduce_into_nothing(transfers, step, dkey, ws[0][2])
-            for _, value, _ in ws:
-                current = chunks.add(current, value)
-            state[dkey] = current
+        if not (ranged and _range_step(state, chunks, transfers, step, indices)):
+            _slot_step(state, alias, chunks, transfers, step, indices)
 
     if alias:
-        _check_outputs(coll, chunks, lambda r, m: [get(key(r, "output", j)) for j in range(m)], algorithm.n_steps - 1)
+        def values_of(r: int, m: int) -> list:
+            out = []
+            for j in range(m):
+                slot = alias.get((r, "output", j), (r, "output", j))
+                out.append(state[slot[:2]][slot[2]])
+            return out
     else:
-        _check_outputs(coll, chunks, lambda r, m: [get((r, "output", j)) for j in range(m)], algorithm.n_steps - 1)
+        def values_of(r: int, m: int) -> list:
+            return state[(r, "output")][:m]
+    _check_outputs(coll, chunks, values_of, algorithm.n_steps - 1)
     return VerificationResult(
         steps=algorithm.n_steps,
         transfers=len(transfers),
         chunk_transfers=algorithm.n_chunk_transfers,
         in_place=in_place,
     )
+
+
+def _read_error(transfers, step: int, k: int, j: int) -> VerificationError:
+    t = transfers[k]
+    return VerificationError(
+        f"step {step}: rank {t.src} reads {t.src_buf}[{t.src_index + j}] before anything "
+        f"was written there (transfer {k}: {t.describe()})",
+        rank=t.src,
+        step=step,
+        buffer=t.src_buf,
+        index=t.src_index + j,
+        transfer=k,
+        expected="a value",
+        found="nothing",
+    )
+
+
+def _range_step(state: dict, chunks: _Chunks, transfers, step: int, indices) -> bool:
+    """One step, each transfer's slots as one slice: every read first (the state before the
+    step), then the writes in transfer order (several reductions into one slot add up in that
+    order, as slot by slot). False, with nothing changed, where the step holds an error past
+    its reads (a copy and another write into one slot, a reduction into nothing): the step is
+    then run slot by slot, which names it."""
+    reads = []
+    spans = []
+    doubtful = False  # a reduction into a slot that holds nothing before the step
+    for k in indices:
+        _, src, sbuf, sidx, dst, dbuf, didx, count, op = transfers[k]
+        values = state[(src, sbuf)][sidx:sidx + count]
+        if None in values:
+            raise _read_error(transfers, step, k, values.index(None))
+        reads.append(values)
+        copy = op == "copy"
+        spans.append((dst, dbuf, didx, didx + count, copy))
+        if not copy and None in state[(dst, dbuf)][didx:didx + count]:
+            doubtful = True
+    if doubtful:
+        return False
+    if len(spans) > 1:  # slots written twice: only by reductions
+        spans.sort()
+        where, end, copied = None, -1, False
+        for dst, dbuf, start, stop, copy in spans:
+            if (dst, dbuf) != where or start >= end:  # a new run of overlapping spans
+                where, end, copied = (dst, dbuf), stop, copy
+                continue
+            copied = copied or copy
+            if copied:
+                return False
+            if stop > end:
+                end = stop
+    add = chunks.add
+    for k, values in zip(indices, reads):
+        _, _, _, _, dst, dbuf, didx, count, op = transfers[k]
+        slots = state[(dst, dbuf)]
+        if op == "copy":
+            slots[didx:didx + count] = values
+        else:
+            slots[didx:didx + count] = list(map(add, slots[didx:didx + count], values))
+    return True
+
+
+def _slot_step(state: dict, alias: dict, chunks: _Chunks, transfers, step: int, indices) -> None:
+    """One step slot by slot: every read first (the state before the step), then the writes;
+    several reductions into one slot add up, a copy and another write into one slot is an
+    error."""
+    def get(slot: tuple[int, str, int]):
+        return state[slot[:2]][slot[2]]
+
+    first: dict[tuple[int, str, int], tuple[str, _Value, int]] = {}
+    more: dict[tuple[int, str, int], list[tuple[str, _Value, int]]] = {}
+    for k in indices:
+        src, sbuf, sidx, dst, dbuf, didx, count, op = transfers[k][1:]
+        for j in range(count):
+            skey = (src, sbuf, sidx + j)
+            if alias:
+                skey = alias.get(skey, skey)
+            value = get(skey)
+            if value is None:
+                raise _read_error(transfers, step, k, j)
+            dkey = (dst, dbuf, didx + j)
+            if alias:
+                dkey = alias.get(dkey, dkey)
+            if dkey in first:
+                more.setdefault(dkey, [first[dkey]]).append((op, value, k))
+            else:
+                first[dkey] = (op, value, k)
+    for dkey, (op, value, k) in first.items():
+        if dkey in more:
+            continue
+        if op == "copy":
+            state[dkey[:2]][dkey[2]] = value
+            continue
+        current = get(dkey)
+        if current is None:
+            _reduce_into_nothing(transfers, step, dkey, k)
+        state[dkey[:2]][dkey[2]] = chunks.add(current, value)
+    for dkey, ws in more.items():
+        rank = dkey[0]
+        if any(op == "copy" for op, _, _ in ws):
+            ks = sorted(k for _, _, k in ws)
+            raise VerificationError(
+                f"step {step}: rank {rank} {dkey[1]}[{dkey[2]}] receives a copy and another write "
+                f"in the same step (transfers {ks[0]} and {ks[1]}: {transfers[ks[0]].describe()}; "
+                f"{transfers[ks[1]].describe()})",
+                rank=rank,
+                step=step,
+                buffer=dkey[1],
+                index=dkey[2],
+                transfer=ks[1],
+            )
+        current = get(dkey)
+        if current is None:
+            _reduce_into_nothing(transfers, step, dkey, ws[0][2])
+        for _, value, _ in ws:
+            current = chunks.add(current, value)
+        state[dkey[:2]][dkey[2]] = current
 
 
 def _check_outputs(coll: Collective, chunks: _Chunks, values_of, last: int) -> None:

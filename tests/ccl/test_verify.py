@@ -171,3 +171,71 @@ def test_random_schedules_only_ever_raise_project_errors(rows, kind):
         verify(algorithm, in_place=True)
     except VerificationError as exc:
         assert exc.message
+
+
+_span = st.tuples(st.sampled_from(["input", "output", "scratch"]), st.integers(0, 5))
+
+
+@st.composite
+def random_ranges(draw):
+    """Transfers of 1 to 3 slots on 3 ranks (inputs of 2 slots, outputs of up to 6): writes of
+    several transfers into one slot in a step, reads of slots written in the same step."""
+    rows = []
+    for _ in range(draw(st.integers(0, 14))):
+        sbuf, sidx = draw(_span)
+        dbuf, didx = draw(_span)
+        rows.append((draw(st.integers(0, 2)), draw(st.integers(0, 2)), sbuf, sidx, draw(st.integers(0, 2)), dbuf,
+                     didx, draw(st.integers(1, 3)), draw(st.sampled_from(["copy", "reduce", "reduce"]))))
+    return rows
+
+
+def _outcome(run):
+    try:
+        return run()
+    except VerificationError as exc:
+        return exc.message, exc.rank, exc.step, exc.buffer, exc.index, exc.transfer
+
+
+@given(random_ranges(), st.sampled_from(["allgather", "allreduce", "alltoall", "reducescatter"]))
+def test_range_steps_agree_with_slot_steps(rows, kind):
+    """The verifier's two ways through a step (a transfer's slots as one slice, or slot by slot)
+    accept the same schedules and name the same first error."""
+    import importlib
+
+    from ccl.collective import builtin
+
+    checker = importlib.import_module("ccl.verify")
+    coll = builtin(kind, 3, chunks=2)
+    try:
+        algorithm = alg(T.fully_connected(3), coll, rows)
+    except CollectiveError:
+        return
+    assert _outcome(lambda: checker._verify(algorithm, False)) == \
+        _outcome(lambda: checker._verify(algorithm, False, by_range=False))
+
+
+def test_tree_reductions_stay_range_by_range(monkeypatch):
+    """Steps where several children reduce into their parent's slots, and a reduction whose
+    chunks are counted twice, are run as ranges (not slot by slot), with the same outcome."""
+    import importlib
+
+    from ccl import Problem, Request, synthesize
+    from ccl.collective import builtin
+
+    checker = importlib.import_module("ccl.verify")
+    topo = T.build("dgx-h100:2")
+    result = synthesize(Problem(topo, builtin("reducescatter", topo.n_ranks), Request("packing", size=2**26)))
+    reduces = [t for t in result.algorithm.transfers if t.op == "reduce"]
+    steps = {}
+    for t in reduces:
+        steps.setdefault((t.step, t.dst, t.dst_buf, t.dst_index), []).append(t)
+    assert any(len(ts) > 1 for ts in steps.values())  # several reductions into one slot in one step
+
+    def refuse(*args):
+        raise AssertionError("a step ran slot by slot")
+
+    monkeypatch.setattr(checker, "_slot_step", refuse)
+    assert checker._verify(result.algorithm, False).transfers == len(result.algorithm.transfers)
+    twice = result.algorithm.with_transfers(result.algorithm.transfers + (reduces[-1]._replace(step=result.algorithm.n_steps),))
+    with pytest.raises(VerificationError, match="counted more than once"):
+        checker._verify(twice, False)
