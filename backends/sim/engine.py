@@ -51,6 +51,14 @@ _EPS = 1e-12
 GRID = 2.0**-32  # microseconds: a fluid flow finishes on this grid (about 0.23 fs)
 
 
+def hub_ready(g: ProgramGraph, m: int, rank_start) -> array:
+    """The earliest start of every instance of the message loops (``ProgramGraph.message_lists``):
+    a message's when both its ranks have started, a hub's when its rank has."""
+    starts = np.asarray(rank_start, dtype=float)
+    return as_array("d", np.concatenate([np.repeat(np.maximum(starts[g.msg_src], starts[g.msg_dst]), m),
+                                         np.repeat(starts[g.op_rank[g.hubs()]], m)]))
+
+
 def on_grid(t: float) -> float:
     """``t`` rounded to ``GRID``. Flows that finish together in exact arithmetic, whose times
     were summed in different orders, then finish at one instant, so ties between the messages
@@ -78,6 +86,8 @@ class Engine:
     """One run: fills per op instance (op p, slice j: v = p * slices + j) ``issue`` and
     ``done``, and per message instance (q = message * slices + j) ``start``, ``sent``,
     ``landed`` and ``lane``. Slice j of an op depends on slice j of its dependencies only."""
+
+    follow_ops = False  # the fluid loop follows every op, not the message graph (the tests compare both)
 
     def __init__(self, graph: ProgramGraph, msg_resource: np.ndarray, msg_bytes: np.ndarray,
                  resources: list[Resource], limit_caps: list[float], *, slices: int, overlap_latency: bool,
@@ -116,11 +126,8 @@ class Engine:
         return not self.fluid and self.local_rate is None
 
     def uses_fluid_loop(self, mode: str) -> bool:
-        """The op-level loop of ``fluid``: dependency mode and local ops free, on links under
-        limits, or without limits when the fast loop's contraction of local ops would cost
-        much more than the ops themselves."""
-        return self.local_rate is None and mode == "dependency" and (
-            self.fluid or not self.g.contraction_is_cheap())
+        """The loop of ``fluid``: dependency mode and local ops free, on links under limits."""
+        return self.local_rate is None and mode == "dependency" and self.fluid
 
     # ------------------------------------------------------------------ entry points
     def run(self, mode: str) -> None:
@@ -159,8 +166,7 @@ class Engine:
         g, m = self.g, self.m
         remaining, out_ptr, out_idx = g.message_lists(m)
         rem = array("q", remaining)
-        starts = np.asarray(self.rank_start, dtype=float)
-        ready = as_array("d", np.repeat(np.maximum(starts[g.msg_src], starts[g.msg_dst]), m))
+        ready = hub_ready(g, m, self.rank_start)
         step = as_array("q", np.repeat(g.msg_step, m))
         res_of = as_array("q", np.repeat(self.msg_resource, m))
         svc = as_array("d", np.repeat(self.svc_array, m))
@@ -177,18 +183,43 @@ class Engine:
         push, pop = heapq.heappush, heapq.heappop
         stepped = mode == "step"
         pending: dict[int, list[int]] = {}
+        limit = -1
+
+        def fire(h: int) -> None:
+            """Hub instance h (``ProgramGraph.hubs``) has its waits in: it completes at once,
+            and so do the hubs it alone held back."""
+            todo = [h]
+            while todo:
+                h = todo.pop()
+                t = ready[h]
+                c = n_q + h  # 2 n_q + (h - n_q)
+                for k in range(out_ptr[c], out_ptr[c + 1]):
+                    w = out_idx[k]
+                    rem[w] -= 1
+                    if ready[w] < t:
+                        ready[w] = t
+                    if rem[w] == 0:
+                        if w >= n_q:
+                            todo.append(w)
+                        elif stepped and step[w] > limit:
+                            pending.setdefault(step[w], []).append(w)
+                        else:
+                            push(heap, (ready[w], w))
+
         if stepped:
             barrier = max(self.rank_start, default=0.0)
             phases = np.unique(g.msg_step).tolist() if g.n_messages else []
-            for q, r in enumerate(rem):
-                if not r:
+            for q in range(n_q):
+                if not rem[q]:
                     pending.setdefault(step[q], []).append(q)
         else:
             barrier, phases = 0.0, [None]
-            for q, r in enumerate(rem):
-                if not r:
+            for q in range(n_q):
+                if not rem[q]:
                     push(heap, (ready[q], q))
-        limit = -1
+        for h in range(n_q, len(rem)):
+            if not rem[h]:
+                fire(h)
         begins = []
         for s in phases:
             latest = barrier
@@ -238,7 +269,9 @@ class Engine:
                     if ready[w] < e:
                         ready[w] = e
                     if rem[w] == 0:
-                        if stepped and step[w] > limit:
+                        if w >= n_q:
+                            fire(w)
+                        elif stepped and step[w] > limit:
                             pending.setdefault(step[w], []).append(w)
                         else:
                             push(heap, (ready[w], w))
@@ -248,7 +281,9 @@ class Engine:
                     if ready[w] < a:
                         ready[w] = a
                     if rem[w] == 0:
-                        if stepped and step[w] > limit:
+                        if w >= n_q:
+                            fire(w)
+                        elif stepped and step[w] > limit:
                             pending.setdefault(step[w], []).append(w)
                         else:
                             push(heap, (ready[w], w))
@@ -278,9 +313,23 @@ class Engine:
         network = msg >= 0
         completion = np.zeros((g.n_ops, m))
         completion[network] = np.where(g.is_recv[network][:, None], landed[msg[network]], sent[msg[network]])
-        src, dst = g.contracted()
-        if len(src):
-            np.maximum.at(ready, dst, completion[src])
+        # local ops, each after the ops it waits for: done (and issued) once those are done
+        done = np.where(network[:, None], completion, ready)
+        order, in_ptr, in_idx = g.local_deps()
+        for j in range(m if len(order) else 0):
+            d = done[:, j].tolist()
+            for p in order.tolist():
+                t = d[p]
+                for k in range(in_ptr[p], in_ptr[p + 1]):
+                    x = d[in_idx[k]]
+                    if x > t:
+                        t = x
+                d[p] = t
+            done[:, j] = d
+        ready[order] = done[order]
+        into = network[g.dep_dst]  # then sends and receives: once the ops they wait for are done
+        if np.any(into):
+            np.maximum.at(ready, g.dep_dst[into], done[g.dep_src[into]])
         if self._phases is not None:
             steps, begins, final = self._phases
             at = np.searchsorted(steps, g.op_step)  # the first message step >= the op's step

@@ -38,7 +38,7 @@ from array import array
 
 import numpy as np
 
-from .engine import FairShare, on_grid, on_grid_array
+from .engine import FairShare, hub_ready, on_grid, on_grid_array
 from .graph import as_array
 
 INF = math.inf
@@ -107,20 +107,18 @@ def run(engine) -> None:
     """Fill ``engine.start``, ``sent``, ``landed`` and ``lane`` per message instance, and
     ``issue`` and ``done`` per op instance when the run follows ops (see ``by_message``)."""
     g, m = engine.g, engine.m
-    # Dependencies are followed between messages when the local ops contract cheaply
-    # (``ProgramGraph.message_lists``: a message instance waits for the sends and receives it
-    # reaches through local ops, and for its pair's message before it); the ops' own times
-    # then follow from the messages' (``Engine.op_times``). Coalesced schedules pack and unpack
-    # their messages with copies (dgx-h100:16 allgather at 24 stages: 637,856 copies, 68,480
-    # messages), which the op-level walk would visit one by one at every judgement. Long
-    # chains of local ops (a reduction accumulating many pieces) would make the contraction
-    # quadratic: those are followed op by op.
-    by_message = g.contraction_is_cheap()
+    # Dependencies are followed between messages (``ProgramGraph.message_lists``: a message
+    # instance waits for the sends and receives it reaches through local ops, and for its
+    # pair's message before it; where that contraction would be quadratic, through the local
+    # ops kept as hubs); the ops' own times then follow from the messages' (``Engine.op_times``).
+    # Coalesced schedules pack and unpack their messages with copies (dgx-h100:16 allgather at
+    # 24 stages: 637,856 copies, 68,480 messages), which an op-level walk would visit one by
+    # one at every judgement. ``Engine.follow_ops``: op by op (the tests compare both).
+    by_message = not engine.follow_ops
     if by_message:
         m_remaining, m_ptr, m_idx = g.message_lists(m)
         m_rem = array("q", m_remaining)  # a copy: the lists are cached on the graph
-        starts_np = np.asarray(engine.rank_start, dtype=float)
-        m_ready = as_array("d", np.repeat(np.maximum(starts_np[g.msg_src], starts_np[g.msg_dst]), m))
+        m_ready = hub_ready(g, m, engine.rank_start)
     else:
         remaining, out_ptr, out_idx = g.op_lists()
         n_v = g.n_ops * m
@@ -208,15 +206,27 @@ def run(engine) -> None:
             posted[q] = 1
 
     def arrive(c: int, t: float) -> None:
-        """Completion c (2q: instance q's send, 2q+1: its receive) at t, followed to the
-        message instances waiting for it (``by_message``)."""
-        for k in range(m_ptr[c], m_ptr[c + 1]):
-            w = m_idx[k]
-            m_rem[w] -= 1
-            if m_ready[w] < t:
-                m_ready[w] = t
-            if m_rem[w] == 0:
-                push(heap, (m_ready[w], READY, w))
+        """Completion c (2q: instance q's send, 2q+1: its receive, past 2 n_q: a hub's) at t,
+        followed to the instances waiting for it (``by_message``); a hub whose waits are in
+        completes at once (a stack, not recursion)."""
+        todo = None
+        while True:
+            for k in range(m_ptr[c], m_ptr[c + 1]):
+                w = m_idx[k]
+                m_rem[w] -= 1
+                if m_ready[w] < t:
+                    m_ready[w] = t
+                if m_rem[w] == 0:
+                    if w < n_q:
+                        push(heap, (m_ready[w], READY, w))
+                    elif todo is None:
+                        todo = [w]
+                    else:
+                        todo.append(w)
+            if not todo:
+                return
+            w = todo.pop()
+            c, t = n_q + w, m_ready[w]
 
     if by_message:
         def finish(q: int, s: float, a: float) -> None:
@@ -320,6 +330,9 @@ def run(engine) -> None:
         for q in range(n_q):
             if not m_rem[q]:
                 push(heap, (m_ready[q], READY, q))
+        for h in range(n_q, len(m_rem)):
+            if not m_rem[h]:
+                arrive(n_q + h, m_ready[h])
     else:
         starts = engine.rank_start
         for p in range(g.n_ops):

@@ -7,11 +7,13 @@
   execution model lets a runtime run each op as soon as it is ready). ``op_lists`` gives the
   general loop, per op, how many ops it waits for and which ops wait for it.
 * **Contraction.** When local ops take no time, a local op completes the moment its last
-  dependency does, so every op really waits for the sends and receives it reaches through local
-  ops (``contracted``). ``message_lists`` gives the fast loop the graph of messages alone: a
-  message is ready when the sends and receives its two ops reach have completed (a send when
-  its message left, a receive when it landed); local ops' times follow afterwards, on demand
-  (they never end a rank: every dependency is of the op's own rank).
+  dependency does, so every send and receive really waits for the sends and receives it
+  reaches through local ops (``contracted``). ``message_lists`` gives the message loops the
+  graph of messages: a message is ready when the sends and receives its two ops reach have
+  completed (a send when its message left, a receive when it landed). Where that would cost
+  the square of a chain of local ops, the graph keeps some local ops as nodes (``hubs``), each
+  complete when what it waits for is. Local ops' times follow afterwards, on demand
+  (``local_deps``; they never end a rank: every dependency is of the op's own rank).
 
 Everything the loops read is flat ``array.array`` or lists (one element at a time), derived with
 numpy from the Program's columns and built on first use. Ops and messages are numbered step by step (ops by
@@ -128,76 +130,172 @@ class ProgramGraph:
         return self._cache["ops"]
 
     def contracted(self, budget: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
-        """(src, dst) arrays: op dst waits, directly or through local ops only, for the send or
-        receive src (deps on local ops replaced by their own, repeatedly; unordered, and a pair
-        may repeat, which only counts the same wait twice). Each round expands only the waits
-        still passing through a local op. ``budget``: None once the expansions exceed it (long
-        chains of local ops, as a reduction accumulating many pieces makes, cost the square of
-        their length here; the op-level loop follows them in linear time)."""
+        """(src, dst) arrays: the send or receive dst waits, directly or through local ops only,
+        for the send or receive src (deps on local ops replaced by their own, repeatedly;
+        unordered, and a pair may repeat, which only counts the same wait twice). Each round
+        expands only the waits still passing through a local op. Only sends and receives are
+        contracted: a local op's own waits (``local_deps``) would cost the square of a chain's
+        length (a reduction accumulating many pieces: 144 million pairs for the 24-stage
+        reducescatter on dgx-h100:16, whose sends wait for 322,560). ``budget``: None once the
+        expansions exceed it (many paths through local ops: the message graph then keeps some
+        of them, ``hubs``)."""
         if "contracted" not in self._cache:
-            n = self.n_ops
-            local = self.op_message < 0
-            by_local = local[self.dep_dst]  # the deps of local ops, grouped by op
-            l_dst, l_src = self.dep_dst[by_local], self.dep_src[by_local]
-            in_ptr = np.zeros(n + 1, dtype=np.int64)
-            np.cumsum(np.bincount(l_dst, minlength=n), out=in_ptr[1:])
-            in_idx = l_src[np.argsort(l_dst, kind="stable")]
-            del by_local, l_dst, l_src
-            src, dst = self.dep_src.astype(np.int64), self.dep_dst.astype(np.int64)
-            limit = 4 * len(src) + 1024
-            out_src: list[np.ndarray] = []
-            out_dst: list[np.ndarray] = []
-            work = 0
-            while len(src):
-                through = local[src]
-                out_src.append(src[~through])
-                out_dst.append(dst[~through])
-                via, to = src[through], dst[through]
-                counts = in_ptr[via + 1] - in_ptr[via]
-                work += int(counts.sum())
-                if budget is not None and work > budget:
-                    return None
-                which = np.repeat(np.arange(len(via), dtype=np.int64), counts)
-                off = np.arange(len(which), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-                src = in_idx[in_ptr[via][which] + off]
-                dst = to[which]
-                if len(src) > limit:  # many paths through local ops: drop repeats before going on
-                    key = _sorted_unique(dst * max(n, 1) + src)
-                    dst, src = np.divmod(key, max(n, 1))
-            self._cache["contracted"] = (np.concatenate(out_src) if out_src else src,
-                                         np.concatenate(out_dst) if out_dst else dst)
+            out = self._contract(self.op_message >= 0, budget)
+            if out is None:
+                return None
+            self._cache["contracted"] = out
         return self._cache["contracted"]
 
+    def _contract(self, kept: np.ndarray, budget: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+        """(src, dst): the kept op dst waits, directly or through ops not kept (local ops
+        only), for the kept op src; None once the expansions exceed ``budget``."""
+        n = self.n_ops
+        local = ~kept
+        in_ptr, in_idx = self._waits_of(local)
+        by_local = local[self.dep_dst]
+        src, dst = self.dep_src[~by_local].astype(np.int64), self.dep_dst[~by_local].astype(np.int64)
+        del by_local
+        limit = 4 * len(src) + 1024
+        out_src: list[np.ndarray] = []
+        out_dst: list[np.ndarray] = []
+        work = 0
+        while len(src):
+            through = local[src]
+            out_src.append(src[~through])
+            out_dst.append(dst[~through])
+            via, to = src[through], dst[through]
+            counts = in_ptr[via + 1] - in_ptr[via]
+            work += int(counts.sum())
+            if budget is not None and work > budget:
+                return None
+            which = np.repeat(np.arange(len(via), dtype=np.int64), counts)
+            off = np.arange(len(which), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+            src = in_idx[in_ptr[via][which] + off]
+            dst = to[which]
+            if len(src) > limit:  # many paths through local ops: drop repeats before going on
+                key = _sorted_unique(dst * max(n, 1) + src)
+                dst, src = np.divmod(key, max(n, 1))
+        return (np.concatenate(out_src) if out_src else src, np.concatenate(out_dst) if out_dst else dst)
+
+    def _waits_of(self, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(in_ptr, in_idx): the ops op i waits for are ``in_idx[in_ptr[i]:in_ptr[i+1]]``, for
+        the ops marked in ``ops`` (none for the others)."""
+        n = self.n_ops
+        mine = ops[self.dep_dst]
+        dst, src = self.dep_dst[mine], self.dep_src[mine]
+        in_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(dst, minlength=n), out=in_ptr[1:])
+        return in_ptr, src[np.argsort(dst, kind="stable")]
+
+    def local_deps(self) -> tuple[np.ndarray, list[int], list[int]]:
+        """For the times of local ops (``Engine.op_times``): (the local ops in an order where
+        each comes after the ops it waits for, in_ptr, in_idx): the ops local op i waits for
+        are ``in_idx[in_ptr[i]:in_ptr[i+1]]``. Op numbers are such an order when every Program
+        list is sorted by step (``lower``'s are); otherwise Kahn's order."""
+        if "local" not in self._cache:
+            n = self.n_ops
+            local = self.op_message < 0
+            in_ptr, in_idx = self._waits_of(local)
+            if np.all(self.dep_src < self.dep_dst):
+                order = np.flatnonzero(local)
+            else:
+                remaining, out_ptr, out_idx = self.op_lists()
+                left = list(remaining)
+                queue = [p for p in range(n) if not left[p]]
+                for p in queue:  # grows as ops become ready
+                    for k in range(out_ptr[p], out_ptr[p + 1]):
+                        w = out_idx[k]
+                        left[w] -= 1
+                        if not left[w]:
+                            queue.append(w)
+                ordered = np.asarray(queue, dtype=np.int64)
+                order = ordered[local[ordered]]
+            self._cache["local"] = (order, in_ptr.tolist(), in_idx.tolist())
+        return self._cache["local"]
+
     def contraction_is_cheap(self) -> bool:
-        """Whether ``contracted`` costs little more than the dependencies themselves (the fast
-        loop's precondition; computing it keeps the result)."""
+        """Whether ``contracted`` costs little more than the dependencies themselves (computing
+        it keeps the result); otherwise the message graph keeps some local ops (``hubs``)."""
         return self.contracted(budget=8 * len(self.dep_src) + 100_000) is not None
 
+    def hubs(self) -> np.ndarray:
+        """The local ops the message graph keeps as nodes of their own (ascending): none when
+        the contraction is cheap, else every local op that more than one op waits for and
+        that reaches more than one kept op (``_many``). A local op contracted away then either
+        has one op waiting for it, or reaches one kept op at most: each wait of the
+        contracted graph stands for one of the Program's (a reduction chain whose result
+        several sends forward, as an allreduce's halves meet: the 16-stage allreduce on
+        dgx-h100:16 would contract to 530 million waits)."""
+        if "hubs" not in self._cache:
+            if self.contraction_is_cheap():
+                self._cache["hubs"] = np.zeros(0, dtype=np.int64)
+            else:
+                self._cache["hubs"] = np.flatnonzero(self._many())
+        return self._cache["hubs"]
+
+    def _many(self) -> np.ndarray:
+        """Per op, whether it is a hub: a local op that more than one op waits for, and that
+        waits for more than one op, or for one local op alone that is like it but for being
+        waited for once (so reaches more than one kept op, counted conservatively)."""
+        n = self.n_ops
+        local = self.op_message < 0
+        waits = np.bincount(self.dep_dst, minlength=n)
+        waited = np.bincount(self.dep_src, minlength=n) >= 2
+        multi = local & (waits >= 2)
+        hub = multi & waited
+        single = local[self.dep_dst] & (waits[self.dep_dst] == 1)
+        ops, pred = self.dep_dst[single].astype(np.int64), self.dep_src[single].astype(np.int64)
+        while len(ops):  # along chains of single waits from a multi op that is not a hub
+            grows = multi[pred] & ~hub[pred] & local[pred] & ~multi[ops]
+            if not np.any(grows):
+                break
+            multi[ops[grows]] = True
+            hub[ops[grows]] = waited[ops[grows]]
+            ops, pred = ops[~grows], pred[~grows]
+        return hub
+
     def message_lists(self, slices: int = 1) -> tuple[array, array, array]:
-        """For the fast loop, over message instances (q = message * slices + j): (the
-        completions each waits for, out_ptr, out_idx) over the completions (2q: instance q's
-        send, 2q+1: its receive); the instances waiting for completion c are
-        ``out_idx[out_ptr[c]:out_ptr[c+1]]``. Slice j of a message waits for slice j of what the
-        message waits for."""
+        """For the message loops, over the instances (q = message * slices + j, then the hubs'
+        instances n_q + h * slices + j, with n_q message instances and h a hub's place in
+        ``hubs``): (the completions each waits for, out_ptr, out_idx) over the completions (2q:
+        message instance q's send, 2q+1: its receive, 2 n_q + h * slices + j: the hub
+        instance's); the instances waiting for completion c are
+        ``out_idx[out_ptr[c]:out_ptr[c+1]]``. Slice j waits for slice j of what it waits for.
+        A hub instance completes when its waits are in (local ops take no time)."""
         key = f"messages/{slices}"
         if key not in self._cache:
-            src, dst = self.contracted()
-            network = self.op_message[dst] >= 0
-            target = self.op_message[dst[network]].astype(np.int64)
-            done = 2 * self.op_message[src[network]].astype(np.int64) + self.is_recv[src[network]]
+            hubs = self.hubs()
+            network = self.op_message >= 0
+            if len(hubs) or "contracted" not in self._cache:
+                kept = network.copy()
+                kept[hubs] = True
+                src, dst = self._contract(kept)  # type: ignore[misc]  # no budget: never None
+            else:
+                src, dst = self.contracted()  # type: ignore[misc]
             m = slices
+            n_msg, n_q = self.n_messages, self.n_messages * m
+            hub_of = np.full(self.n_ops, -1, dtype=np.int64)
+            hub_of[hubs] = np.arange(len(hubs))
+            # per op: its target (message or n_msg + hub) and completion (2 message + side, or hub)
+            t_net = network[dst]
+            target = np.where(t_net, self.op_message[dst], n_msg + hub_of[dst]).astype(np.int64)
+            s_net = network[src]
+            side = np.where(s_net, self.is_recv[src], 0).astype(np.int64)
+            origin = np.where(s_net, self.op_message[src], hub_of[src]).astype(np.int64)
             if m > 1:
                 j = np.tile(np.arange(m, dtype=np.int64), len(target))
                 target = np.repeat(target, m) * m + j
-                msg, side = np.divmod(np.repeat(done, m), 2)
-                done = 2 * (msg * m + j) + side
-            nodes = 2 * self.n_messages * m
+                origin = np.repeat(origin, m) * m + j
+                side = np.repeat(side, m)
+                s_net = np.repeat(s_net, m)
+            done = np.where(s_net, 2 * origin + side, 2 * n_q + origin)
+            nodes = 2 * n_q + len(hubs) * m
             out_ptr = np.zeros(nodes + 1, dtype=np.int64)
             np.cumsum(np.bincount(done, minlength=nodes), out=out_ptr[1:])
-            remaining = np.bincount(target, minlength=self.n_messages * m)
+            remaining = np.bincount(target, minlength=n_q + len(hubs) * m)
             has_prev = np.zeros(self.n_messages, dtype=np.int64)  # waits for its predecessor's posting
             has_prev[self.msg_next[self.msg_next >= 0]] = 1
-            remaining += np.repeat(has_prev, m)
+            remaining[:n_q] += np.repeat(has_prev, m)
             out_idx = target[np.argsort(done, kind="stable")]
             self._cache[key] = (as_array("q", remaining), as_array("q", out_ptr), as_array("q", out_idx))
         return self._cache[key]
