@@ -160,6 +160,9 @@ class SynthesisResult:
     gap: float | None
     verification: VerificationResult
     details: dict[str, Any] = field(default_factory=dict)
+    # (channels, fuse, Program): the algorithm as the cost judge lowered it while the solver
+    # searched, which the program stage reuses with the same options (not saved)
+    lowered: tuple | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         validate.instance(self.algorithm, Algorithm, "synthesis result algorithm")

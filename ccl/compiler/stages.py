@@ -151,7 +151,9 @@ def synthesize(problem: Problem, *, judge: CostJudge | None = None) -> Synthesis
         raise Interrupted(exc.message, best=result, details=exc.details) from None
     seconds = time.perf_counter() - start
     checked = verify(algorithm)
-    return SynthesisResult(algorithm, status, seconds, gap, checked, details)
+    lowered = getattr(judge, "lowered", None)
+    return SynthesisResult(algorithm, status, seconds, gap, checked, details,
+                           lowered=lowered(algorithm) if lowered is not None else None)
 
 
 def program(schedule: Algorithm | SynthesisResult | Program, *, channels: int = 1, fuse: bool = True,
@@ -160,7 +162,10 @@ def program(schedule: Algorithm | SynthesisResult | Program, *, channels: int = 
     ``check``, ``ccl.verify_program``. A Program passes through (verified with ``check``). The
     algorithm must have passed ``ccl.verify`` (``synthesize`` and the loaders see to that)."""
     value = schedule.algorithm if isinstance(schedule, SynthesisResult) else schedule
-    if isinstance(value, Program):
+    reuse = schedule.lowered if isinstance(schedule, SynthesisResult) else None
+    if reuse is not None and reuse[:2] == (channels, fuse):  # as the cost judge lowered it
+        out = reuse[2]
+    elif isinstance(value, Program):
         out = value
     elif isinstance(value, Algorithm):
         out = lower(value, channels=channels, fuse=fuse)

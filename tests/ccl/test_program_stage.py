@@ -94,3 +94,27 @@ def test_emit_ast_needs_a_description_file(capsys):
     code = main(["synthesize", "-t", "ring:4", "-c", "allgather", "--emit", "ast"])
     _, err = capsys.readouterr()
     assert code == 2 and "description FILE.ccl" in err
+
+
+def test_the_program_stage_reuses_the_judged_lowering():
+    """A searching solver returns the schedule the cost judge found fastest; the program stage
+    takes the judge's Program for it (the same lowering options) instead of lowering again, and
+    that Program is the one ``lower`` makes. Other options lower anew."""
+    import numpy as np
+
+    import topologies as T
+    from ccl import Problem, Request, lower, synthesize
+    from ccl.collective import builtin
+    from ccl.compiler import program
+
+    topo = T.build("dgx-h100:2")
+    result = synthesize(Problem(topo, builtin("allgather", topo.n_ranks), Request("packing", size=2**26)))
+    assert result.lowered is not None and result.lowered[:2] == (1, True)
+    judged = program(result, check=False)
+    assert judged is result.lowered[2]
+    fresh = lower(result.algorithm)
+    for name in ("kind", "step", "buf", "index", "count", "peer", "dep_ptr", "dep_idx", "rank_ptr"):
+        assert np.array_equal(getattr(judged.ops, name), getattr(fresh.ops, name)), name
+    assert program(result, channels=2, check=False) is not judged
+    unjudged = synthesize(Problem(topo, builtin("allgather", topo.n_ranks), Request("ring")))
+    assert unjudged.lowered is None
