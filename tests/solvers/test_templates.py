@@ -105,7 +105,11 @@ def multinode_cases() -> list[Topology]:
     return out
 
 
-@pytest.mark.parametrize("topo", multinode_cases(), ids=lambda t: t.name)
+SLOW_MULTINODE = ("dgx2x2", "ring8x2", "ndv2x3", "ring7x2")  # 3.6-5.5 s each; their kinds stay in the default run
+
+
+@pytest.mark.parametrize("topo", [pytest.param(t, marks=pytest.mark.slow) if t.name in SLOW_MULTINODE else t
+                                  for t in multinode_cases()], ids=lambda t: t.name)
 def test_hierarchical_verifies_on_multinode(topo):
     names = MULTINODE_SOLVERS + GRID_SOLVERS
     assert check_all(topo, names, (1, 2, 3, 4) if topo.n_ranks <= 16 else (1, 2)) > 0
