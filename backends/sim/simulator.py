@@ -195,8 +195,7 @@ class Simulator:
         index = {p: i for i, p in enumerate(pairs)}
         limit_of: dict[tuple[int, int], list[int]] = {}
         caps: list[float] = []
-        for limit in flat.limits:
-            total = sum(flat.link(a, b).capacity for a, b in limit.links)  # type: ignore[union-attr]
+        for limit, total in zip(flat.limits, flat.limit_capacities):
             if limit.bandwidth >= total - 1e-12:
                 continue  # can never bind
             used = [p for p in limit.links if p in index]
