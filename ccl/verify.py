@@ -157,10 +157,11 @@ def verify(algorithm: Algorithm, *, in_place: bool = False) -> VerificationResul
 
 def _verify(algorithm: Algorithm, in_place: bool, by_range: bool = True) -> VerificationResult:
     """The verification. State: one list of values per (rank, buffer). A step is executed range
-    by range (``_range_step``: a transfer's slots read and written as slices) unless two of its
-    transfers write one slot (several reductions into it, or an error to name) or the call is
-    in place (aliased slots): then slot by slot (``_slot_step``). Both read the state before the
-    step and raise the same errors; ``by_range=False`` runs every step slot by slot (the tests
+    by range (``_range_step``: a transfer's slots read and written as slices; several
+    reductions into one slot add up) unless it holds an error to name past its reads (a copy
+    and another write into one slot, a reduction into nothing) or the call is in place
+    (aliased slots): then slot by slot (``_slot_step``). Both read the state before the step
+    and raise the same errors; ``by_range=False`` runs every step slot by slot (the tests
     compare the two)."""
     coll = algorithm.collective
     topo = algorithm.topology
