@@ -70,6 +70,18 @@ contributing side before tau sums only its sender's contribution, so each link's
 counts 1/k from its onset and the rest from tau later (``_far_side``): 7/8 x 0.7 us more for
 a node's NIC cut on dgx-h100:16.
 
+The lane bound of broadcast and reduce (``lane_bound``; proof in docs/bounds.md): a message
+holds one lane of its link for its latency plus its bytes' time (the simulator's default
+physics, not ``overlap_latency``), and a rank forwards only bytes that have landed. When the
+root's lanes are the cut, they must keep delivering until the end, yet every byte they
+deliver late still has to reach (or, for reduce, come from) every other rank. Averaged over
+the first tau microseconds of the call, a lane that delivers in few large messages leaves
+long stretches with nothing new landed, and one that delivers in many pays a latency per
+message; the least of the two costs over every lane, in closed form, raises the bound: amd8
+broadcast at 64 MiB 188.1 us against the cut's 178.5. Topologies without switches only (with
+them the flattened links into the ranks overstate what they can receive, and the term gives
+nothing).
+
 Shared limits declared on links are not part of cuts or the LP (bounds stay valid, maybe
 looser); switch and NIC vertices are. The bounds are affine in the size above the cuts'
 latencies: their coefficients and onsets are computed once per (topology, collective kind,
@@ -664,14 +676,17 @@ class _Model:
     method: str
     exact: bool
     witness: tuple[int, ...]
+    lanes: RootLanes | None = None  # broadcast and reduce: for ``lane_bound``
 
 
 _MODELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def lower_bound(topology: Topology, collective: Collective, size: float) -> Bounds:
+def lower_bound(topology: Topology, collective: Collective, size: float, *, lane_latency: bool = True) -> Bounds:
     """``max(latency, bandwidth)`` lower bounds for one call of ``size`` bytes (see ``Bounds``).
-    Raises CollectiveError when the topology cannot deliver the collective at all."""
+    ``lane_latency``: a message holds its lane for its latency (the simulator's default; False
+    for ``overlap_latency``, where the lane bound does not hold). Raises CollectiveError when
+    the topology cannot deliver the collective at all."""
     if collective.n_ranks != topology.n_ranks:
         raise CollectiveError(
             f"collective {collective.name!r} has {collective.n_ranks} ranks but topology "
@@ -686,6 +701,13 @@ def lower_bound(topology: Topology, collective: Collective, size: float) -> Boun
         model = models[key] = _model(topology, collective)
     parts = tuple((name, onset_time(coef * size, onsets)) for name, coef, onsets in model.per_byte)
     bandwidth = max((us for _, us in parts), default=0.0)
+    method, exact = model.method, model.exact
+    if model.lanes is not None and lane_latency:
+        lanes = lane_bound(model.lanes, size, max(bandwidth, model.latency_us))
+        if lanes > max(bandwidth, model.latency_us):
+            parts += (("lanes", lanes),)
+            bandwidth = lanes
+            method, exact = method + "; raised by the root's lanes (a latency per message, docs/bounds.md)", False
     return Bounds(
         collective=collective.kind,
         n_ranks=collective.n_ranks,
@@ -693,8 +715,8 @@ def lower_bound(topology: Topology, collective: Collective, size: float) -> Boun
         latency_us=model.latency_us,
         bandwidth_us=bandwidth,
         steps=model.steps,
-        method=model.method,
-        exact=model.exact,
+        method=method,
+        exact=exact,
         witness=model.witness,
         latency_pair=model.latency_pair,
         parts=parts,
@@ -710,6 +732,7 @@ def _model(topology: Topology, collective: Collective) -> _Model:
     root = collective.root
     per_byte: list[tuple[str, float, Onsets]] = []
     method, exact, witness = "", False, frozenset()
+    lanes: RootLanes | None = None
     # 1 GB/s moves 1e3 bytes per us: x bytes over c GB/s take x / (1e3 c) us. Each part's
     # capacity starts carrying bytes only as the latency of a route over it has passed
     # (``onsets``): the first byte across a NIC lands a NIC's latency after the start.
@@ -739,6 +762,7 @@ def _model(topology: Topology, collective: Collective) -> _Model:
         per_byte.append(("cut", 1.0 / mincut / 1e3 if mincut > 0 else math.inf,
                          _far_side(topology, cut_onsets(topology, witness, reverse, **ends), witness)))
         method, exact = "exact cut bound (min over ranks of the root's max-flow; Edmonds)", True
+        lanes = root_lanes(topology, root or 0, reverse)
     elif kind == "allreduce":
         per_byte.extend(_allreduce_parts(topology))
         mincut, witness = _global_min_cut(topology)
@@ -766,7 +790,90 @@ def _model(topology: Topology, collective: Collective) -> _Model:
     if binding == "volume":
         exact = False
         witness = frozenset()
-    return _Model(latency, pair, steps, tuple(per_byte), method, exact, tuple(sorted(witness)))
+    return _Model(latency, pair, steps, tuple(per_byte), method, exact, tuple(sorted(witness)), lanes)
+
+
+# ---------------------------------------------------------------------- the lane bound
+# Broadcast from root r of S bytes to n - 1 other ranks, in the simulator's default physics: a
+# message of s bytes holds one lane of its link (bandwidth beta per lane, latency alpha) for
+# alpha + s / beta, and a rank forwards only bytes that have landed. Let C be the capacity into
+# the other ranks together and C_r the root's. For any c <= T (the call's end), with D(c) the
+# bytes some other rank holds at c, g_l(c) the time since lane l of the root last delivered a
+# message and k_l(c) how many it has delivered (docs/bounds.md proves it):
+#     C T >= (n-1) S + (C - (n-1) C_r) c + sum_l beta_l ((n-2) g_l(c) + (n-1) alpha_l k_l(c)).
+# Averaged over c in [0, tau] for any tau <= T, lane l's share is least (over how many messages
+# it delivers before tau, and when) in closed form (``_lane_cost``); the bound holds for every
+# schedule, so tau = a lower bound of T, raised again with the result until it stops growing.
+# Reduce is the same on the reversed links (its time reversal).
+
+@dataclass(frozen=True)
+class RootLanes:
+    """What ``lane_bound`` needs of a broadcast's or reduce's topology, in bytes per us."""
+
+    ranks: int
+    others: float  # capacity into the other ranks together (reduce: out of them)
+    root: float  # the root's capacity out (reduce: in)
+    lanes: tuple[tuple[float, float, int], ...]  # the root's links: (bytes/us of a lane, latency, lanes)
+
+
+def root_lanes(topology: Topology, root: int, reverse: bool) -> RootLanes | None:
+    """The root's lanes and the other ranks' capacity (reduce: ``reverse``); None with switches
+    (the flattened links into a rank overstate what it can receive) or fewer than 3 ranks."""
+    n = topology.n_ranks
+    if topology.switches or n < 3:
+        return None
+    others = 0.0
+    lanes: dict[tuple[float, float], int] = {}
+    for link in topology.links:
+        near, far = (link.dst, link.src) if reverse else (link.src, link.dst)
+        if far != root:
+            others += link.capacity * 1e3
+        if near == root and far != root:
+            key = (link.bandwidth * 1e3, link.latency)
+            lanes[key] = lanes.get(key, 0) + link.lanes
+    if not lanes:
+        return None
+    root_cap = sum(beta * k for (beta, _), k in lanes.items())
+    return RootLanes(n, others, root_cap, tuple((beta, alpha, k) for (beta, alpha), k in sorted(lanes.items())))
+
+
+def _lane_cost(a: float, b: float, tau: float) -> float:
+    """min over m >= 0 and gaps d_0..d_m >= 0 summing to tau of sum_j (a d_j^2 + b j d_j): a
+    lane's averaged share, where d_j is the time between its j-th and (j+1)-th delivery (d_0
+    from the start, d_m up to tau). Stationarity gives d_j = (lam - b j) / (2a); more deliveries
+    never cost more while every gap stays positive, so m is the largest with m (m+1) <= 4 a tau / b,
+    and the sum is ((m+1) lam^2 - b^2 m (m+1) (2m+1) / 6) / (4a)."""
+    if a <= 0 or b <= 0 or tau <= 0:
+        return 0.0  # no gap cost (two ranks), or free messages: as many as you like
+    m = int((math.sqrt(1 + 16 * a * tau / b) - 1) / 2)
+    while m > 0 and m * (m + 1) > 4 * a * tau / b:
+        m -= 1
+    while (m + 1) * (m + 2) <= 4 * a * tau / b:
+        m += 1
+    lam = 2 * a * tau / (m + 1) + b * m / 2
+    return ((m + 1) * lam * lam - b * b * m * (m + 1) * (2 * m + 1) / 6) / (4 * a)
+
+
+def lane_bound(lanes: RootLanes, size: float, at_least: float) -> float:
+    """The lane bound (see above) of one call of ``size`` bytes, given a lower bound
+    ``at_least`` of its time (us); ``at_least`` when it is not higher."""
+    n, others, root = lanes.ranks, lanes.others, lanes.root
+    if others <= 0 or not at_least > 0 or not math.isfinite(at_least):
+        return at_least
+
+    def averaged(tau: float) -> float:
+        total = (n - 1) * size + (others - (n - 1) * root) * tau / 2
+        for beta, alpha, k in lanes.lanes:
+            total += k * _lane_cost((n - 2) * beta / 2, (n - 1) * beta * alpha, tau) / tau
+        return total / others
+
+    tau = at_least
+    for _ in range(100):
+        t = averaged(tau)
+        if t <= tau * (1 + 1e-12):
+            break
+        tau = t
+    return tau
 
 
 def needed_pairs_exist(collective: Collective) -> bool:

@@ -275,6 +275,7 @@ def sweep(schedule: Any, sizes: Sequence[float], *, channels: int = 1, fuse: boo
         if id(which) not in simulators:
             simulators[id(which)] = (Simulator(program(which, channels=channels, fuse=fuse, check=False)), which)
         sim, _ = simulators[id(which)]
-        report = complete(sim.run(size, **options).report, sim.program, size, which)
+        report = complete(sim.run(size, **options).report, sim.program, size, which,
+                          lane_latency=not options.get("overlap_latency", False))
         out.append(SweepPoint(size, report, entry))
     return out

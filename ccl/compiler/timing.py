@@ -68,7 +68,8 @@ def simulation(schedule: Algorithm | SynthesisResult | Program, size: int | floa
     nbytes = size_in_bytes(size)
     program = program_stage(schedule, channels=channels, fuse=fuse, check=False)
     sim = run(program, nbytes, **options)
-    sim.report = complete(sim.report, program, nbytes, schedule, bound=bound, baselines=baselines)
+    sim.report = complete(sim.report, program, nbytes, schedule, bound=bound, baselines=baselines,
+                          lane_latency=not options.get("overlap_latency", False))
     return sim
 
 
@@ -78,14 +79,15 @@ def simulate(schedule: Algorithm | SynthesisResult | Program, size: int | float 
 
 
 def complete(report: Report, program: Program, size: float, schedule: Any = None, *, bound: bool = True,
-             baselines: bool = True) -> Report:
-    """The simulator's report with the bound, the NCCL baselines and the synthesis figures."""
+             baselines: bool = True, lane_latency: bool = True) -> Report:
+    """The simulator's report with the bound, the NCCL baselines and the synthesis figures
+    (``lane_latency``: False when the simulation overlapped latencies, see ``lower_bound``)."""
     topo, coll = program.topology, program.collective
     bound_us = 0.0
     if bound:
         from solvers.bounds import lower_bound
 
-        b = lower_bound(topo, coll, size)
+        b = lower_bound(topo, coll, size, lane_latency=lane_latency)
         report = report.with_bound(b.bound_us, b.latency_us, b.bandwidth_us, b.binding, b.method)
         bound_us = report.bound_us
     if baselines and coll.kind != "custom":
