@@ -102,3 +102,22 @@ def test_vertex_names_and_lookup():
     assert t.switches[v - t.n_ranks].kind == "nic"
     with pytest.raises(TopologyError):
         t.vertex("nope")
+
+
+@pytest.mark.parametrize("spec", ["dgx2:2", "dgx-a100:4,fabric=leafspine", "ndv2:3,fabric=rail", "switch:6"])
+def test_flat_links_are_the_routes_links(spec):
+    # flat() builds the rank-to-rank links without Link's checks: they must equal flat_link's
+    topo = T.build(spec)
+    flat = topo.flat()
+    for link in flat.links:
+        assert link == topo.flat_link(link.src, link.dst)
+        assert link == Link(link.src, link.dst, link.bandwidth, link.latency, link.lanes)
+    for limit in flat.limits:
+        assert limit == SharedLimit(limit.name, limit.links, limit.bandwidth)  # sorted, distinct pairs
+
+
+def test_flat_view_refuses_a_route_whose_latency_overflows():
+    topo = Topology("far", 2, (Link(0, 2, 10.0, 1e308), Link(2, 1, 10.0, 1e308), Link(1, 2, 10.0, 1.0),
+                               Link(2, 0, 10.0, 1.0)), (Switch("s"),))
+    with pytest.raises(TopologyError, match="latency"):
+        topo.flat()
