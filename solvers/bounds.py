@@ -797,9 +797,9 @@ def _model(topology: Topology, collective: Collective) -> _Model:
 # Broadcast from root r of S bytes to n - 1 other ranks, in the simulator's default physics: a
 # message of s bytes holds one lane of its link (bandwidth beta per lane, latency alpha) for
 # alpha + s / beta, and a rank forwards only bytes that have landed. Let C be the capacity into
-# the other ranks together and C_r the root's. For any c <= T (the call's end), with D(c) the
-# bytes some other rank holds at c, g_l(c) the time since lane l of the root last delivered a
-# message and k_l(c) how many it has delivered (docs/bounds.md proves it):
+# the other ranks together and C_r the root's. For any c <= T (the call's end), with g_l(c)
+# the time since lane l of the root last delivered a message and k_l(c) how many it has
+# delivered (docs/bounds.md proves it, through the bytes landed at some other rank by c):
 #     C T >= (n-1) S + (C - (n-1) C_r) c + sum_l beta_l ((n-2) g_l(c) + (n-1) alpha_l k_l(c)).
 # Averaged over c in [0, tau] for any tau <= T, lane l's share is least (over how many messages
 # it delivers before tau, and when) in closed form (``_lane_cost``); the bound holds for every
