@@ -812,8 +812,12 @@ class RootLanes:
 
     ranks: int
     others: float  # capacity into the other ranks together (reduce: out of them)
-    root: float  # the root's capacity out (reduce: in)
     lanes: tuple[tuple[float, float, int], ...]  # the root's links: (bytes/us of a lane, latency, lanes)
+
+    @property
+    def root(self) -> float:
+        """The root's capacity out (reduce: in)."""
+        return sum(beta * k for beta, _, k in self.lanes)
 
 
 def root_lanes(topology: Topology, root: int, reverse: bool) -> RootLanes | None:
@@ -833,8 +837,7 @@ def root_lanes(topology: Topology, root: int, reverse: bool) -> RootLanes | None
             lanes[key] = lanes.get(key, 0) + link.lanes
     if not lanes:
         return None
-    root_cap = sum(beta * k for (beta, _), k in lanes.items())
-    return RootLanes(n, others, root_cap, tuple((beta, alpha, k) for (beta, alpha), k in sorted(lanes.items())))
+    return RootLanes(n, others, tuple((beta, alpha, k) for (beta, alpha), k in sorted(lanes.items())))
 
 
 def _lane_cost(a: float, b: float, tau: float) -> float:
