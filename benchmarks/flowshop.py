@@ -25,7 +25,7 @@ import sys
 import numpy as np
 from scipy.optimize import linprog
 
-from ccl.units import parse_size
+from ccl.core.units import parse_size
 
 
 def makespan(volume: float, stages: list[tuple[float, float]], pieces: int) -> tuple[float, list[float]]:

@@ -30,9 +30,9 @@ import solvers  # noqa: E402
 import topologies  # noqa: E402
 from backends.sim import nccl_baselines  # noqa: E402
 from ccl import InfeasibleError, InputError, Problem, Request, SolverTimeout, verify  # noqa: E402
-from ccl.collective import builtin  # noqa: E402
 from ccl.compiler import SimulationJudge, simulate  # noqa: E402
-from ccl.units import format_size, parse_size  # noqa: E402
+from ccl.core.collective import builtin  # noqa: E402
+from ccl.core.units import format_size, parse_size  # noqa: E402
 from solvers.bounds import lower_bound  # noqa: E402
 
 

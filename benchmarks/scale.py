@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import topologies  # noqa: E402
 from ccl.compiler import compare  # noqa: E402
-from ccl.units import format_size, parse_size  # noqa: E402
+from ccl.core.units import format_size, parse_size  # noqa: E402
 
 MACHINES = ("ndv2:2", "dgx2:2", "dgx-a100:4", "dgx-h100:2", "dgx-h100:16")
 DEFAULT_CASES = tuple(f"{m}/{k}" for m in MACHINES for k in ("allgather", "reducescatter", "allreduce")) + tuple(

@@ -27,10 +27,10 @@ import solvers  # noqa: E402
 import topologies  # noqa: E402
 from backends.sim import Simulator  # noqa: E402
 from ccl import Problem, Request  # noqa: E402
-from ccl.collective import builtin  # noqa: E402
 from ccl.compiler import simulate  # noqa: E402
-from ccl.lower import lower  # noqa: E402
-from ccl.units import parse_size  # noqa: E402
+from ccl.core.collective import builtin  # noqa: E402
+from ccl.core.lower import lower  # noqa: E402
+from ccl.core.units import parse_size  # noqa: E402
 from solvers.bounds import lower_bound  # noqa: E402
 
 

@@ -37,8 +37,8 @@ sys.path.insert(0, str(ROOT))
 import z3  # noqa: E402
 
 import topologies  # noqa: E402
-from ccl.collective import builtin  # noqa: E402
-from ccl.verify import verify  # noqa: E402
+from ccl.core.collective import builtin  # noqa: E402
+from ccl.core.verify import verify  # noqa: E402
 from solvers.smt import base, pareto  # noqa: E402
 from solvers.smt.routing import RoutingEncoding  # noqa: E402
 

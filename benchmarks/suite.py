@@ -106,7 +106,7 @@ class Config:
     command: str = "python -m benchmarks"
 
     def to_json(self) -> dict[str, Any]:
-        from ccl.units import format_size
+        from ccl.core.units import format_size
 
         return {
             "machines": list(self.machines), "collectives": list(self.collectives),
@@ -193,7 +193,7 @@ def _tune_case(machine: str, kind: str, sizes: tuple[int, ...], budget: float, k
                verbose: bool) -> dict[str, Any]:
     from ccl.compiler import load_topology
     from ccl.compiler.tuner import tune
-    from ccl.errors import CclError
+    from ccl.core.errors import CclError
 
     start = time.perf_counter()
     if not verbose:
@@ -238,7 +238,7 @@ def run_gloo(config: Config, case: GlooCase, sset: Any) -> list[dict[str, Any]]:
     """The set's entry for each size run on local gloo processes (in this process: the runs
     start processes of their own), checked against torch and timed."""
     from ccl.compiler.runtimes import run_local_sizes
-    from ccl.errors import CclError
+    from ccl.core.errors import CclError
 
     base = {"machine": case.machine, "collective": case.collective}
     if isinstance(sset, str):  # the tuning failed
@@ -260,7 +260,7 @@ def run_gloo(config: Config, case: GlooCase, sset: Any) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------ exact synthesis
 def _smt(inst: SmtInstance, limit: float) -> dict[str, Any]:
     from ccl.compiler import problem_from_options, synthesize
-    from ccl.errors import CclError, SolverTimeout
+    from ccl.core.errors import CclError, SolverTimeout
 
     start = time.perf_counter()
     try:
@@ -295,7 +295,7 @@ def plot_name(machine: str, kind: str) -> str:
 def plot_case(case: dict[str, Any], path: str) -> None:
     """Time against size: every candidate the tuner timed, NCCL's models and the bound."""
     from backends.sim.plots import plot_sizes
-    from ccl.report import bus_factor
+    from ccl.core.report import bus_factor
 
     rows = case["rows"]
     sizes = [r["size"] for r in rows]
@@ -325,7 +325,7 @@ def meta() -> dict[str, Any]:
 def run_suite(config: Config, out: str = HERE, *, gloo: bool = True, smt: bool = True) -> dict[str, Any]:
     """Run everything ``config`` asks, write the md, JSON and plots under ``out``; returns the
     JSON document."""
-    from ccl.units import format_size
+    from ccl.core.units import format_size
 
     paths = Paths.under(out, config.quick)
     start = time.perf_counter()
@@ -451,7 +451,7 @@ def headline(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def headline_text(h: dict[str, Any]) -> str:
-    from ccl.units import format_size
+    from ccl.core.units import format_size
 
     parts = [f"{h['cases']} cases (machine x collective), {h['points']} (case, size) points"
              + (f"; {len(h['failed'])} case(s) failed: {', '.join(h['failed'])}" if h["failed"] else "") + "."]
@@ -510,7 +510,7 @@ def fmt_us(t: float | None) -> str:
 
 
 def markdown(doc: dict[str, Any], paths: Paths, config: Config) -> str:
-    from ccl.units import format_size
+    from ccl.core.units import format_size
 
     m = doc["meta"]
     here = os.path.dirname(paths.md) or "."
@@ -631,8 +631,8 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ccl.errors import CclError
-    from ccl.units import format_size, parse_sizes
+    from ccl.core.errors import CclError
+    from ccl.core.units import format_size, parse_sizes
 
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(

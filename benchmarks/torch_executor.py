@@ -28,8 +28,8 @@ from backends.torch.harness import bus_factor  # noqa: E402
 from backends.torch.launch import Job, run_jobs  # noqa: E402
 from backends.torch.plain import to_plain  # noqa: E402
 from ccl import compiler  # noqa: E402
-from ccl.serialize import write_text_atomic  # noqa: E402
-from ccl.units import format_size, parse_size  # noqa: E402
+from ccl.core.serialize import write_text_atomic  # noqa: E402
+from ccl.core.units import format_size, parse_size  # noqa: E402
 
 # (solver, chunk factor, fuse): fuse=False keeps the pieces of a chunked schedule separate
 # messages, so the reduction of one overlaps the transfer of the next.

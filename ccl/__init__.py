@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import collective as collectives
-from . import validate
-from .algorithm import BUFFERS, OPS, Algorithm, Transfer
-from .collective import Collective
-from .errors import (
+from .core import collective as collectives
+from .core import validate
+from .core.algorithm import BUFFERS, OPS, Algorithm, Transfer
+from .core.collective import Collective
+from .core.errors import (
     BackendError,
     CclError,
     CollectiveError,
@@ -40,17 +40,17 @@ from .errors import (
     VerificationError,
     Z3Error,
 )
-from .lower import lower
-from .problem import Problem, Request, Sketch, SynthesisResult
-from .program import Op, Program
-from .report import Report
-from .schedule_set import ScheduleSet
-from .schedule_set import load_set as _load_set
-from .serialize import load_algorithm as _load
-from .serialize import save_algorithm as _save
-from .topology import Link, SharedLimit, Switch, Topology
-from .verify import VerificationResult, verify
-from .verify_program import ProgramVerification, verify_program
+from .core.lower import lower
+from .core.problem import Problem, Request, Sketch, SynthesisResult
+from .core.program import Op, Program
+from .core.report import Report
+from .core.schedule_set import ScheduleSet
+from .core.schedule_set import load_set as _load_set
+from .core.serialize import load_algorithm as _load
+from .core.serialize import save_algorithm as _save
+from .core.topology import Link, SharedLimit, Switch, Topology
+from .core.verify import VerificationResult, verify
+from .core.verify_program import ProgramVerification, verify_program
 
 __version__ = "0.1.0"
 
@@ -146,7 +146,7 @@ def simulate(schedule: Algorithm | SynthesisResult | Program, size: int | str, *
     (``channels``, ``fuse``) and the simulator's (``mode``, ``slices``, ``in_place``,
     ``overlap_latency``, ``local_bandwidth``; see ``backends.sim``)."""
     from .compiler import simulate as run
-    from .units import parse_size
+    from .core.units import parse_size
 
     validate.instance(schedule, (Algorithm, SynthesisResult, Program), "ccl.simulate's schedule")
     validate.options(options, SIMULATE_OPTIONS, "ccl.simulate")
@@ -184,7 +184,7 @@ def tune(topology: str | Topology, collective: str, **options: Any) -> ScheduleS
     default). Options: ``root``, ``sizes`` (text such as ``"1KiB..1GiB"`` or a list of bytes),
     ``solvers``, ``chunks``, ``time_budget`` (seconds), ``channels``, ``fuse``, ``cache`` (the
     result cache; default on). ``ScheduleSet.pick(size)`` is the entry serving a size; save it
-    with ``ccl.schedule_set.save_set``."""
+    with ``ccl.core.schedule_set.save_set``."""
     from .compiler import load_topology
     from .compiler.tuner import tune as run
 

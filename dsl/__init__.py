@@ -16,8 +16,8 @@ and a caret. The language is described in ``docs/dsl.md``; the grammar is ``dsl/
 
 from __future__ import annotations
 
-from ccl.errors import DslError, InputError
-from ccl.limits import read_input_text
+from ccl.core.errors import DslError, InputError
+from ccl.core.limits import read_input_text
 
 from . import ast
 from .algorithm import HandWritten, verify_algorithm

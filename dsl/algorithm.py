@@ -1,4 +1,4 @@
-"""Lowering hand-written algorithms (MSCCLang-style) to ``ccl.algorithm.Algorithm``.
+"""Lowering hand-written algorithms (MSCCLang-style) to ``ccl.core.algorithm.Algorithm``.
 
     algorithm ring_allgather(n = 4) implements allgather on ring(n) {
       for s in 0..n-1, r in 0..n {
@@ -19,11 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ccl import limits
-from ccl.algorithm import BUFFERS, Algorithm, Transfer
-from ccl.errors import CollectiveError, DslError, Span, VerificationError
-from ccl.topology import Topology
-from ccl.verify import VerificationResult, verify
+from ccl.core import limits
+from ccl.core.algorithm import BUFFERS, Algorithm, Transfer
+from ccl.core.errors import CollectiveError, DslError, Span, VerificationError
+from ccl.core.topology import Topology
+from ccl.core.verify import VerificationResult, verify
 
 from . import ast
 from .collective import as_spec, instantiate
@@ -35,7 +35,7 @@ SOLVER = "hand-written"
 
 
 def _step_number(value: Any, span: Span) -> int:
-    """A transfer's step: an integer >= 0 below ``ccl.limits.STEPS`` (a located DslError)."""
+    """A transfer's step: an integer >= 0 below ``ccl.core.limits.STEPS`` (a located DslError)."""
     step = require_int(value, "a step", span, least=0)
     if step >= limits.STEPS.value:
         raise DslError(limits.STEPS.message(step + 1, f"step {step} makes too many steps"), span)

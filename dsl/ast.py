@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ccl.errors import Span
+from ccl.core.errors import Span
 
 
 @dataclass(frozen=True, slots=True)

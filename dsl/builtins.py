@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ccl.collective import BUILTIN_KINDS
+from ccl.core.collective import BUILTIN_KINDS
 
 from .values import Builtin, BuiltinCollective, Quantity, show, type_name
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ccl.errors import DslError, Span
+from ccl.core.errors import DslError, Span
 
 from .evaluate import Evaluator
 from .values import CollectiveSpec, Definition, show

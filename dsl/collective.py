@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ccl import limits
-from ccl.collective import ROOTED_KINDS, Collective, builtin, custom
-from ccl.errors import CollectiveError, DslError, Span
+from ccl.core import limits
+from ccl.core.collective import ROOTED_KINDS, Collective, builtin, custom
+from ccl.core.errors import CollectiveError, DslError, Span
 
 from . import ast
 from .evaluate import Evaluator, Scope, describe, require_int

@@ -13,9 +13,9 @@ import difflib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ccl import limits
-from ccl.errors import DslError, Span
-from ccl.topology import Topology
+from ccl.core import limits
+from ccl.core.errors import DslError, Span
+from ccl.core.topology import Topology
 
 from . import ast
 from .builtins import BuiltinError

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ccl.errors import DslError, InputError, Span
-from ccl.limits import read_input_text
-from ccl.topology import Topology
+from ccl.core.errors import DslError, InputError, Span
+from ccl.core.limits import read_input_text
+from ccl.core.topology import Topology
 
 from . import ast
 from .algorithm import HandWritten

@@ -15,7 +15,7 @@ from typing import Any
 from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedInput
 
-from ccl.errors import DslError, Span
+from ccl.core.errors import DslError, Span
 
 from . import ast
 from .syntax_errors import describe_syntax_error

@@ -13,11 +13,11 @@ import re
 from dataclasses import fields, is_dataclass
 from typing import Any
 
-from ccl.algorithm import Algorithm, Transfer
-from ccl.collective import BUILTIN_KINDS, Collective, builtin
-from ccl.errors import CclError, Span
-from ccl.problem import Problem, Request, Sketch
-from ccl.topology import Topology
+from ccl.core.algorithm import Algorithm, Transfer
+from ccl.core.collective import BUILTIN_KINDS, Collective, builtin
+from ccl.core.errors import CclError, Span
+from ccl.core.problem import Problem, Request, Sketch
+from ccl.core.topology import Topology
 
 from . import ast
 from .values import format_number

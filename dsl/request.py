@@ -1,4 +1,4 @@
-"""Lowering synthesis requests to ``ccl.problem.Problem``:
+"""Lowering synthesis requests to ``ccl.core.problem.Problem``:
 
     synthesize allgather on dgx1 with smt as "dgx1-ag" {
       chunks 6
@@ -10,7 +10,7 @@
     }
 
 Settings: chunks, steps, rounds, size, time_limit, objective; a ``sketch`` block with relays,
-internode, switch_policy, symmetry and chunk_partition (``ccl.problem.Sketch``); and
+internode, switch_policy, symmetry and chunk_partition (``ccl.core.problem.Sketch``); and
 ``option NAME = VALUE`` for solver-specific settings, passed through as ``Request.options``.
 The solver name is not checked here: a solver that is not registered yet still lowers, and
 running it fails with the registry's "unknown solver" error.
@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ccl.errors import DslError, InputError, Span
-from ccl.problem import SWITCH_POLICIES, Problem, Request, Sketch
+from ccl.core.errors import DslError, InputError, Span
+from ccl.core.problem import SWITCH_POLICIES, Problem, Request, Sketch
 
 from . import ast
 from .collective import as_spec, instantiate, size_bytes
@@ -42,7 +42,7 @@ class LoweredRequest:
     name: str
     problem: Problem
     span: Span
-    groups: str | None = None  # ``groups SPEC``: the collective on every group at once (ccl.groups)
+    groups: str | None = None  # ``groups SPEC``: the collective on every group at once (ccl.core.groups)
 
 
 def _one(setting: ast.Setting) -> ast.Expr:
@@ -188,7 +188,7 @@ def lower_request(ev: Evaluator, stmt: ast.Synthesize, scope: Scope) -> LoweredR
 def _groups(value: Any, topo: Any, span: Span) -> str:
     """``groups "dp"`` (tp, dp, blocks:K, stride:K, "0-3;4-7") or ``groups [[0, 1], [2, 3]]``:
     the spec text, checked against the topology."""
-    from ccl.groups import parse_groups
+    from ccl.core.groups import parse_groups
 
     if isinstance(value, tuple) and all(isinstance(g, tuple) for g in value):
         text = ";".join(",".join(str(require_int(r, "a rank", span, least=0)) for r in g) for g in value)

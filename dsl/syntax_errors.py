@@ -17,7 +17,7 @@ from lark.exceptions import (
     UnexpectedToken,
 )
 
-from ccl.units import BANDWIDTH_UNITS, SIZE_UNITS, TIME_UNITS
+from ccl.core.units import BANDWIDTH_UNITS, SIZE_UNITS, TIME_UNITS
 
 NAMED = {
     "NAME": "a name",

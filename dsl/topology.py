@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ccl import limits
-from ccl.errors import DslError, Span, TopologyError
-from ccl.topology import Link, SharedLimit, Switch, Topology
+from ccl.core import limits
+from ccl.core.errors import DslError, Span, TopologyError
+from ccl.core.topology import Link, SharedLimit, Switch, Topology
 
 from . import ast
 from .evaluate import Evaluator, Scope, describe, require_int, require_str, suggest
@@ -288,7 +288,7 @@ class TopologyBuilder:
         self.cluster = Cluster(count, value.n_ranks, tuple(block.nics), stmt.span)
 
     def _check_links(self, total: int, span: Span) -> None:
-        """A located DslError when the topology would have more links than ``ccl.limits.LINKS``
+        """A located DslError when the topology would have more links than ``ccl.core.limits.LINKS``
         (checked before they are made: each costs memory however cheap the loop making it)."""
         if total > limits.LINKS.value:
             raise DslError(limits.LINKS.message(total, "the topology has too many links"), span)

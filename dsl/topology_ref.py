@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import re
 
-from ccl.errors import DslError, InputError, Span
-from ccl.topology import Topology
+from ccl.core.errors import DslError, InputError, Span
+from ccl.core.topology import Topology
 
 from . import ast
 from .evaluate import Scope

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from ccl.topology import Topology
-from ccl.units import BANDWIDTH_UNITS, SIZE_UNITS, TIME_UNITS, format_size
+from ccl.core.topology import Topology
+from ccl.core.units import BANDWIDTH_UNITS, SIZE_UNITS, TIME_UNITS, format_size
 
 SIZE = (1, 0)
 TIME = (0, 1)

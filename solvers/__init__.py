@@ -3,7 +3,7 @@
 Solvers register by name with the collective kinds they implement; modules are imported only
 when their solver runs, so heavy dependencies (z3, pulp) load on demand. Cost-aware solvers
 (``SolverInfo.judged``) time candidate schedules with the cost judge the caller passes
-(``ccl.judge.CostJudge``; the driver passes the simulator): this package imports no backend.
+(``ccl.core.judge.CostJudge``; the driver passes the simulator): this package imports no backend.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 
-from ccl.algorithm import Algorithm
-from ccl.errors import CollectiveError, InputError
-from ccl.judge import CostJudge
-from ccl.problem import Problem
+from ccl.core.algorithm import Algorithm
+from ccl.core.errors import CollectiveError, InputError
+from ccl.core.judge import CostJudge
+from ccl.core.problem import Problem
 
 __all__ = ["SOLVERS", "TEMPLATES", "SolverInfo", "Solution", "solve", "solvers_for", "synthesize"]
 

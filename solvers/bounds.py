@@ -101,9 +101,9 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_flow
 
-from ccl.collective import Collective
-from ccl.errors import CollectiveError
-from ccl.topology import Topology
+from ccl.core.collective import Collective
+from ccl.core.errors import CollectiveError
+from ccl.core.topology import Topology
 
 from .paths import latency_bound
 
@@ -615,7 +615,7 @@ def onset_time(t0: float, onsets: Onsets) -> float:
 @dataclass(frozen=True)
 class Bounds:
     """Lower bounds on the time of one collective call of ``size`` bytes (nccl-tests
-    convention, see ``ccl.report``), in microseconds.
+    convention, see ``ccl.core.report``), in microseconds.
 
     ``latency_us``: the alpha-weighted shortest path between the farthest pair of ranks that
     must exchange data (``latency_pair``); ``steps``: the hop bound. ``bandwidth_us``: the

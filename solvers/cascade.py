@@ -57,8 +57,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from ccl.errors import CollectiveError, InputError
-from ccl.problem import Problem
+from ccl.core.errors import CollectiveError, InputError
+from ccl.core.problem import Problem
 
 from .common import builder, pieces
 from .grids import Grid, linked_grid, node_grid

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from operator import itemgetter
 
-from ccl.algorithm import Algorithm, Transfer
+from ccl.core.algorithm import Algorithm, Transfer
 
 __all__ = ["coalesce", "coalesce_rows", "scattered_groups"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from ccl.collective import Collective, builtin
-from ccl.errors import CollectiveError
-from ccl.problem import Problem
+from ccl.core.collective import Collective, builtin
+from ccl.core.errors import CollectiveError
+from ccl.core.problem import Problem
 
 from .schedule import ScheduleBuilder, Slot
 

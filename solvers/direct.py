@@ -6,8 +6,8 @@ intermediate ranks (so on a ring the one logical step takes up to n/2 physical s
 
 from __future__ import annotations
 
-from ccl.algorithm import Algorithm
-from ccl.problem import Problem
+from ccl.core.algorithm import Algorithm
+from ccl.core.problem import Problem
 
 from .common import builder, pieces, run
 

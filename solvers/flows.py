@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ccl.topology import Topology
+from ccl.core.topology import Topology
 
 ENUMERATE_LIMIT = 16
 LP_LIMIT = 120_000

@@ -29,7 +29,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ccl.topology import Topology
+from ccl.core.topology import Topology
 
 from .rings import find_ring, is_linked_ring
 

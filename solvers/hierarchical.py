@@ -16,9 +16,9 @@ Rank (a, i) is the i-th rank of node a. The same-index ranks {(a, i) : a} form r
 
 from __future__ import annotations
 
-from ccl.algorithm import Algorithm
-from ccl.errors import CollectiveError
-from ccl.problem import Problem
+from ccl.core.algorithm import Algorithm
+from ccl.core.errors import CollectiveError
+from ccl.core.problem import Problem
 
 from .common import builder, pieces, run
 from .phases import ring_allgather, ring_reducescatter

@@ -13,9 +13,9 @@ import math
 import numpy as np
 from scipy.sparse import csr_matrix
 
-from ccl.collective import Collective
-from ccl.errors import CollectiveError
-from ccl.topology import Topology
+from ccl.core.collective import Collective
+from ccl.core.errors import CollectiveError
+from ccl.core.topology import Topology
 
 
 def _flat_matrices(topology: Topology) -> tuple[csr_matrix, csr_matrix]:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ccl.algorithm import Algorithm
-from ccl.problem import Problem
+from ccl.core.algorithm import Algorithm
+from ccl.core.problem import Problem
 
 from .common import builder, pieces, run
 from .schedule import ScheduleBuilder, Slot

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ccl.algorithm import Algorithm
-from ccl.errors import CollectiveError
-from ccl.problem import Problem
-from ccl.topology import Topology
+from ccl.core.algorithm import Algorithm
+from ccl.core.errors import CollectiveError
+from ccl.core.problem import Problem
+from ccl.core.topology import Topology
 
 from .common import builder, pieces, run
 from .phases import ring_allgather, ring_reducescatter, tree_broadcast, tree_reduce

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ccl.topology import Topology
+from ccl.core.topology import Topology
 
 SEARCH_BUDGET = 200_000  # DFS nodes per search
 PATH_STARTS = 8  # start ranks tried for a Hamiltonian path

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
-from ccl.algorithm import Algorithm, Transfer
-from ccl.collective import Collective
-from ccl.errors import InfeasibleError
-from ccl.topology import Topology
+from ccl.core.algorithm import Algorithm, Transfer
+from ccl.core.collective import Collective
+from ccl.core.errors import InfeasibleError
+from ccl.core.topology import Topology
 
 from .coalesce import coalesce_rows
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ccl.topology import Topology
+from ccl.core.topology import Topology
 
 
 def _candidates(n: int) -> list[Callable[[int], int]]:

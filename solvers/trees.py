@@ -12,8 +12,8 @@
 
 from __future__ import annotations
 
-from ccl.algorithm import Algorithm
-from ccl.problem import Problem
+from ccl.core.algorithm import Algorithm
+from ccl.core.problem import Problem
 
 from .common import builder, pieces
 from .phases import balanced_tree, depths, heights, tree_broadcast, tree_reduce

@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ccl.errors import InputError, TopologyError
-from ccl.topology import Topology
-from ccl.units import parse_bandwidth, parse_time
+from ccl.core.errors import InputError, TopologyError
+from ccl.core.topology import Topology
+from ccl.core.units import parse_bandwidth, parse_time
 
 from .builders import (
     amd8,

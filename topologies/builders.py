@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ccl.topology import Topology
+from ccl.core.topology import Topology
 
 from .library import LIBRARY, flag, gbps, integer, integers, microseconds, real, text
 

@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from ccl.errors import DslError, TopologyError
-from ccl.topology import Topology
+from ccl.core.errors import DslError, TopologyError
+from ccl.core.topology import Topology
 
 if TYPE_CHECKING:  # pragma: no cover - typing only; dsl is imported on first use
     from dsl import Loader, Module

@@ -5,7 +5,7 @@ list order, and the receives from one peer on one channel in list order. A local
 threadblock of the receive it follows (the receive whose data it consumes, when that is the
 latest thing it waits for), else in a local threadblock. Because a Program is well leveled,
 these queues cannot deadlock even if a send had to wait for its receiver (the argument of
-``ccl.program``: a send-only queue reaches every send of a level once the lower levels are
+``ccl.core.program``: a send-only queue reaches every send of a level once the lower levels are
 done, and a receive queue holds one connection's receives, in message order, before the local
 ops of the level). When the threadblocks do not fit the target, a send and a receive
 threadblock of the same peer and channel are merged (what published files do; it relies on the
@@ -36,8 +36,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
-from ccl.errors import BackendError
-from ccl.program import COPY, RECV, REDUCE, SEND, Program
+from ccl.core.errors import BackendError
+from ccl.core.program import COPY, RECV, REDUCE, SEND, Program
 
 from .limits import Target, check
 from .model import BUFFER_LETTERS, Algo, Gpu, Step, Threadblock

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ccl.errors import BackendError
-from ccl.program import RECV, SEND, Program
+from ccl.core.errors import BackendError
+from ccl.core.program import RECV, SEND, Program
 
 
 def replicate(program: Program, instances: int) -> Program:

@@ -35,10 +35,10 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
-from ccl.collective import Collective, builtin
-from ccl.errors import InputError, VerificationError
-from ccl.program import COPY, RECV, REDUCE, SEND, Program
-from ccl.topology import Topology
+from ccl.core.collective import Collective, builtin
+from ccl.core.errors import InputError, VerificationError
+from ccl.core.program import COPY, RECV, REDUCE, SEND, Program
+from ccl.core.topology import Topology
 
 from .model import BUFFER_NAMES, Algo, Step, Threadblock, where
 
@@ -199,7 +199,7 @@ def check_structure(algo: Algo, path: str) -> None:
 
 # ---------------------------------------------------------------------- expansion
 class _Op:
-    """An op under construction: fields of ccl.program.Op, deps as global ids."""
+    """An op under construction: fields of ccl.core.program.Op, deps as global ids."""
 
     __slots__ = ("kind", "buf", "index", "count", "peer", "src_buf", "src_index", "channel", "deps", "origin",
                  "rank", "level", "tag", "pos")

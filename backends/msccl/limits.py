@@ -55,7 +55,7 @@ class Violation:
 
 
 def target(name: str) -> Target:
-    from ccl.errors import InputError
+    from ccl.core.errors import InputError
 
     if name not in TARGETS:
         raise InputError(f"unknown MSCCL target {name!r} (known: {', '.join(TARGETS)})")

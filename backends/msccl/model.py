@@ -21,7 +21,7 @@ from __future__ import annotations
 import xml.parsers.expat
 from dataclasses import dataclass, field
 
-from ccl.errors import InputError
+from ccl.core.errors import InputError
 
 BUFFER_NAMES = {"i": "input", "o": "output", "s": "scratch"}
 BUFFER_LETTERS = {v: k for k, v in BUFFER_NAMES.items()}
@@ -228,7 +228,7 @@ def parse(text: str, path: str = "<xml>") -> Algo:
 
 def read(path: str) -> Algo:
     """``parse`` a file (InputError when it cannot be read)."""
-    from ccl.limits import read_input_text
+    from ccl.core.limits import read_input_text
 
     return parse(read_input_text(path, "XML file"), path)
 

@@ -4,7 +4,7 @@
     report = simulate(program, 64 * 2**20)        # nccl-tests size convention
     print(report.time_us, report.busbw_GBps)
 
-``simulate`` returns a ``ccl.report.Report`` (physics only: the driver, ``ccl.compiler``, adds
+``simulate`` returns a ``ccl.core.report.Report`` (physics only: the driver, ``ccl.compiler``, adds
 the lower bound and NCCL's models); ``run`` returns a ``Simulation`` with per-message timings for
 Chrome traces (``Simulation.write_trace``) and plots (``Simulation.plot``); ``Simulator``
 simulates one Program at many sizes. ``nccl`` holds NCCL's cost model, the reference baselines.

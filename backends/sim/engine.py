@@ -1,6 +1,6 @@
 """The event loop: a Program run under its execution model, on links with lanes and limits.
 
-Every op is issued as soon as every op it depends on has completed (``ccl.program``: a runtime
+Every op is issued as soon as every op it depends on has completed (``ccl.core.program``: a runtime
 may run each op when it is ready; ranks start when their out-of-place alias copies are done).
 Issuing a send or a receive posts it; a message is *ready* when both its send and its receive
 are posted (rendezvous) and the message before it of the same pair and channel is ready (rule 3
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ccl.errors import BackendError
+from ccl.core.errors import BackendError
 
 from .graph import ProgramGraph, as_array
 

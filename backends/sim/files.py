@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from ccl.serialize import write_atomic
+from ccl.core.serialize import write_atomic
 
 __all__ = ["write_atomic"]

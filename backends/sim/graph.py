@@ -1,7 +1,7 @@
 """What the event loop needs of a Program, built once per Program (it does not depend on size).
 
 * **Messages.** The k-th send from rank a to rank b on a channel and the k-th receive at b from
-  a on that channel are one message (``ccl.program``'s matching rule). A message moves
+  a on that channel are one message (``ccl.core.program``'s matching rule). A message moves
   ``count`` slots over the flattened link (a, b).
 * **Dependencies.** An op is issued once every op it depends on has completed (the Program's
   execution model lets a runtime run each op as soon as it is ready). ``op_lists`` gives the
@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from ccl.errors import BackendError
-from ccl.program import KIND_CODE, Program
+from ccl.core.errors import BackendError
+from ccl.core.program import KIND_CODE, Program
 
 SEND, RECV, COPY, REDUCE = (KIND_CODE[k] for k in ("send", "recv", "copy", "reduce"))
 

@@ -35,8 +35,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ccl.report import Baseline
-from ccl.topology import Topology
+from ccl.core.report import Baseline
+from ccl.core.topology import Topology
 
 PROTOCOLS = ("LL", "LL128", "Simple")
 BASE_LAT = {"ring": (6.6, 14.0, 8.4), "tree": (6.8, 14.0, 8.4)}

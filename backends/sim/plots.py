@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ccl.errors import BackendError
+from ccl.core.errors import BackendError
 
 from .files import write_atomic
 
@@ -134,7 +134,7 @@ def rank_traffic(sim: Simulation, ax: Any) -> None:
 
 
 def plot_simulation(sim: Simulation, path: str | os.PathLike[str]) -> None:
-    from ccl.report import NOT_COMPUTED, format_bytes, format_us
+    from ccl.core.report import NOT_COMPUTED, format_bytes, format_us
 
     rep = sim.report
     rows = min(MAX_ROWS, sum(sim.resource_lanes)) or 1
@@ -173,7 +173,7 @@ def size_ticks(ax: Any, lo: float, hi: float) -> None:
     """Log-2 size axis with ticks at powers of two labelled 1KiB, 4MiB, 1GiB, at most ~12."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-    from ccl.units import format_size
+    from ccl.core.units import format_size
 
     first, last = int(np.floor(np.log2(max(lo, 1)))), int(np.ceil(np.log2(max(hi, 1))))
     step = next(s for s in (1, 2, 4, 5, 10, 20) if (last - first) // s <= 11)

@@ -1,11 +1,11 @@
 """Simulate a Program: ``simulate(program, size, **options) -> Report``.
 
 The simulator times the lowered Program, the one every runtime executes, under its execution
-model (``ccl.program``): per rank, ops issue in list order once the sends and receives they
+model (``ccl.core.program``): per rank, ops issue in list order once the sends and receives they
 depend on have completed; a message moves when both its send and its receive are posted. The
 physics (stated once here; ``engine`` and ``graph`` give the mechanics):
 
-* **Bytes.** ``size`` follows nccl-tests (see ``ccl.report``): the largest per-rank buffer
+* **Bytes.** ``size`` follows nccl-tests (see ``ccl.core.report``): the largest per-rank buffer
   holds ``size`` bytes, so a slot holds ``size / max_slots`` bytes and a message of ``count``
   slots moves ``count`` times that.
 * **Links.** A message between two ranks uses the flattened topology's link for the pair
@@ -45,11 +45,11 @@ from typing import Any
 
 import numpy as np
 
-from ccl import limits, validate
-from ccl.collector import gc_paused
-from ccl.errors import InputError, VerificationError
-from ccl.program import Program
-from ccl.report import LinkUsage, RankUsage, Report, bus_factor, check_size, slot_bytes
+from ccl.core import limits, validate
+from ccl.core.collector import gc_paused
+from ccl.core.errors import InputError, VerificationError
+from ccl.core.program import Program
+from ccl.core.report import LinkUsage, RankUsage, Report, bus_factor, check_size, slot_bytes
 
 from .engine import Engine, Resource
 from .graph import ProgramGraph
@@ -103,7 +103,7 @@ class Simulation:
         Program gives the same figure on every machine): microseconds on the machine the
         constants were measured on, ``EFFORT_OP_US`` per op instance and ``EFFORT_RATE_US`` per
         fair rate computed under shared limits (``Engine.rate_updates``). For a solver that
-        budgets the judgements of its search (``ccl.judge``)."""
+        budgets the judgements of its search (``ccl.core.judge``)."""
         return EFFORT_OP_US * self.graph.n_ops * self.slices + EFFORT_RATE_US * self.engine.rate_updates
 
     def trace(self) -> dict[str, Any]:
@@ -277,7 +277,7 @@ class Simulator:
 
 def simulate(program: Program, size: float, **options: Any) -> Report:
     """Simulate ``program`` called with ``size`` bytes (nccl-tests convention, see
-    ``ccl.report``) and return its Report (without the lower bound and baselines, which the
+    ``ccl.core.report``) and return its Report (without the lower bound and baselines, which the
     driver adds). Options: ``mode`` ("dependency" or "step"), ``slices``, ``in_place``,
     ``overlap_latency``, ``local_bandwidth`` (GB/s). The Program is assumed verified
     (``ccl.verify_program``); a Program that cannot run to the end raises BackendError."""

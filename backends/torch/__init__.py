@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ccl.errors import BackendError
+from ccl.core.errors import BackendError
 
 INSTALL_HINT = ("torch is not installed; install the CPU build with `pip install torch` "
                 "(or the project's extra: `pip install -e \".[torch]\"`)")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ccl.program import Program
+from ccl.core.program import Program
 
 from .plain import to_plain
 

@@ -18,7 +18,7 @@ stalled past ``timeout``) leaves the group unusable: the calls queued behind it 
 call on the group fail at once with the first error (``runtime``), never hang.
 
 A schedule set serves each call with the entry for its size in bytes, counted as
-``ccl.report`` counts sizes (nccl-tests): the tensor for allreduce, broadcast and reduce, the
+``ccl.core.report`` counts sizes (nccl-tests): the tensor for allreduce, broadcast and reduce, the
 output for allgather, the input for reducescatter and alltoall; every rank of a call computes
 the same size, so every rank runs the same entry. Each entry's Program is made (lowered by the
 driver) and bound to the group on its first use.
@@ -36,8 +36,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ccl.errors import BackendError, CclError, InputError
-from ccl.program import Program
+from ccl.core.errors import BackendError, CclError, InputError
+from ccl.core.program import Program
 
 from .executor import Executor
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from ccl.errors import BackendError, CclError, InputError
-from ccl.program import Program
+from ccl.core.errors import BackendError, CclError, InputError
+from ccl.core.program import Program
 
 from .plain import to_plain
 from .runtime import ScheduleError, ScheduleRunner

@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ccl.errors import BackendError, InputError
-from ccl.program import Program
+from ccl.core.errors import BackendError, InputError
+from ccl.core.program import Program
 
 
 @dataclass(frozen=True)

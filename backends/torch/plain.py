@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ccl.errors import InputError, VerificationError
-from ccl.program import Program
-from ccl.verify_program import verify_program
+from ccl.core.errors import InputError, VerificationError
+from ccl.core.program import Program
+from ccl.core.verify_program import verify_program
 
 FORMAT = "ccl-torch-program"  # the runtime checks it (runtime.FORMAT)
 

@@ -16,8 +16,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from .. import interrupt
-from ..errors import (
+from ..core import interrupt
+from ..core.errors import (
     EXIT_INTERNAL,
     CclError,
     InfeasibleError,
@@ -88,7 +88,7 @@ def _main(argv: Sequence[str] | None) -> tuple[int, str | None]:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        with interrupt.handling():  # Ctrl-C reaches solvers blocked in native code (ccl.interrupt)
+        with interrupt.handling():  # Ctrl-C reaches solvers blocked in native code (ccl.core.interrupt)
             return args.func(args)
     except CclError as exc:
         print(f"ccl: {exc.render()}", file=sys.stderr)

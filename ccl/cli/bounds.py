@@ -21,15 +21,15 @@ ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8"
 
 def size_arg(text: str) -> int:
     """A size with units (``64MiB``, ``1GB``, bytes when bare), positive."""
-    from ..units import parse_size
+    from ..core.units import parse_size
 
     return parsed(parse_size, text, positive="size must be at least 1 byte")
 
 
 def sizes_arg(text: str) -> list[int]:
-    """One size or a sweep (``ccl.units.parse_sizes``): ``64MiB``, ``1KiB,64MiB``,
+    """One size or a sweep (``ccl.core.units.parse_sizes``): ``64MiB``, ``1KiB,64MiB``,
     ``1KiB..1GiB`` (powers of two), ``1KiB..1GiB*4``; sorted, without repeats."""
-    from ..units import parse_sizes
+    from ..core.units import parse_sizes
 
     return parsed(parse_sizes, text)
 
@@ -89,7 +89,7 @@ def cmd_bounds(args: argparse.Namespace) -> int:
         return _bounds_sweep(args, topo, coll)
     from solvers.bounds import lower_bound
 
-    from ..report import SIZE_MEANING, format_bytes, format_us
+    from ..core.report import SIZE_MEANING, format_bytes, format_us
 
     [size] = args.size
     b = lower_bound(topo, coll, size)
@@ -116,7 +116,7 @@ def _bounds_sweep(args: argparse.Namespace, topo: Any, coll: Any) -> int:
     busbw are the most any schedule reaches."""
     from solvers.bounds import lower_bound
 
-    from ..report import SIZE_MEANING, bus_factor
+    from ..core.report import SIZE_MEANING, bus_factor
 
     factor = bus_factor(coll.kind, topo.n_ranks)
     rows, cells = [], []

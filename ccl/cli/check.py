@@ -60,9 +60,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     import dsl
     from solvers import SOLVERS
 
-    from ..errors import InputError
-    from ..serialize import save_algorithm
-    from ..verify import VerificationError
+    from ..core.errors import InputError
+    from ..core.serialize import save_algorithm
+    from ..core.verify import VerificationError
 
     if args.emit == "ast":
         return emit_ast(args, args.file)
@@ -176,7 +176,7 @@ def synthesize_file(args: argparse.Namespace) -> int:
     """``ccl synthesize FILE.ccl``: run the file's requests (all, or those named by --request),
     verify every schedule, and write them only when all succeed."""
     from .. import compiler
-    from ..errors import InputError, Interrupted
+    from ..core.errors import InputError, Interrupted
     from .synthesize import summary
 
     for flag, default in (("topology", None), ("collective", None), ("root", None), ("chunks", 1), ("solver", "auto"),
@@ -235,7 +235,7 @@ def synthesize_file(args: argparse.Namespace) -> int:
     except (Interrupted, KeyboardInterrupt) as exc:
         # Ctrl-C: the requests finished and the interrupted one's best verified schedule (if
         # any) are written together (all of those or none); the rest are reported not run
-        from .. import interrupt
+        from ..core import interrupt
 
         interrupt.acknowledge()
         stopped = f"request {requests[len(results)].name!r} stopped by Ctrl-C"
@@ -249,7 +249,7 @@ def synthesize_file(args: argparse.Namespace) -> int:
     def stop_exit(kept: str) -> int:
         import sys
 
-        from ..errors import EXIT_INTERRUPTED
+        from ..core.errors import EXIT_INTERRUPTED
 
         which = ("the finished ones and the interrupted one's best" if kept_best
                  else "the finished ones; the interrupted one had none yet")
@@ -263,8 +263,8 @@ def synthesize_file(args: argparse.Namespace) -> int:
     if args.emit == "program":
         code = emit_programs(args, [r.algorithm for r in results])
         return code if stopped is None else stop_exit("were printed")
-    from ..schedule_set import set_to_json
-    from ..serialize import algorithm_to_json, dumps, write_all
+    from ..core.schedule_set import set_to_json
+    from ..core.serialize import algorithm_to_json, dumps, write_all
     from .synthesize import set_summary
 
     def writer(result: Any) -> Any:

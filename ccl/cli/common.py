@@ -99,7 +99,7 @@ def _integer(text: str, what: str) -> int:
 
 def positive_int(text: str) -> int:
     """An option's whole number >= 1 (resource limits on counts are checked where they are
-    used: ``ccl.limits``)."""
+    used: ``ccl.core.limits``)."""
     value = _integer(text, "a positive integer")
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
@@ -123,10 +123,10 @@ def rank_int(text: str) -> int:
 
 
 def parsed(parse: Callable[[str], Any], text: str, *, positive: str | None = None) -> Any:
-    """``parse(text)`` (a ``ccl.units`` reader) as an option type: its InputError becomes
+    """``parse(text)`` (a ``ccl.core.units`` reader) as an option type: its InputError becomes
     argparse's error (exit 2, one line); with ``positive``, a value not above 0 is refused with
     that message."""
-    from ..errors import InputError
+    from ..core.errors import InputError
 
     try:
         value = parse(text)
@@ -138,16 +138,16 @@ def parsed(parse: Callable[[str], Any], text: str, *, positive: str | None = Non
 
 
 def seconds_arg(text: str) -> float:
-    """A time limit or timeout: more than 0 seconds, finite and at most ``ccl.units.MAX_SECONDS``
+    """A time limit or timeout: more than 0 seconds, finite and at most ``ccl.core.units.MAX_SECONDS``
     (``60``, ``60s``, ``2ms``, ``1.5``)."""
-    from ..units import parse_seconds
+    from ..core.units import parse_seconds
 
     return parsed(parse_seconds, text, positive="expected more than 0 seconds")
 
 
 def budget_arg(text: str) -> float:
     """A time budget: 0 or more seconds (``seconds_arg``'s forms)."""
-    from ..units import parse_seconds
+    from ..core.units import parse_seconds
 
     return parsed(parse_seconds, text)
 

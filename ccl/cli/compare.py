@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-from ..files import batch
+from ..core.files import batch
 from .bounds import SIZE_COLUMNS, fixed, nccl_columns, size_cells, sizes_arg, table
 from .common import add_problem_arguments, command, emit, positive_int, seconds_arg
 from .outputs import declare, guard, inputs_of, make_folder
@@ -18,7 +18,7 @@ SWEEP = [4**k * 1024 for k in range(11)]  # 1KiB .. 1GiB
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ..compiler import compare, load_topology
-    from ..errors import InputError
+    from ..core.errors import InputError
 
     if args.save_dir and os.path.exists(args.save_dir) and not os.path.isdir(args.save_dir):
         raise InputError(f"--save-dir {args.save_dir}: exists and is not a folder")
@@ -78,7 +78,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _size(size: float) -> str:
-    from ..report import format_bytes
+    from ..core.report import format_bytes
 
     return format_bytes(size)
 
@@ -86,7 +86,7 @@ def _size(size: float) -> str:
 def _sweep_table(results: list) -> tuple[list[dict[str, Any]], str]:
     """Several sizes: the fastest schedule per size as an nccl-tests row, then every schedule's
     time over the bound per size (``*``: the fastest)."""
-    from ..report import SIZE_MEANING, bus_factor
+    from ..core.report import SIZE_MEANING, bus_factor
 
     first = results[0]
     factor = bus_factor(first.collective, first.n_ranks)
@@ -130,7 +130,7 @@ def _sweep_table(results: list) -> tuple[list[dict[str, Any]], str]:
 def _planned(results: list, folder: str) -> list[tuple[dict[str, Any], Any]]:
     """Every schedule ranked and where it goes, (row, algorithm): ``NAME.json`` for a schedule
     made without a size, ``NAME@SIZE.json`` for one synthesized for a size."""
-    from ..units import format_size
+    from ..core.units import format_size
 
     saved: dict[str, tuple[dict[str, Any], Any]] = {}
     for c in results:
@@ -147,7 +147,7 @@ def _planned(results: list, folder: str) -> list[tuple[dict[str, Any], Any]]:
 
 def _save(planned: list[tuple[dict[str, Any], Any]], folder: str) -> list[dict[str, Any]]:
     """Write the planned schedules into ``folder`` (created when missing), all or none."""
-    from ..serialize import algorithm_to_json, dumps, write_all
+    from ..core.serialize import algorithm_to_json, dumps, write_all
 
     make_folder("--save-dir", folder)
     write_all([(row["path"], lambda fh, alg=alg: fh.write(dumps(algorithm_to_json(alg)) + "\n"))
@@ -158,8 +158,8 @@ def _save(planned: list[tuple[dict[str, Any], Any]], folder: str) -> list[dict[s
 def _plot(results: list, path: str) -> None:
     from backends.sim.plots import plot_sizes
 
-    from ..report import bus_factor
-    from ..units import format_size
+    from ..core.report import bus_factor
+    from ..core.units import format_size
 
     curves: dict[str, list[tuple[float, float]]] = {}
     bound = []

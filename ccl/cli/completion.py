@@ -87,7 +87,7 @@ def _value_words() -> dict[str, tuple[str, ...]]:
     import topologies
     from solvers import SOLVERS
 
-    from ..collective import BUILTIN_KINDS
+    from ..core.collective import BUILTIN_KINDS
 
     return {"topology": tuple(topologies.BUILDERS), "collective": tuple(BUILTIN_KINDS),
             "solver": tuple(SOLVERS)}

@@ -30,8 +30,8 @@ def _printed(args: argparse.Namespace, summary: dict[str, Any], key: str, text: 
 def cmd_torch(args: argparse.Namespace) -> int:
     from .. import compiler
     from ..compiler.msccl import is_xml, load_any
-    from ..schedule_set import ScheduleSet
-    from ..serialize import write_text_atomic
+    from ..core.schedule_set import ScheduleSet
+    from ..core.serialize import write_text_atomic
 
     if not is_xml(args.file):
         sset = load_any(args.file, topology=args.topology)
@@ -57,7 +57,7 @@ def _torch_set(args: argparse.Namespace, sset: Any) -> int:
     from backends.torch.codegen import emit_set_script
 
     from .. import compiler
-    from ..serialize import write_text_atomic
+    from ..core.serialize import write_text_atomic
 
     entries = [(e.min_bytes, e.max_bytes, e.label, compiler.runnable(e.algorithm, **lowering(args)))
                for e in sset.entries]
@@ -78,9 +78,9 @@ def _torch_set(args: argparse.Namespace, sset: Any) -> int:
 
 def cmd_msccl(args: argparse.Namespace) -> int:
     from ..compiler.msccl import export_xml, is_xml, load_any, load_schedule
-    from ..schedule_set import ScheduleSet
-    from ..serialize import write_text_atomic
-    from ..units import parse_size
+    from ..core.schedule_set import ScheduleSet
+    from ..core.serialize import write_text_atomic
+    from ..core.units import parse_size
 
     if not is_xml(args.file):
         sset = load_any(args.file, topology=args.topology)
@@ -119,8 +119,8 @@ def _msccl_set(args: argparse.Namespace, sset: Any) -> int:
     import re
 
     from ..compiler.msccl import export_xml, msccl_bytes
-    from ..errors import BackendError, InputError
-    from ..serialize import write_all
+    from ..core.errors import BackendError, InputError
+    from ..core.serialize import write_all
 
     if args.min_bytes is not None or args.max_bytes is not None:
         raise InputError("a schedule set carries its size ranges: --min-bytes/--max-bytes do not apply")

@@ -11,13 +11,13 @@ from .outputs import declare
 
 def cmd_msccl(args: argparse.Namespace) -> int:
     from ..compiler.msccl import read_xml, verify_imported
-    from ..serialize import dumps, program_to_json, write_text_atomic
+    from ..core.serialize import dumps, program_to_json, write_text_atomic
 
     imported = read_xml(args.file, args.topology)
     checked = verify_imported(imported)
     program = imported.in_place if args.in_place else imported.program
     if program is None:
-        from ..errors import InputError
+        from ..core.errors import InputError
 
         raise InputError(f"{args.file}: the file is not for in-place calls (inplace=0)")
     algo = imported.algo

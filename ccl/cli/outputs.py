@@ -13,7 +13,7 @@ command runs, ``check_args`` refuses (InputError, exit 2, nothing written) when
 Outputs known only once the command has read its inputs (one file per request or per size
 range in a folder, ``--save-dir`` schedules) are checked with ``guard`` before the first is
 written, against the inputs and against each other (two requests named ``a/b`` and ``a_b``
-both mapping to ``a_b.json``), and then written all or none (``ccl.files.write_all``).
+both mapping to ``a_b.json``), and then written all or none (``ccl.core.files.write_all``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InputError
-from ..files import check_target, identity, kind
+from ..core.errors import InputError
+from ..core.files import check_target, identity, kind
 
 PathLike = str | os.PathLike[str]
 

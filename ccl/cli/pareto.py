@@ -31,7 +31,7 @@ def add_exact_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def parse_options(items: list[str]) -> tuple[tuple[str, Any], ...]:
-    from ..errors import InputError
+    from ..core.errors import InputError
 
     out: dict[str, Any] = {}
     for item in items:
@@ -51,7 +51,7 @@ def parse_options(items: list[str]) -> tuple[tuple[str, Any], ...]:
 
 
 def parse_roots(text: str, n_ranks: int) -> tuple[int, ...]:
-    from ..errors import InputError
+    from ..core.errors import InputError
 
     try:
         roots = tuple(int(x) for x in text.split(","))
@@ -65,8 +65,8 @@ def parse_roots(text: str, n_ranks: int) -> tuple[int, ...]:
 
 def collective_from_args(args: argparse.Namespace, n_ranks: int):
     """The built-in collective, or the multi-root one when --roots is given."""
-    from ..collective import builtin, multi_root
-    from ..errors import InputError
+    from ..core.collective import builtin, multi_root
+    from ..core.errors import InputError
 
     if getattr(args, "roots", None):
         if args.root is not None:
@@ -111,15 +111,16 @@ class progress_on_stderr:
 def cmd_pareto(args: argparse.Namespace) -> int:
     from fractions import Fraction
 
-    from .. import compiler, interrupt
-    from ..errors import Interrupted, SolverTimeout
-    from ..units import format_size, parse_size
-    from ..verify import verify
+    from .. import compiler
+    from ..core import interrupt
+    from ..core.errors import Interrupted, SolverTimeout
+    from ..core.units import format_size, parse_size
+    from ..core.verify import verify
 
     if args.solver == "packing":
         return _packing_set(args)
     if args.solver != "smt":
-        from ..errors import InputError
+        from ..core.errors import InputError
 
         raise InputError(f"ccl pareto lists the frontier of solver 'smt' (exact) or 'packing' (the latency/"
                          f"throughput set), not {args.solver!r}")
@@ -140,7 +141,7 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     if not frontier.points and not frontier.complete:
         raise SolverTimeout(f"time limit reached before the first frontier point of {coll.name} on {topo.name}")
     if not frontier.points:
-        from ..errors import InfeasibleError
+        from ..core.errors import InfeasibleError
 
         raise InfeasibleError(f"z3 found no schedule of {coll.name} on {topo.name} with at most {args.max_chunks} "
                               "chunks within the step limit (raise --option max_steps=S)", bound="z3 proof (unsat)")
@@ -208,7 +209,7 @@ def cmd_pareto(args: argparse.Namespace) -> int:
 def save_all(args: argparse.Namespace, planned: list[tuple[str, Any]]) -> None:
     """Write the (path, algorithm) schedules into --save-dir (created when missing): checked
     against the inputs and each other first, then all or none."""
-    from ..serialize import algorithm_to_json, dumps, write_all
+    from ..core.serialize import algorithm_to_json, dumps, write_all
 
     if not planned:
         return
@@ -225,10 +226,10 @@ def _packing_set(args: argparse.Namespace) -> int:
     """``ccl pareto -s packing``: the packing solver's schedules that win some size of the sweep
     (tree height and pipeline depth against throughput), with the size range each wins."""
     from .. import compiler
-    from ..errors import InputError
-    from ..problem import Problem, Request
-    from ..units import format_size, parse_size
-    from ..verify import verify
+    from ..core.errors import InputError
+    from ..core.problem import Problem, Request
+    from ..core.units import format_size, parse_size
+    from ..core.verify import verify
 
     if args.option or args.time_limit is not None or getattr(args, "roots", None):
         raise InputError("ccl pareto -s packing takes no --option, --time-limit or --roots")

@@ -11,7 +11,7 @@ from .common import command, emit, positive_int
 def cmd_place(args: argparse.Namespace) -> int:
     from .. import compiler
     from ..compiler.place import Model, parse_plan, parse_traffic, place
-    from ..errors import InputError
+    from ..core.errors import InputError
     from .progress import Progress
 
     topo = compiler.load_topology(args.topology)

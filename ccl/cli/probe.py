@@ -21,8 +21,8 @@ MAX_REPEAT = 1000  # timed repetitions of one measurement (every pair of ranks, 
 def _check_probe_memory(n: int, sizes: list[int]) -> None:
     """Refuse sizes whose buffers cannot fit in this machine's memory before any process starts
     (each rank holds a buffer per size and a landing buffer of the largest per peer)."""
-    from ..errors import InputError
-    from ..units import format_size
+    from ..core.errors import InputError
+    from ..core.units import format_size
 
     try:
         total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
@@ -68,9 +68,9 @@ def _measure_here(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any] 
 
 def cmd_probe(args: argparse.Namespace) -> int:
     from ..compiler.probe import fit, to_ccl
-    from ..errors import InputError
-    from ..serialize import write_all
-    from ..units import format_size, parse_sizes
+    from ..core.errors import InputError
+    from ..core.serialize import write_all
+    from ..core.units import format_size, parse_sizes
 
     if args.repeat > MAX_REPEAT:
         raise InputError(f"--repeat {args.repeat}: at most {MAX_REPEAT} timed repetitions per measurement")
@@ -78,7 +78,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if len(sizes) < 2:
         raise InputError("--sizes needs at least two sizes to fit a latency and a bandwidth")
     if args.source is not None:
-        from ..limits import read_input_json
+        from ..core.limits import read_input_json
 
         data = read_input_json(args.source)
     elif args.local is not None:
@@ -86,7 +86,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
         if args.local < 2:
             raise InputError(f"--local needs at least 2 processes, got {args.local}")
-        from ..limits import LOCAL_PROCESSES
+        from ..core.limits import LOCAL_PROCESSES
 
         LOCAL_PROCESSES.check(args.local, f"--local {args.local} asks for too many processes")
         _check_probe_memory(args.local, sizes)

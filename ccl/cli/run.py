@@ -43,12 +43,12 @@ def _bw(value: float | None) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     from .. import compiler
     from ..compiler.runtimes import run_local_sizes
-    from ..errors import EXIT_BACKEND, InputError
-    from ..units import format_size
+    from ..core.errors import EXIT_BACKEND, InputError
+    from ..core.units import format_size
 
     if args.emit == "program":
         from ..compiler.msccl import load_any
-        from ..schedule_set import ScheduleSet
+        from ..core.schedule_set import ScheduleSet
 
         loaded = load_any(args.file, topology=args.topology, in_place=args.in_place)
         if isinstance(loaded, ScheduleSet):
@@ -100,8 +100,8 @@ def _us(seconds: float | None) -> float | None:
 
 def _sweep(args: argparse.Namespace, runs: list, ok: bool) -> None:
     """Several sizes: one nccl-tests row per size, ours against torch, and the check."""
-    from ..report import bus_factor
-    from ..units import format_size
+    from ..core.report import bus_factor
+    from ..core.units import format_size
     from .bounds import SIZE_COLUMNS, fixed, nccl_columns, size_cells, table
 
     first = runs[0].report

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..files import batch
+from ..core.files import batch
 from .bounds import SIZE_HELP, sizes_arg
 from .common import command, emit, parsed
 from .outputs import declare
@@ -13,19 +13,19 @@ from .stages import add_emit, emit_programs, lowering
 
 
 def bandwidth_arg(text: str) -> float:
-    from ..units import parse_bandwidth
+    from ..core.units import parse_bandwidth
 
     return parsed(parse_bandwidth, text, positive="bandwidth must be positive")
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from .. import compiler
-    from ..algorithm import Algorithm
     from ..compiler.msccl import load_any
-    from ..errors import InputError
-    from ..schedule_set import ScheduleSet
-    from ..verify import verify
-    from ..verify_program import verify_program
+    from ..core.algorithm import Algorithm
+    from ..core.errors import InputError
+    from ..core.schedule_set import ScheduleSet
+    from ..core.verify import verify
+    from ..core.verify_program import verify_program
 
     alg = load_any(args.file, topology=args.topology, in_place=args.in_place)
     if isinstance(alg, Algorithm):
@@ -72,9 +72,9 @@ def _sweep(args: argparse.Namespace, schedule: Any) -> int:
     """Several sizes: one nccl-tests row per size (a set: the entry serving each size); with
     --plot, time and bus bandwidth against size."""
     from ..compiler.compare import sweep
-    from ..errors import InputError
-    from ..report import SIZE_MEANING
-    from ..schedule_set import ScheduleSet
+    from ..core.errors import InputError
+    from ..core.report import SIZE_MEANING
+    from ..core.schedule_set import ScheduleSet
     from .bounds import SIZE_COLUMNS, fixed, nccl_columns, size_cells, table
 
     if args.trace:

@@ -62,7 +62,7 @@ def emit_problems(args: argparse.Namespace, problems: list[tuple[str, str, Any]]
     """``problems``: (name, where it comes from, Problem)."""
     from dsl.printer import format_problem
 
-    from ..serialize import collective_to_json, request_to_json, topology_to_json
+    from ..core.serialize import collective_to_json, request_to_json, topology_to_json
 
     texts = [f"# request {name} ({where})\n" + format_problem(p, name) for name, where, p in problems]
     data = {"problems": [{"name": name, "topology": topology_to_json(p.topology),
@@ -75,7 +75,7 @@ def emit_problems(args: argparse.Namespace, problems: list[tuple[str, str, Any]]
 def emit_topologies(args: argparse.Namespace, topologies: list[Any]) -> int:
     from dsl.printer import format_topology
 
-    from ..serialize import topology_to_json
+    from ..core.serialize import topology_to_json
 
     emit(args, {"topologies": [topology_to_json(t) for t in topologies]},
          "\n".join(format_topology(t) for t in topologies).rstrip("\n"))
@@ -85,7 +85,7 @@ def emit_topologies(args: argparse.Namespace, topologies: list[Any]) -> int:
 def emit_algorithms(args: argparse.Namespace, algorithms: list[Any]) -> int:
     from dsl.printer import format_algorithm
 
-    from ..serialize import algorithm_to_json
+    from ..core.serialize import algorithm_to_json
 
     text = "\n".join(format_algorithm(a) for a in algorithms).rstrip("\n")
     emit(args, {"algorithms": [algorithm_to_json(a) for a in algorithms]}, text)
@@ -95,7 +95,7 @@ def emit_algorithms(args: argparse.Namespace, algorithms: list[Any]) -> int:
 def emit_programs(args: argparse.Namespace, schedules: list[Any]) -> int:
     """Lower (with the command's options) and verify each schedule, then print the Programs."""
     from .. import compiler
-    from ..serialize import program_to_json
+    from ..core.serialize import program_to_json
 
     programs = [compiler.program(s, **lowering(args)) for s in schedules]
     emit(args, {"programs": [program_to_json(p) for p in programs]},

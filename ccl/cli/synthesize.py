@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..units import parse_size
+from ..core.units import parse_size
 from .common import add_problem_arguments, budget_arg, command, emit, positive_int
 from .outputs import declare, guard, inputs_of
 from .pareto import add_exact_arguments
@@ -14,9 +14,9 @@ from .stages import STAGES, add_emit, emit_algorithms, emit_problems, emit_progr
 
 def cmd_synthesize(args: argparse.Namespace) -> int:
     from .. import compiler
-    from ..errors import InputError, Interrupted
-    from ..problem import Problem, Request, SynthesisResult
-    from ..serialize import save_algorithm
+    from ..core.errors import InputError, Interrupted
+    from ..core.problem import Problem, Request, SynthesisResult
+    from ..core.serialize import save_algorithm
     from .pareto import collective_from_args, parse_options, progress_on_stderr
 
     if args.file:
@@ -85,7 +85,7 @@ def interrupted_exit(output: str | None, what: str, missing: str = "no -o given"
     and exit code 130."""
     import sys
 
-    from ..errors import EXIT_INTERRUPTED
+    from ..core.errors import EXIT_INTERRUPTED
 
     kept = f"written to {output}" if output else f"not written: {missing}"
     print(f"ccl: interrupted: the best {what} found so far was verified and {kept}", file=sys.stderr)
@@ -95,9 +95,9 @@ def interrupted_exit(output: str | None, what: str, missing: str = "no -o given"
 def synthesize_groups(args: argparse.Namespace, topo: Any) -> int:
     """``--groups SPEC``: the collective on every group at once (``ccl.compiler.groups``)."""
     from ..compiler.groups import synthesize_groups as run
-    from ..errors import InputError
-    from ..serialize import save_algorithm
-    from ..units import format_size
+    from ..core.errors import InputError
+    from ..core.serialize import save_algorithm
+    from ..core.units import format_size
     from .progress import Progress
 
     if args.size is None:
@@ -134,8 +134,8 @@ def synthesize_auto(args: argparse.Namespace, topo: Any) -> int:
     """``--solver auto``: the tuner (``ccl.compiler.tuner``): every applicable solver within
     the budget, simulated over the sizes, the best per size range saved as a schedule set."""
     from ..compiler.tuner import DEFAULT_SIZES, tune
-    from ..errors import InputError
-    from ..schedule_set import save_set
+    from ..core.errors import InputError
+    from ..core.schedule_set import save_set
     from .pareto import parse_options
 
     for flag in ("steps", "rounds", "sketch", "roots"):
@@ -157,7 +157,7 @@ def synthesize_auto(args: argparse.Namespace, topo: Any) -> int:
     options = parse_options(args.option)
     if args.backend is not None:
         options = (*options, ("backend", args.backend))
-    from ..errors import Interrupted
+    from ..core.errors import Interrupted
 
     interrupted = False
     try:
@@ -195,8 +195,8 @@ def set_summary(result: Any, where: str) -> str:
     """The readable report of a tuned schedule set: which schedule serves which sizes, the
     table per swept size (time, distance to the bound, NCCL's ring model, the best template)
     and what was tried."""
-    from ..report import format_us
-    from ..units import format_size
+    from ..core.report import format_us
+    from ..core.units import format_size
 
     sset = result.schedule_set
     how = "from the cache, " if result.cached else ""

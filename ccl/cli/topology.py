@@ -25,7 +25,7 @@ def _fmt_bw(x: float) -> str:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from ..compiler import load_topology
-    from ..serialize import topology_to_json
+    from ..core.serialize import topology_to_json
 
     topo = load_topology(args.topology)
     if args.flat:

@@ -19,7 +19,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     import io
     import json
 
-    from ..errors import InputError
+    from ..core.errors import InputError
 
     if args.emit is not None:
         raise InputError("--emit takes one file")
@@ -35,16 +35,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def verify_one(args: argparse.Namespace) -> int:
-    from ..algorithm import Algorithm
     from ..compiler.msccl import is_xml
-    from ..errors import InputError, VerificationError
-    from ..verify import verify
-    from ..verify_program import verify_program
+    from ..core.algorithm import Algorithm
+    from ..core.errors import InputError, VerificationError
+    from ..core.verify import verify
+    from ..core.verify_program import verify_program
 
     if is_xml(args.file):
         return _verify_xml(args)
     from ..compiler.msccl import load_any
-    from ..schedule_set import ScheduleSet
+    from ..core.schedule_set import ScheduleSet
 
     schedule = load_any(args.file, topology=args.topology)
     if isinstance(schedule, ScheduleSet):
@@ -84,8 +84,8 @@ def verify_one(args: argparse.Namespace) -> int:
 
 def _verify_set(args: argparse.Namespace, sset: Any) -> int:
     """Every entry of a schedule set verified (``load_any`` did it; here in place too)."""
-    from ..errors import InputError
-    from ..verify import verify
+    from ..core.errors import InputError
+    from ..core.verify import verify
 
     if args.emit == "algorithm":
         return emit_algorithms(args, [e.algorithm for e in sset.entries])
@@ -111,7 +111,7 @@ def _verify_set(args: argparse.Namespace, sset: Any) -> int:
 
 
 def _in_place(check) -> tuple[bool, str | None]:
-    from ..errors import VerificationError
+    from ..core.errors import VerificationError
 
     try:
         check()
@@ -128,7 +128,7 @@ def _verify_xml(args: argparse.Namespace) -> int:
     from backends.msccl import limits
 
     from ..compiler.msccl import read_xml, verify_imported
-    from ..errors import InputError
+    from ..core.errors import InputError
 
     imported = read_xml(args.file, args.topology)
     if args.emit == "algorithm":

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import CclError
+from ..core.errors import CclError
 
 _FINGERPRINT: str | None = None
 PACKAGES = ("ccl", "solvers", "topologies", os.path.join("backends", "sim"))
@@ -56,7 +56,7 @@ def fingerprint() -> str:
 
 
 def key(kind: str, *, topology: Any, collective: Any, asked: dict[str, Any]) -> str:
-    from ..serialize import collective_to_json, topology_to_json
+    from ..core.serialize import collective_to_json, topology_to_json
 
     data = {"kind": kind, "code": fingerprint(), "topology": topology_to_json(topology),
             "collective": collective_to_json(collective), "asked": asked}
@@ -70,8 +70,8 @@ def _path(key: str) -> Path | None:
 
 def load_set(key: str) -> Any:
     """The cached ScheduleSet for ``key``, verified, or None."""
-    from ..limits import read_input_json
-    from ..schedule_set import set_from_json, verify_set
+    from ..core.limits import read_input_json
+    from ..core.schedule_set import set_from_json, verify_set
 
     path = _path(key)
     if path is None or not path.is_file():
@@ -87,7 +87,7 @@ def load_set(key: str) -> Any:
 def store_set(key: str, sset: Any) -> None:
     """Keep ``sset`` under ``key``; a cache that cannot be written is skipped silently (it only
     saves time)."""
-    from ..schedule_set import save_set
+    from ..core.schedule_set import save_set
 
     path = _path(key)
     if path is None:

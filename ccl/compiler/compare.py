@@ -20,11 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..collective import builtin
-from ..errors import CclError, InputError, Interrupted
-from ..problem import Problem, Request
-from ..report import SIZE_MEANING, Report, bus_factor, format_bytes, format_us
-from ..topology import Topology
+from ..core.collective import builtin
+from ..core.errors import CclError, InputError, Interrupted
+from ..core.problem import Problem, Request
+from ..core.report import SIZE_MEANING, Report, bus_factor, format_bytes, format_us
+from ..core.topology import Topology
 from .stages import program, synthesize
 
 
@@ -251,7 +251,7 @@ class SweepPoint:
 
     size: float
     report: Report
-    entry: Any = None  # a ccl.schedule_set.Entry, or None for a single schedule
+    entry: Any = None  # a ccl.core.schedule_set.Entry, or None for a single schedule
 
 
 def sweep(schedule: Any, sizes: Sequence[float], *, channels: int = 1, fuse: bool = True,
@@ -262,7 +262,7 @@ def sweep(schedule: Any, sizes: Sequence[float], *, channels: int = 1, fuse: boo
     ``slices``, ``in_place``, ``overlap_latency``, ``local_bandwidth``)."""
     from backends.sim import Simulator
 
-    from ..schedule_set import ScheduleSet
+    from ..core.schedule_set import ScheduleSet
     from .timing import complete
 
     if not sizes:

@@ -1,4 +1,4 @@
-"""Group collectives: one collective on every group of a cluster at once (``ccl.groups``).
+"""Group collectives: one collective on every group of a cluster at once (``ccl.core.groups``).
 
 ``synthesize_groups`` synthesizes each group's collective on the group's own machine, whose
 shared links carry a fair share of their bandwidth (the other groups run the same collective at
@@ -6,7 +6,7 @@ the same time), joins the schedules into one schedule of the whole machine, veri
 group's result at once) and simulates it with all groups sharing the links. Groups whose
 machines are alike (the TP groups of identical nodes, the DP groups of a rail-optimized fabric)
 are synthesized once. The report gives each group's time alone, all groups' time together and
-a lower bound for them together (``ccl.groups.shared_bound``, and each group's own bound).
+a lower bound for them together (``ccl.core.groups.shared_bound``, and each group's own bound).
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..algorithm import Algorithm
-from ..collective import builtin
-from ..errors import InputError
-from ..groups import Groups, group_topology, parse_groups, shared_bound, union, usage
-from ..problem import Problem, Request
-from ..topology import Topology
+from ..core.algorithm import Algorithm
+from ..core.collective import builtin
+from ..core.errors import InputError
+from ..core.groups import Groups, group_topology, parse_groups, shared_bound, union, usage
+from ..core.problem import Problem, Request
+from ..core.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def synthesize_groups(topology: Topology, kind: str, groups: Groups | str, *, si
 
     from solvers.bounds import lower_bound
 
-    from ..verify import verify
+    from ..core.verify import verify
     from .timing import simulate as timed
 
     def simulate(alg: Algorithm, nbytes: float) -> Any:

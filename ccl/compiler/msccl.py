@@ -16,14 +16,14 @@ import os
 import stat
 from typing import Any
 
-from .. import validate
-from ..algorithm import Algorithm
-from ..errors import BackendError, InputError, VerificationError
-from ..program import Program
-from ..serialize import load_schedule as load_json_schedule
-from ..topology import Topology
-from ..verify import verify
-from ..verify_program import verify_program
+from ..core import validate
+from ..core.algorithm import Algorithm
+from ..core.errors import BackendError, InputError, VerificationError
+from ..core.program import Program
+from ..core.serialize import load_schedule as load_json_schedule
+from ..core.topology import Topology
+from ..core.verify import verify
+from ..core.verify_program import verify_program
 from .stages import load_topology
 from .stages import program as program_stage
 
@@ -93,12 +93,12 @@ def load_schedule(path: str | os.PathLike[str], *, topology: str | Topology | No
 
 def load_any(path: str | os.PathLike[str], *, topology: str | Topology | None = None,
              in_place: bool = False) -> Any:
-    """``load_schedule``, or a schedule set (``ccl.schedule_set.ScheduleSet``, every entry
+    """``load_schedule``, or a schedule set (``ccl.core.schedule_set.ScheduleSet``, every entry
     verified) when the file holds one."""
     if is_xml(path):
         return load_schedule(path, topology=topology, in_place=in_place)
-    from ..schedule_set import ScheduleSet, verify_set
-    from ..serialize import load_any as load_json_any
+    from ..core.schedule_set import ScheduleSet, verify_set
+    from ..core.serialize import load_any as load_json_any
 
     value = load_json_any(path)
     if topology is not None:
@@ -109,7 +109,7 @@ def load_any(path: str | os.PathLike[str], *, topology: str | Topology | None = 
 
 
 def msccl_bytes(kind: str, n_ranks: int, lo: int, hi: int | None) -> tuple[int, int]:
-    """A half-open range of call sizes in this tool's convention (``ccl.report.SIZE_MEANING``)
+    """A half-open range of call sizes in this tool's convention (``ccl.core.report.SIZE_MEANING``)
     as the runtimes' (minBytes, maxBytes): both inclusive, maxBytes 0 for no limit, in the
     bytes they count (one rank's part for gather and scatter, else the same)."""
     per = n_ranks if kind in ("gather", "scatter") else 1
@@ -142,7 +142,7 @@ def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple"
     validate.integer(instances, "instances", least=1)
     if instances > tgt.max_channels:
         raise InputError(f"--instances {instances}: {tgt.name} allows at most {tgt.max_channels} channels")
-    from ..units import MAX_SIZE
+    from ..core.units import MAX_SIZE
 
     validate.integer(min_bytes, "min_bytes", least=0, most=MAX_SIZE)
     validate.integer(max_bytes, "max_bytes (0: no limit)", least=0, most=MAX_SIZE)

@@ -27,12 +27,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..algorithm import Algorithm, Transfer
-from ..collective import Collective
-from ..errors import InputError
-from ..groups import Groups
-from ..topology import Topology
-from ..units import MAX_SIZE, format_size, parse_size
+from ..core.algorithm import Algorithm, Transfer
+from ..core.collective import Collective
+from ..core.errors import InputError
+from ..core.groups import Groups
+from ..core.topology import Topology
+from ..core.units import MAX_SIZE, format_size, parse_size
 
 KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv")
 MAX_CALLS = 1e12  # calls of one axis's collective per training step

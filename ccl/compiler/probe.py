@@ -25,9 +25,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InputError
-from ..topology import Link, SharedLimit, Topology
-from ..units import format_size
+from ..core.errors import InputError
+from ..core.topology import Link, SharedLimit, Topology
+from ..core.units import format_size
 
 SHARED = 0.8  # below this fraction of the independent bandwidth, links share a bottleneck
 

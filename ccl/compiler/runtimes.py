@@ -18,9 +18,9 @@ import os
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from ..algorithm import Algorithm
-from ..program import Program
-from ..verify import verify
+from ..core.algorithm import Algorithm
+from ..core.program import Program
+from ..core.verify import verify
 from .stages import program as program_stage
 
 
@@ -57,7 +57,7 @@ def collectives(schedule: Any, group: Any = None, *, channels: int = 1, fuse: bo
     ``ScheduleSet``)."""
     from backends.torch import Collectives
 
-    from ..schedule_set import ScheduleSet
+    from ..core.schedule_set import ScheduleSet
 
     if isinstance(schedule, (str, os.PathLike)):
         from .msccl import load_any
@@ -118,9 +118,9 @@ def run_local_sizes(schedule: Any, *, sizes: Sequence[int | str], channels: int 
     counts (so the size run is the size asked); with ``round_sizes`` it is rounded down to the
     nearest such size (at least one element per part) and the report's ``size_bytes`` says what
     ran. Bad values (size, dtype, counts, timeout) raise InputError before any process starts."""
-    from ..errors import InputError
-    from ..schedule_set import ScheduleSet
-    from ..units import parse_size
+    from ..core.errors import InputError
+    from ..core.schedule_set import ScheduleSet
+    from ..core.units import parse_size
 
     unknown = sorted(set(options) - set(RUN_OPTIONS))
     if unknown:
@@ -162,14 +162,14 @@ def run_local_sizes(schedule: Any, *, sizes: Sequence[int | str], channels: int 
 
 
 def _check_processes(n: int, what: str) -> None:
-    """A local run starts one process per rank: at most ``ccl.limits.LOCAL_PROCESSES``."""
-    from ..limits import LOCAL_PROCESSES
+    """A local run starts one process per rank: at most ``ccl.core.limits.LOCAL_PROCESSES``."""
+    from ..core.limits import LOCAL_PROCESSES
 
     LOCAL_PROCESSES.check(n, f"{what}: a local run starts one process per rank")
 
 
 def _positive(value: Any, name: str) -> int:
-    from ..errors import InputError
+    from ..core.errors import InputError
 
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InputError(f"{name} must be a positive integer, got {value!r:.60}")
@@ -177,7 +177,7 @@ def _positive(value: Any, name: str) -> int:
 
 
 def _flag(value: Any, name: str) -> bool:
-    from ..errors import InputError
+    from ..core.errors import InputError
 
     if not isinstance(value, bool):
         raise InputError(f"{name} must be True or False, got {value!r:.60}")
@@ -186,8 +186,8 @@ def _flag(value: Any, name: str) -> bool:
 
 def _check_run_options(options: dict[str, Any]) -> None:
     """The options of a local run, checked here so a bad one is bad input, not a backend error."""
-    from ..errors import InputError
-    from ..units import parse_seconds
+    from ..core.errors import InputError
+    from ..core.units import parse_seconds
 
     if options.get("ranks") is not None:
         _positive(options["ranks"], "ranks")
@@ -222,8 +222,8 @@ def _part_bytes(program: Program, dtype: str) -> int:
 
 
 def _check_whole(program: Program, size: int, dtype: str) -> None:
-    from ..errors import InputError
-    from ..units import format_size
+    from ..core.errors import InputError
+    from ..core.units import format_size
 
     unit = _part_bytes(program, dtype)
     if size % unit:
@@ -237,8 +237,8 @@ def _check_whole(program: Program, size: int, dtype: str) -> None:
 def _check_memory(programs: Sequence[Program], sizes: Sequence[int], dtype: str) -> None:
     """Refuse a size whose buffers cannot fit in this machine's memory before any process
     starts (every rank holds its input and output and copies of them for the check)."""
-    from ..errors import InputError
-    from ..units import format_size
+    from ..core.errors import InputError
+    from ..core.units import format_size
 
     try:
         total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")

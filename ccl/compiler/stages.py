@@ -16,18 +16,18 @@ import re
 import time
 from typing import Any
 
-from .. import interrupt
-from ..algorithm import Algorithm
-from ..collective import Collective, builtin
-from ..errors import InputError, Interrupted, SolverTimeout
-from ..judge import CostJudge
-from ..lower import lower
-from ..problem import Problem, Request, Sketch, SynthesisResult
-from ..program import Program
-from ..serialize import read_json, topology_from_json
-from ..topology import Topology
-from ..verify import verify
-from ..verify_program import verify_program
+from ..core import interrupt
+from ..core.algorithm import Algorithm
+from ..core.collective import Collective, builtin
+from ..core.errors import InputError, Interrupted, SolverTimeout
+from ..core.judge import CostJudge
+from ..core.lower import lower
+from ..core.problem import Problem, Request, Sketch, SynthesisResult
+from ..core.program import Program
+from ..core.serialize import read_json, topology_from_json
+from ..core.topology import Topology
+from ..core.verify import verify
+from ..core.verify_program import verify_program
 
 
 def load_topology(spec: str | Topology) -> Topology:
@@ -124,7 +124,7 @@ def synthesize(problem: Problem, *, judge: CostJudge | None = None) -> Synthesis
     solvers get ``judge`` (default: the simulator timing the lowered Program, see
     ``timing.SimulationJudge``). A schedule that fails verification raises
     VerificationError: nothing unverified leaves this function. When Ctrl-C stops the solver
-    (``ccl.interrupt``) with a schedule in hand, ``Interrupted`` is raised with ``best`` the
+    (``ccl.core.interrupt``) with a schedule in hand, ``Interrupted`` is raised with ``best`` the
     verified SynthesisResult (status "interrupted") for the caller to save."""
     import solvers
 

@@ -12,22 +12,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..algorithm import Algorithm
-from ..problem import SynthesisResult
-from ..program import Program
-from ..report import Report
-from ..units import parse_size
+from ..core.algorithm import Algorithm
+from ..core.problem import SynthesisResult
+from ..core.program import Program
+from ..core.report import Report
+from ..core.units import parse_size
 from .stages import program as program_stage
 
 
 class SimulationJudge:
-    """The cost judge (``ccl.judge.CostJudge``) the driver gives solvers: the simulator's time
+    """The cost judge (``ccl.core.judge.CostJudge``) the driver gives solvers: the simulator's time
     of the lowered Program (default physics, no bound, no baselines)."""
 
     def __init__(self, *, channels: int = 1, fuse: bool = True) -> None:
         self.channels = channels
         self.fuse = fuse
-        self.last_effort_us: float | None = None  # the last call's cost (``ccl.judge.effort_us``)
+        self.last_effort_us: float | None = None  # the last call's cost (``ccl.core.judge.effort_us``)
         self._fastest: tuple[float, Algorithm, Program] | None = None
 
     def time_us(self, algorithm: Algorithm, size: float) -> float:

@@ -37,14 +37,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import interrupt, validate
-from ..algorithm import Algorithm
-from ..collective import builtin, check_size
-from ..errors import CclError, InputError, Interrupted
-from ..problem import Problem, Request
-from ..schedule_set import Entry, ScheduleSet
-from ..topology import Topology
-from ..units import format_size, parse_size, parse_sizes
+from ..core import interrupt, validate
+from ..core.algorithm import Algorithm
+from ..core.collective import builtin, check_size
+from ..core.errors import CclError, InputError, Interrupted
+from ..core.problem import Problem, Request
+from ..core.schedule_set import Entry, ScheduleSet
+from ..core.topology import Topology
+from ..core.units import format_size, parse_size, parse_sizes
 
 DEFAULT_SIZES = "1KiB..1GiB"
 DEFAULT_BUDGET = 30.0  # seconds; a second per rank on machines of more than 30 ranks

@@ -12,7 +12,7 @@
 
 Every candidate set of routes (the MILP's, the heuristics', the templates' where they can be
 read off, ``seeds``) goes through stages 3 and 5 and is judged at the target size by the cost
-judge the driver passes in (``ccl.judge``: the simulator timing the lowered Program); the
+judge the driver passes in (``ccl.core.judge``: the simulator timing the lowered Program); the
 fastest is batched by stage 4 and kept if batching makes it faster still. Progress lines on
 stderr say how each candidate did.
 
@@ -25,12 +25,12 @@ synthesis, default 60), ``sketch`` (default: every link, rotational symmetry by 
 option ``backend`` ("highs" or "cbc"). When a MILP stops at its time limit the best schedule
 found is returned through ``SolverTimeout`` with the largest MILP gap.
 
-Time: the stages share one deadline, counted from the driver's clock (``ccl.interrupt.deadline``:
+Time: the stages share one deadline, counted from the driver's clock (``ccl.core.interrupt.deadline``:
 from the start of the synthesis, imports included) and kept short of the limit by what the end
 takes (``FINISH_RESERVE``): each MILP gets a share of
 what is left (its model building included: past the deadline a stage falls back to its
 heuristic), candidates are judged and templates compared while time is left (at least one
-candidate always), so the whole synthesis ends close to the limit. Ctrl-C (``ccl.interrupt``)
+candidate always), so the whole synthesis ends close to the limit. Ctrl-C (``ccl.core.interrupt``)
 acts as a deadline reached now: HiGHS stops, the stages finish with what they have, and
 ``Interrupted`` carries that schedule.
 """
@@ -40,12 +40,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from ccl import interrupt
-from ccl.algorithm import Algorithm, Transfer
-from ccl.collective import Collective
-from ccl.errors import CclError, CollectiveError, InputError, Interrupted, SolverTimeout
-from ccl.judge import CostJudge
-from ccl.problem import Problem, Request
+from ccl.core import interrupt
+from ccl.core.algorithm import Algorithm, Transfer
+from ccl.core.collective import Collective
+from ccl.core.errors import CclError, CollectiveError, InputError, Interrupted, SolverTimeout
+from ccl.core.judge import CostJudge
+from ccl.core.problem import Problem, Request
 
 from ..common import collective_for, pieces
 from .contiguity import merge

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ccl import interrupt
-from ccl.collector import gc_paused
+from ccl.core import interrupt
+from ccl.core.collector import gc_paused
 
 from .emit import Batch
 from .logical import LogicalTopology

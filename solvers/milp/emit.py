@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ccl.algorithm import Transfer
+from ccl.core.algorithm import Transfer
 
 from .ordering import Plan
 from .routing import Commodity

@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from ccl.errors import InputError
-from ccl.problem import Sketch
-from ccl.topology import Topology
+from ccl.core.errors import InputError
+from ccl.core.problem import Sketch
+from ccl.core.topology import Topology
 
 
 @dataclass(frozen=True)

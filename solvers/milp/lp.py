@@ -3,7 +3,7 @@ progress lines on stderr, and translation of solver failures into the project's 
 
 Time: a stage gets a ``time.monotonic()`` deadline; building a model calls ``tick(deadline)``,
 which raises ``OutOfTime`` once the deadline has passed or Ctrl-C asked to stop
-(``ccl.interrupt``), so the stage can fall back to its heuristic (``not_solved`` records that).
+(``ccl.core.interrupt``), so the stage can fall back to its heuristic (``not_solved`` records that).
 HiGHS models are handed over in bulk (``_solve_highs``: arrays, not a call per row) and HiGHS
 is stopped at the deadline or on Ctrl-C from its interrupt callbacks.
 """
@@ -16,8 +16,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from ccl import interrupt
-from ccl.errors import InputError
+from ccl.core import interrupt
+from ccl.core.errors import InputError
 
 BACKENDS = ("highs", "cbc")
 MIN_SOLVE_SECONDS = 0.05  # with less time than this left, a model is not handed to a solver
@@ -287,7 +287,7 @@ def solve(model, name: str, backend: str, time_limit: float, *, verbose: bool = 
         except pulp.PulpSolverError as exc:  # the solver binary failed: report, do not crash
             if interrupt.requested():  # killed on Ctrl-C (``_interrupt_children``)
                 return not_solved(name, time.perf_counter() - t0, verbose=verbose)
-            from ccl.errors import CclError
+            from ccl.core.errors import CclError
 
             raise CclError(f"{name}: MILP solver {backend} failed: {exc}") from None
         status_code = model.status

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ccl import interrupt
-from ccl.collector import gc_paused
-from ccl.errors import InfeasibleError
+from ccl.core import interrupt
+from ccl.core.collector import gc_paused
+from ccl.core.errors import InfeasibleError
 
 from .logical import LogicalTopology
 from .lp import OutOfTime, Solved, new_var, not_solved, progress, solve, tick

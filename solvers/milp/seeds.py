@@ -10,8 +10,8 @@ collective differently, or that use links the sketch removed, give no routes.
 
 from __future__ import annotations
 
-from ccl.errors import InfeasibleError, InputError
-from ccl.problem import Problem, Request
+from ccl.core.errors import InfeasibleError, InputError
+from ccl.core.problem import Problem, Request
 
 from .logical import LogicalTopology
 from .routing import Commodity, Routes
@@ -68,7 +68,7 @@ def template_routes(problem: Problem, logical: LogicalTopology, items: list[Comm
 
 
 def _collective(problem: Problem, kind: str, root: int):
-    from ccl.collective import builtin
+    from ccl.core.collective import builtin
 
     return builtin(kind, problem.topology.n_ranks, root if kind == "broadcast" else None)
 

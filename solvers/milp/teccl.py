@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import math
 
-from ccl import interrupt
-from ccl.collector import gc_paused
+from ccl.core import interrupt
+from ccl.core.collector import gc_paused
 
 from .logical import LogicalTopology
 from .lp import OutOfTime, Solved, long_sum, new_var, not_solved, progress, solve, tick

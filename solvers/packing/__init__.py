@@ -28,8 +28,8 @@ keeps the fastest, within a budget of what the judgements cost (``search.Costs``
 and the judge's effort, both from counts, so the same request judges the same shapes on every
 machine); otherwise the best-rate construction with 4 stages.
 
-A time limit (from the start of the synthesis, ``ccl.interrupt.deadline``) or Ctrl-C cuts the
-planning and the search short wherever they are (``_Budget``: ``ccl.interrupt.abandoning``),
+A time limit (from the start of the synthesis, ``ccl.core.interrupt.deadline``) or Ctrl-C cuts the
+planning and the search short wherever they are (``_Budget``: ``ccl.core.interrupt.abandoning``),
 early enough for the final build, verification and writing to end at the limit: the
 constructions made and the shapes judged by then decide (with none judged, the best-rate
 construction with 4 stages), reported as SolverTimeout or Interrupted carrying that schedule;
@@ -48,11 +48,11 @@ import os
 import sys
 import time
 
-from ccl import interrupt
-from ccl.collector import gc_paused
-from ccl.errors import InputError, Interrupted, SolverTimeout
-from ccl.judge import CostJudge, effort_us
-from ccl.problem import Problem
+from ccl.core import interrupt
+from ccl.core.collector import gc_paused
+from ccl.core.errors import InputError, Interrupted, SolverTimeout
+from ccl.core.judge import CostJudge, effort_us
+from ccl.core.problem import Problem
 
 from ..common import pieces
 from . import routes

@@ -15,9 +15,9 @@ what trees do: a candidate for small sizes only, judged like the others (``plans
 
 from __future__ import annotations
 
-from ccl.algorithm import Algorithm
-from ccl.problem import Problem
-from ccl.topology import Topology
+from ccl.core.algorithm import Algorithm
+from ccl.core.problem import Problem
+from ccl.core.topology import Topology
 
 from ..common import builder
 from .trees import Tree

@@ -15,7 +15,7 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_flow
 
-from ccl.topology import Topology
+from ccl.core.topology import Topology
 
 from ..bounds import integer_capacities
 

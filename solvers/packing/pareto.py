@@ -14,9 +14,9 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from ccl.algorithm import Algorithm
-from ccl.judge import CostJudge
-from ccl.problem import Problem
+from ccl.core.algorithm import Algorithm
+from ccl.core.judge import CostJudge
+from ccl.core.problem import Problem
 
 CROSSOVER_STEPS = 6  # bisection steps in log size between two sweep sizes (16x apart: within 5%)
 

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
-from ccl.errors import CollectiveError, InfeasibleError
-from ccl.topology import Topology
+from ccl.core.errors import CollectiveError, InfeasibleError
+from ccl.core.topology import Topology
 
 from ..bounds import max_cut_ratio
 from ..symmetry import rank_orbits
@@ -116,7 +116,7 @@ def plans(topology: Topology, kind: str, root: int | None,
     co-roots (``exchange``). A cost judge picks the one that runs fastest at a size.
 
     ``partial``: a list the candidates are appended to as they are made, for a caller that may
-    abandon the planning (``ccl.interrupt.abandoning``) and use those made by then (the cache
+    abandon the planning (``ccl.core.interrupt.abandoning``) and use those made by then (the cache
     holds complete plans only)."""
     if kind not in KINDS:
         raise CollectiveError(f"packing implements {', '.join(KINDS)}, not {kind}")

@@ -33,10 +33,10 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_flow
 
-from ccl.algorithm import Algorithm
-from ccl.errors import CollectiveError, InfeasibleError
-from ccl.problem import Problem
-from ccl.topology import Topology
+from ccl.core.algorithm import Algorithm
+from ccl.core.errors import CollectiveError, InfeasibleError
+from ccl.core.problem import Problem
+from ccl.core.topology import Topology
 
 from ..bounds import max_cut_ratio
 from ..common import builder

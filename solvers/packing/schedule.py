@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ccl.algorithm import Algorithm
-from ccl.problem import Problem
+from ccl.core.algorithm import Algorithm
+from ccl.core.problem import Problem
 
 from ..common import builder
 from .plan import Packing, Phase

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 
-from ccl import interrupt
-from ccl.collective import ROOTED_KINDS
+from ccl.core import interrupt
+from ccl.core.collective import ROOTED_KINDS
 
 from .plan import Packing
 from .schedule import RAMPS, Shape, ramp_fits, root_leaves
@@ -62,7 +62,7 @@ class Costs:
     """The work function of a search (``_Work``), in transfers: a judgement's estimate
     (``estimate(candidate, shape)``, the transfers it builds weighted by what they cost) until
     it is judged, then what it cost: the transfers built (``BUILD_SHARE`` of one each) plus the
-    judge's effort (``ccl.judge.effort_us``, from counts) in ``US_PER_TRANSFER``, never less
+    judge's effort (``ccl.core.judge.effort_us``, from counts) in ``US_PER_TRANSFER``, never less
     than the estimate. Shapes not judged yet are estimated times the most a judgement of the
     same construction and kind of shape (staggered or not, coalesced or not) cost over its
     estimate: the kinds differ most (dgx-h100:16 broadcast at 256 MiB over the two-hop rail

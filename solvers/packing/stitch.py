@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from ccl.topology import Link, Switch, Topology
+from ccl.core.topology import Link, Switch, Topology
 
 from ..schedule import Router
 from .trees import Tree, merge_equal

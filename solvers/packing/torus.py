@@ -19,7 +19,7 @@ root.
 
 from __future__ import annotations
 
-from ccl.topology import Topology
+from ccl.core.topology import Topology
 
 from ..grids import linked_grid
 from .trees import Tree

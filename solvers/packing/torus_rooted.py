@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 from functools import lru_cache
 
-from ccl.topology import Topology
+from ccl.core.topology import Topology
 
 from .stitch import _topological
 from .torus import _positions, _symmetries

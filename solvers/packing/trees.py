@@ -22,7 +22,7 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_flow
 
-from ccl.errors import InfeasibleError
+from ccl.core.errors import InfeasibleError
 
 from .flows import INT32
 

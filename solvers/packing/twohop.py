@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from ccl.topology import Topology
+from ccl.core.topology import Topology
 
 from .plan import Phase
 from .stitch import physical_time

@@ -10,7 +10,7 @@ Entry point ``synthesize(problem)`` (the registry's), reading the request:
 
 ``chunks`` is C. ``time_limit`` (seconds, counted from the driver's clock: the formulation's
 building included) is honoured; on expiry SolverTimeout carries the best schedule found, if any.
-Ctrl-C (``ccl.interrupt``) interrupts z3's check at once; ``Interrupted`` then carries the best
+Ctrl-C (``ccl.core.interrupt``) interrupts z3's check at once; ``Interrupted`` then carries the best
 schedule found, if any (``pareto``: the frontier so far, ``interrupted`` set). Options
 (``Request.options``):
 
@@ -30,12 +30,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ccl import interrupt, limits
-from ccl.algorithm import Algorithm
-from ccl.collective import Collective
-from ccl.errors import InputError, Interrupted, SolverTimeout
-from ccl.problem import Problem
-from ccl.topology import Topology
+from ccl.core import interrupt, limits
+from ccl.core.algorithm import Algorithm
+from ccl.core.collective import Collective
+from ccl.core.errors import InputError, Interrupted, SolverTimeout
+from ccl.core.problem import Problem
+from ccl.core.topology import Topology
 
 __all__ = ["pareto", "searcher", "synthesize"]
 
@@ -81,7 +81,7 @@ def searcher(topology: Topology, collective: Collective, *, time_limit: float | 
 
 def _check_model_size(topology: Topology, collective: Collective, chunks: int, steps: Any) -> None:
     """Before encoding: a model of ``steps`` steps has up to one variable per chunk, link and step
-    (``ccl.limits.SMT_VARS``; z3 is hopeless long before memory runs out beyond it)."""
+    (``ccl.core.limits.SMT_VARS``; z3 is hopeless long before memory runs out beyond it)."""
     if type(steps) is not int:
         return
     size = collective.n_chunks * chunks * max(1, len(topology.flat().links)) * steps

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import z3
 
-from ccl import interrupt
-from ccl.errors import Z3Error
+from ccl.core import interrupt
+from ccl.core.errors import Z3Error
 
 SAT, UNSAT, UNKNOWN = "sat", "unsat", "unknown"
 
@@ -81,7 +81,7 @@ class Encoding:
             self.solver.set(key, value)
         # z3 installs a SIGINT handler of its own during a check when ``ctrl_c`` is on: it would
         # swallow Ctrl-C (cancel one check, the portfolio moves on). Ctrl-C goes to
-        # ``ccl.interrupt`` instead, which interrupts the context (see ``check``).
+        # ``ccl.core.interrupt`` instead, which interrupts the context (see ``check``).
         self.solver.set("ctrl_c", False)
         self._lines: list[str] = []
         self._names: set[str] = set()

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from ccl.collective import Collective
-from ccl.topology import Topology
+from ccl.core.collective import Collective
+from ccl.core.topology import Topology
 from solvers.bounds import rounds_per_chunk_bound
 
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from ccl import interrupt
-from ccl.algorithm import Algorithm, Transfer
-from ccl.collective import Collective, builtin
-from ccl.errors import CollectiveError, InfeasibleError
-from ccl.topology import Topology
+from ccl.core import interrupt
+from ccl.core.algorithm import Algorithm, Transfer
+from ccl.core.collective import Collective, builtin
+from ccl.core.errors import CollectiveError, InfeasibleError
+from ccl.core.topology import Topology
 
 from .formulation import formulation
 from .search import Frontier, OutOfTime, Point, Search, Unsatisfiable

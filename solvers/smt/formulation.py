@@ -20,10 +20,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from fractions import Fraction
 
-from ccl.algorithm import Algorithm, Transfer
-from ccl.collective import Collective
-from ccl.errors import CollectiveError
-from ccl.topology import Topology
+from ccl.core.algorithm import Algorithm, Transfer
+from ccl.core.collective import Collective
+from ccl.core.errors import CollectiveError
+from ccl.core.topology import Topology
 from solvers.bounds import step_bound
 
 from .base import Encoding

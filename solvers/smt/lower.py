@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ccl.algorithm import Algorithm, Transfer
-from ccl.collective import Collective
-from ccl.topology import Topology
+from ccl.core.algorithm import Algorithm, Transfer
+from ccl.core.collective import Collective
+from ccl.core.topology import Topology
 
 from .problems import Network
 

@@ -20,9 +20,9 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
-from ccl.collective import Collective
-from ccl.errors import CollectiveError
-from ccl.topology import Link, SharedLimit, Topology
+from ccl.core.collective import Collective
+from ccl.core.errors import CollectiveError
+from ccl.core.topology import Link, SharedLimit, Topology
 from solvers.bounds import hop_distances
 
 

@@ -27,9 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from ccl import interrupt
-from ccl.algorithm import Algorithm
-from ccl.errors import InfeasibleError
+from ccl.core import interrupt
+from ccl.core.algorithm import Algorithm
+from ccl.core.errors import InfeasibleError
 
 from .base import SAT, UNKNOWN, UNSAT, Portfolio
 from .formulation import Formulation
@@ -104,7 +104,7 @@ class Frontier:
     checks: list[Check] = field(default_factory=list)
     seconds: float = 0.0
     complete: bool = True
-    interrupted: bool = False  # Ctrl-C stopped the search (``ccl.interrupt``); ``complete`` is False
+    interrupted: bool = False  # Ctrl-C stopped the search (``ccl.core.interrupt``); ``complete`` is False
 
     def add(self, point: Point) -> bool:
         """Append a frontier point; True once it meets the rounds bound (the search is done)."""
@@ -115,7 +115,7 @@ class Frontier:
 
 
 class OutOfTime(Exception):
-    """The deadline passed, or Ctrl-C asked to stop (``ccl.interrupt.requested()``), inside a
+    """The deadline passed, or Ctrl-C asked to stop (``ccl.core.interrupt.requested()``), inside a
     search (turned into SolverTimeout or Interrupted by the caller)."""
 
 

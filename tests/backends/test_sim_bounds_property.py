@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 import solvers
 from backends.sim import Simulator
 from ccl import CclError, Link, Problem, Request, SharedLimit, Switch, Topology, verify
-from ccl.collective import ROOTED_KINDS, builtin
-from ccl.lower import lower
+from ccl.core.collective import ROOTED_KINDS, builtin
+from ccl.core.lower import lower
 from solvers.bounds import lower_bound
 
 OPTIONS = [{}, {"mode": "step"}, {"slices": 3}, {"overlap_latency": True}, {"in_place": True},

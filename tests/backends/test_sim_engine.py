@@ -12,8 +12,8 @@ import topologies as T
 from backends.sim import Simulator
 from backends.sim.engine import Engine
 from ccl import InfeasibleError, InputError, Problem, Request, verify
-from ccl.collective import ROOTED_KINDS, builtin
-from ccl.lower import lower
+from ccl.core.collective import ROOTED_KINDS, builtin
+from ccl.core.lower import lower
 
 SPECS = ["ring:5", "dgx1", "torus:2x3", "line:4", "amd8", "hypercube:8", "star:5"]
 
@@ -141,8 +141,8 @@ def test_op_times_follow_waits_when_ops_are_not_in_step_order():
     """A local op listed after an op of a later step (a Program ``lower`` would not make):
     its time still follows the op it waits for (op numbers are not an order of the waits)."""
     from ccl import Program
-    from ccl.collective import allgather
-    from ccl.program import Op
+    from ccl.core.collective import allgather
+    from ccl.core.program import Op
 
     rank0 = [Op("send", 0, "input", 0, 1, 1, tag=0), Op("recv", 1, "output", 1, 1, 1, tag=1),
              Op("copy", 0, "scratch", 0, 1, src_buf="output", src_index=1, deps=(1,))]
@@ -185,8 +185,8 @@ def test_every_message_runs_once_per_slice():
 
 def test_a_program_that_cannot_finish_is_a_backend_error():
     from ccl import BackendError, Program
-    from ccl.collective import allgather
-    from ccl.program import Op
+    from ccl.core.collective import allgather
+    from ccl.core.program import Op
 
     # rank 0 waits for a receive that rank 1 never sends to it before it receives itself: the
     # verifier would call this a deadlock; the simulator stops with a stall, not a time
@@ -275,8 +275,8 @@ def test_a_pairs_messages_are_posted_in_list_order(general, monkeypatch):
     """Rule 3 of the execution model: rank 1 sends a relayed piece (step 1, its data arrives
     from rank 0 at the end of step 0) and then its own piece (step 2, ready at once) to rank 2.
     The own piece must not overtake: it starts when the relayed one has started."""
-    from ccl.algorithm import Algorithm, Transfer
-    from ccl.collective import builtin as make
+    from ccl.core.algorithm import Algorithm, Transfer
+    from ccl.core.collective import builtin as make
 
     topo = T.build("line:3")
     coll = make("gather", 3, 2)

@@ -22,9 +22,9 @@ import topologies as T
 from backends.sim import Simulator
 from backends.sim.graph import ProgramGraph
 from ccl import InfeasibleError, InputError, Problem, Request, verify
-from ccl.collective import ROOTED_KINDS, builtin
-from ccl.lower import lower
-from ccl.report import slot_bytes
+from ccl.core.collective import ROOTED_KINDS, builtin
+from ccl.core.lower import lower
+from ccl.core.report import slot_bytes
 
 _LOWER_TESTS = pathlib.Path(__file__).resolve().parents[1] / "ccl" / "test_lower.py"
 _spec = importlib.util.spec_from_file_location("lower_cases", _LOWER_TESTS)

@@ -20,9 +20,9 @@ from ccl import (
     Transfer,
     verify,
 )
-from ccl.collective import builtin, custom
 from ccl.compiler import simulate, simulation
-from ccl.lower import lower
+from ccl.core.collective import builtin, custom
+from ccl.core.lower import lower
 
 REL = 1e-9
 

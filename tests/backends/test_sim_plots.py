@@ -10,9 +10,9 @@ import topologies as T
 from backends.sim import Simulator
 from backends.sim.plots import plot_sizes
 from ccl import Problem, Request
-from ccl.collective import builtin
 from ccl.compiler import simulation
-from ccl.lower import lower
+from ccl.core.collective import builtin
+from ccl.core.lower import lower
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

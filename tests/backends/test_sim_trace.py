@@ -12,8 +12,8 @@ import solvers
 import topologies as T
 from backends.sim.trace import TRACE_SCHEMA, chunk_labels
 from ccl import InputError, Problem, Request
-from ccl.collective import builtin
 from ccl.compiler import simulation as run
+from ccl.core.collective import builtin
 
 
 def schedule(spec: str, kind: str, solver: str, chunks: int = 1):

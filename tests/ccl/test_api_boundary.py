@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 import ccl
-from ccl.errors import CclError, CollectiveError, InputError
+from ccl.core.errors import CclError, CollectiveError, InputError
 
 NAN = float("nan")
 INF = float("inf")
@@ -49,7 +49,7 @@ SLOW_CALL = 3.0  # seconds: a bad value must be refused quickly, not after work
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """Good values to start from: a verified schedule, its Program and its files."""
-    from ccl.schedule_set import Entry, ScheduleSet, save_set
+    from ccl.core.schedule_set import Entry, ScheduleSet, save_set
 
     folder = tmp_path_factory.mktemp("api")
     result = ccl.synthesize(ccl.problem("ring:4", "allgather", solver="ring"))
@@ -142,7 +142,7 @@ def _instance_fields(obj: Any) -> dict[str, Any]:
 
 def _good_instances(world: dict[str, Any]) -> dict[str, Any]:
     """A good instance of every class in ``ccl.__all__`` that is not an error."""
-    from ccl.errors import Span
+    from ccl.core.errors import Span
 
     alg, program = world["alg"], world["program"]
     return {

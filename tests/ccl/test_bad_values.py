@@ -160,7 +160,7 @@ def test_sizes_and_times_are_read_exactly():
     """No float on the way: 0.1KB is 100 bytes (0.1 * 1000 is not 100 in floats), 1e400 is too
     large rather than infinity, and every bound is enforced on the exact value."""
     from ccl import InputError
-    from ccl.units import MAX_SIZE, parse_bandwidth, parse_seconds, parse_size, parse_sizes
+    from ccl.core.units import MAX_SIZE, parse_bandwidth, parse_seconds, parse_size, parse_sizes
 
     assert parse_size("0.1KB") == 100 and parse_size("1.5KiB") == 1536 and parse_size("2e3MiB") == 2000 << 20
     assert parse_size(MAX_SIZE) == MAX_SIZE and parse_size(1e6) == 10**6
@@ -224,8 +224,8 @@ def test_program_and_set_files_check_their_integers(ag, tmp_path, capsys):
     import json
 
     import ccl
-    from ccl.schedule_set import Entry, ScheduleSet, set_to_json
-    from ccl.serialize import program_to_json
+    from ccl.core.schedule_set import Entry, ScheduleSet, set_to_json
+    from ccl.core.serialize import program_to_json
 
     alg = ccl.load(ag)
     program = program_to_json(ccl.lower(alg))

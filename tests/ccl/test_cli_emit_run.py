@@ -12,7 +12,7 @@ import pytest
 
 from ccl import compiler
 from ccl.cli import main
-from ccl.serialize import load_algorithm, program_to_json
+from ccl.core.serialize import load_algorithm, program_to_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(ROOT, "dsl", "examples")

@@ -146,8 +146,8 @@ def test_packing_set_lists_the_size_winners_and_where_each_wins(capsys, tmp_path
     import solvers
     import topologies as T
     from ccl import Problem, Request, compiler, verify
-    from ccl.collective import builtin
-    from ccl.serialize import load_algorithm
+    from ccl.core.collective import builtin
+    from ccl.core.serialize import load_algorithm
 
     sizes = ["1KiB", "64KiB", "4MiB", largest]  # the judged search at 256 MiB on DGX-1 takes 13 s
     code, out, err = run(capsys, "pareto", "-t", spec, "-c", kind, "-s", "packing", "--sizes", ",".join(sizes),

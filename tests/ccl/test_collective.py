@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from ccl import CollectiveError
-from ccl.collective import (
+from ccl.core.collective import (
     BUILTIN_KINDS,
     MULTI_ROOT_KINDS,
     ROOTED_KINDS,
@@ -86,7 +86,7 @@ def test_chunk_up_composes():
 def test_chunk_up_builds_what_the_checked_constructor_accepts():
     """chunk_up skips the constructor's checks (its tables are valid by construction): the
     result passes them when built the checked way, and equals and hashes alike."""
-    from ccl.collective import BUILTIN_KINDS, ROOTED_KINDS, Collective, builtin
+    from ccl.core.collective import BUILTIN_KINDS, ROOTED_KINDS, Collective, builtin
 
     for kind in BUILTIN_KINDS:
         base = builtin(kind, 5, root=2 if kind in ROOTED_KINDS else None)

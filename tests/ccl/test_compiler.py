@@ -11,8 +11,8 @@ import topologies as T
 from backends.sim import simulate as physics
 from ccl import InputError, Problem, Request
 from ccl import compiler as driver
-from ccl.collective import builtin
-from ccl.judge import CostJudge
+from ccl.core.collective import builtin
+from ccl.core.judge import CostJudge
 
 
 class CountingJudge:
@@ -47,10 +47,10 @@ def test_the_default_judge_times_the_lowered_program():
 
 
 def test_the_default_judge_says_what_its_last_judgement_cost():
-    """``ccl.judge.effort_us``: the lowering and the simulation, estimated from counts (the same
+    """``ccl.core.judge.effort_us``: the lowering and the simulation, estimated from counts (the same
     on every run), for a solver budgeting its search; None for a judge that does not say."""
     from ccl.compiler.timing import LOWER_OP_US
-    from ccl.judge import effort_us
+    from ccl.core.judge import effort_us
 
     alg = driver.synthesize(ccl.problem("dgx1", "allgather", solver="multi-ring")).algorithm
     judge = driver.SimulationJudge()

@@ -1,4 +1,4 @@
-"""Group collectives (``ccl.groups``, ``ccl synthesize --groups``, DSL ``groups``): group specs,
+"""Group collectives (``ccl.core.groups``, ``ccl synthesize --groups``, DSL ``groups``): group specs,
 each group's machine with its shared links at a fair share, the groups' schedules joined into one
 schedule of the whole machine that the verifier checks for every group, the simulator timing
 all groups at once against a bound that counts the sharing."""
@@ -12,10 +12,10 @@ import pytest
 import dsl
 import topologies as T
 from ccl import InputError, VerificationError, verify
-from ccl.algorithm import Algorithm
 from ccl.cli import main
 from ccl.compiler.groups import synthesize_groups
-from ccl.groups import group_topology, parse_groups, shared_bound, usage
+from ccl.core.algorithm import Algorithm
+from ccl.core.groups import group_topology, parse_groups, shared_bound, usage
 
 OVERSUBSCRIBED = "dgx-h100:8,fabric=leafspine,per-leaf=2,oversub=4"
 

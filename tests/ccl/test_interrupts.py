@@ -1,4 +1,4 @@
-"""Ctrl-C and time limits (``ccl.interrupt``): SIGINT stops every solver within about a second,
+"""Ctrl-C and time limits (``ccl.core.interrupt``): SIGINT stops every solver within about a second,
 saves the best verified result it had (exit 130, status ``interrupted``), never a traceback; a
 second Ctrl-C exits at once; time limits hold to within max(10%, 1 s).
 
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from ccl import interrupt
-from ccl.errors import EXIT_INTERRUPTED, Interrupted
+from ccl.core import interrupt
+from ccl.core.errors import EXIT_INTERRUPTED, Interrupted
 
 REACT = 1.5  # seconds from SIGINT to exit that the tests accept ("about a second" plus a loaded CI box)
 
@@ -118,8 +118,8 @@ def _check_interrupted(rc: int, reacted: float | None, err: str, *, progress: bo
 
 
 def _verify(path: Path) -> None:
-    from ccl.serialize import load_algorithm
-    from ccl.verify import verify
+    from ccl.core.serialize import load_algorithm
+    from ccl.core.verify import verify
 
     verify(load_algorithm(str(path)))
 
@@ -170,7 +170,7 @@ def test_interrupted_is_a_ccl_error_with_exit_130():
 def test_the_watchdog_ends_code_that_does_not_poll(tmp_path):
     script = textwrap.dedent("""
         import time
-        from ccl import interrupt
+        from ccl.core import interrupt
         with interrupt.handling(), interrupt.cooperative():
             print("ready", flush=True)
             while True:  # never polls requested()
@@ -318,7 +318,7 @@ def test_packing_time_limit_with_nothing_planned_is_a_timeout(capsys):
     import importlib
 
     from ccl.cli import main
-    from ccl.errors import EXIT_TIMEOUT
+    from ccl.core.errors import EXIT_TIMEOUT
 
     importlib.import_module("solvers.packing.plan")._CACHE.clear()  # an earlier test's plans would be instant
     code = main(["synthesize", "-t", "ndv2:2", "-c", "allreduce", "-s", "packing", "--size", "64MiB",

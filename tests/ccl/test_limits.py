@@ -1,4 +1,4 @@
-"""Resource bounds (ccl.limits): hostile input is refused before memory is spent, with exit 2
+"""Resource bounds (ccl.core.limits): hostile input is refused before memory is spent, with exit 2
 and one line naming the limit and the variable that raises it.
 
 Every hostile case runs in one child process capped at 2 GiB of address space (a regression
@@ -16,10 +16,10 @@ import sys
 
 import pytest
 
-from ccl import limits
 from ccl.cli import main
-from ccl.errors import InputError
-from ccl.serialize import load_algorithm, program_to_json
+from ccl.core import limits
+from ccl.core.errors import InputError
+from ccl.core.serialize import load_algorithm, program_to_json
 
 CAP = 2 << 30  # bytes of address space for the child
 
@@ -210,8 +210,8 @@ def test_every_limit_reads_its_variable(monkeypatch):
 
 
 def test_the_python_api_checks_before_building(monkeypatch):
-    from ccl.collective import builtin, multi_root
-    from ccl.errors import CollectiveError
+    from ccl.core.collective import builtin, multi_root
+    from ccl.core.errors import CollectiveError
 
     with pytest.raises(CollectiveError, match="alltoall on 100000 ranks .*CCL_MAX_SLOTS"):
         builtin("alltoall", 100_000)
@@ -263,12 +263,12 @@ def test_parse_memory_estimate_only_counts_large_text(monkeypatch):
 
 
 def test_the_cli_reports_running_out_of_memory_in_one_line(files, monkeypatch, capsys):
-    import ccl.serialize
+    import ccl.core.serialize
 
     def no_memory(path):
         raise MemoryError
 
-    monkeypatch.setattr(ccl.serialize, "read_json", no_memory)
+    monkeypatch.setattr(ccl.core.serialize, "read_json", no_memory)
     assert main(["verify", str(files / "ag.json")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("ccl: out of memory") and len(err.strip().splitlines()) == 1, err

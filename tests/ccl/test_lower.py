@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 import solvers
 import topologies as T
 from ccl import Algorithm, Problem, Request, Topology, Transfer, VerificationError, verify
-from ccl.collective import ROOTED_KINDS, allgather, allreduce, builtin, custom, reducescatter
-from ccl.lower import lower
-from ccl.verify_program import verify_program
+from ccl.core.collective import ROOTED_KINDS, allgather, allreduce, builtin, custom, reducescatter
+from ccl.core.lower import lower
+from ccl.core.verify_program import verify_program
 
 
 def check(alg: Algorithm, channels: int = 1):
@@ -135,7 +135,7 @@ def test_scratch_reused_for_pieces_of_different_sizes_is_split_by_size_class():
 
 def test_chunks_whose_pieces_cannot_share_a_layout_are_refused():
     from ccl import CollectiveError
-    from ccl.collective import Collective
+    from ccl.core.collective import Collective
 
     base = allgather(2).chunk_up(2)
     # Output slot 0 (piece 0) asking for chunk 1 (a piece 1) has no consistent memory layout.

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from ccl.cli import build_parser, main
-from ccl.errors import InputError
-from ccl.files import batch, write_all, write_text_atomic
+from ccl.core.errors import InputError
+from ccl.core.files import batch, write_all, write_text_atomic
 
 RING = """from basic import ring
 algorithm rg(n = 4) implements allgather on ring(n) {

@@ -21,7 +21,7 @@ from ccl.compiler.place import (
     parse_plan,
     parse_traffic,
 )
-from ccl.groups import Groups
+from ccl.core.groups import Groups
 
 SMALL_MODEL = ["--layers", "32", "--hidden", "4096", "--tokens", "4096", "--microbatches", "4"]
 

@@ -4,7 +4,7 @@ import pytest
 
 import topologies as T
 from ccl import CollectiveError, InputError, Problem, Request, Sketch
-from ccl.collective import allgather
+from ccl.core.collective import allgather
 
 
 def test_request_validation():

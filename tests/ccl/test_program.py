@@ -8,10 +8,10 @@ import pytest
 import ccl
 import topologies as T
 from ccl import CollectiveError, VerificationError
-from ccl.collective import allgather
-from ccl.lower import lower
-from ccl.program import Op, Program, piece_sizes
-from ccl.verify_program import _Execution, verify_program
+from ccl.core.collective import allgather
+from ccl.core.lower import lower
+from ccl.core.program import Op, Program, piece_sizes
+from ccl.core.verify_program import _Execution, verify_program
 
 
 def ring_allreduce(n: int = 4) -> Program:
@@ -153,7 +153,7 @@ def run_in_reverse_ready_order(program: Program) -> list[dict]:
     """Execute the Program issuing, on every rank, the ready op listed LAST (the opposite of
     list order; messages of one pair and channel still post in list order, as the model asks).
     A message completes when both sides are posted. Returns every rank's final slot values."""
-    from ccl.verify import _Chunks
+    from ccl.core.verify import _Chunks
 
     coll = program.collective
     chunks = _Chunks(coll)

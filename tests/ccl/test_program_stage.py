@@ -104,8 +104,8 @@ def test_the_program_stage_reuses_the_judged_lowering():
 
     import topologies as T
     from ccl import Problem, Request, lower, synthesize
-    from ccl.collective import builtin
     from ccl.compiler import program
+    from ccl.core.collective import builtin
 
     topo = T.build("dgx-h100:2")
     result = synthesize(Problem(topo, builtin("allgather", topo.n_ranks), Request("packing", size=2**26)))

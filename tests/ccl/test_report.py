@@ -9,8 +9,8 @@ import math
 import pytest
 
 from ccl import InputError
-from ccl.collective import builtin
-from ccl.report import NOT_COMPUTED, Baseline, LinkUsage, Report, bus_factor, slot_bytes
+from ccl.core.collective import builtin
+from ccl.core.report import NOT_COMPUTED, Baseline, LinkUsage, Report, bus_factor, slot_bytes
 
 
 @pytest.mark.parametrize(("kind", "slots"), [

@@ -7,7 +7,7 @@ import pytest
 import ccl
 import topologies as T
 from ccl import InputError
-from ccl.collective import (
+from ccl.core.collective import (
     MULTI_ROOT_KINDS,
     allgather,
     builtin,
@@ -15,7 +15,7 @@ from ccl.collective import (
     multi_root,
     replicated_broadcast,
 )
-from ccl.serialize import (
+from ccl.core.serialize import (
     algorithm_from_json,
     algorithm_to_json,
     collective_from_json,

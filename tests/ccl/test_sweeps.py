@@ -39,7 +39,7 @@ def schedule_set(tmp_path_factory):
     """A tuned set for allreduce on ring:4 over 1KiB..1MiB and its file."""
     from ccl.compiler import load_topology
     from ccl.compiler.tuner import tune
-    from ccl.schedule_set import save_set
+    from ccl.core.schedule_set import save_set
 
     sset = tune(load_topology("ring:4"), "allreduce", sizes="1KiB..1MiB", cache=False).schedule_set
     path = tmp_path_factory.mktemp("sweeps") / "set.json"
@@ -193,8 +193,8 @@ def test_run_a_set_at_two_sizes_matches_torch(capsys, schedule_set):
 
 
 def test_compare_save_dir_writes_loadable_schedules(capsys, tmp_path):
-    from ccl.serialize import load_algorithm
-    from ccl.verify import verify
+    from ccl.core.serialize import load_algorithm
+    from ccl.core.verify import verify
 
     folder = tmp_path / "saved"
     code, out, err = run(capsys, "compare", "-t", "ring:4", "-c", "allgather", "--size", "1KiB,1MiB", "--solvers",

@@ -15,8 +15,15 @@ from ccl.cli import main
 from ccl.compiler import load_topology
 from ccl.compiler.msccl import msccl_bytes
 from ccl.compiler.tuner import anchors, boundaries, plan, tune
-from ccl.errors import InputError, VerificationError
-from ccl.schedule_set import ScheduleSet, load_set, save_set, set_from_json, set_text, verify_set
+from ccl.core.errors import InputError, VerificationError
+from ccl.core.schedule_set import (
+    ScheduleSet,
+    load_set,
+    save_set,
+    set_from_json,
+    set_text,
+    verify_set,
+)
 
 SIZES = "1KiB..4MiB"
 
@@ -178,7 +185,7 @@ def test_cli_auto_refuses_what_does_not_apply(capsys, argv, needle):
 
 
 def test_a_set_is_not_one_schedule_where_one_is_needed(capsys, ring4_allreduce, tmp_path):
-    from ccl.serialize import load_schedule
+    from ccl.core.serialize import load_schedule
 
     path = tmp_path / "set.json"
     save_set(ring4_allreduce.schedule_set, path)

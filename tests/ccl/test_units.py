@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from ccl import InputError
-from ccl.units import format_size, parse_bandwidth, parse_seconds, parse_size, parse_time
+from ccl.core.units import format_size, parse_bandwidth, parse_seconds, parse_size, parse_time
 
 
 @pytest.mark.parametrize(("text", "size"), [("1KiB", 1024), ("64MiB", 64 << 20), ("1GB", 10**9), ("17", 17),

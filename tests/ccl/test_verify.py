@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 import topologies as T
 from ccl import Algorithm, CollectiveError, Link, Topology, Transfer, VerificationError, verify
-from ccl.collective import allgather, allreduce, reducescatter
+from ccl.core.collective import allgather, allreduce, reducescatter
 
 
 def alg(topo, coll, transfers, rounds=None):
@@ -159,7 +159,7 @@ def random_transfers(draw):
 
 @given(random_transfers(), st.sampled_from(["allgather", "allreduce", "alltoall", "reducescatter"]))
 def test_random_schedules_only_ever_raise_project_errors(rows, kind):
-    from ccl.collective import builtin
+    from ccl.core.collective import builtin
 
     coll = builtin(kind, 3)
     try:
@@ -202,9 +202,9 @@ def test_range_steps_agree_with_slot_steps(rows, kind):
     accept the same schedules and name the same first error."""
     import importlib
 
-    from ccl.collective import builtin
+    from ccl.core.collective import builtin
 
-    checker = importlib.import_module("ccl.verify")
+    checker = importlib.import_module("ccl.core.verify")
     coll = builtin(kind, 3, chunks=2)
     try:
         algorithm = alg(T.fully_connected(3), coll, rows)
@@ -220,9 +220,9 @@ def test_tree_reductions_stay_range_by_range(monkeypatch):
     import importlib
 
     from ccl import Problem, Request, synthesize
-    from ccl.collective import builtin
+    from ccl.core.collective import builtin
 
-    checker = importlib.import_module("ccl.verify")
+    checker = importlib.import_module("ccl.core.verify")
     topo = T.build("dgx-h100:2")
     result = synthesize(Problem(topo, builtin("reducescatter", topo.n_ranks), Request("packing", size=2**26)))
     reduces = [t for t in result.algorithm.transfers if t.op == "reduce"]

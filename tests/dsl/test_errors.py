@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import dsl
-from ccl.errors import DslError
+from ccl.core.errors import DslError
 
 from .conftest import CASES, GOLDEN, check_golden, lower_everything
 

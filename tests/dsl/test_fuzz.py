@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dsl
-from ccl.errors import DslError, VerificationError
+from ccl.core.errors import DslError, VerificationError
 
 from .conftest import ROOT
 

@@ -11,7 +11,7 @@ import pytest
 
 import dsl
 import topologies as T
-from ccl.errors import DslError, InputError
+from ccl.core.errors import DslError, InputError
 from dsl.printer import format_topology
 from dsl.values import Quantity
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 import dsl
-from ccl.algorithm import Transfer
-from ccl.collective import builtin
-from ccl.errors import DslError, VerificationError
-from ccl.problem import Request, Sketch
-from ccl.topology import Link, SharedLimit, Switch
+from ccl.core.algorithm import Transfer
+from ccl.core.collective import builtin
+from ccl.core.errors import DslError, VerificationError
+from ccl.core.problem import Request, Sketch
+from ccl.core.topology import Link, SharedLimit, Switch
 
 
 def load(text: str) -> dsl.Module:

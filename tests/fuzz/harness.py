@@ -31,10 +31,10 @@ def make_fixtures(folder: Path) -> dict[str, str]:
     """Valid files of every input format, in ``folder``; returns name -> text."""
     from backends.msccl import interpret  # noqa: F401 - the XML backend is importable
     from ccl import Problem, Request, lower, synthesize
-    from ccl.collective import builtin
     from ccl.compiler.msccl import export_xml
-    from ccl.schedule_set import Entry, ScheduleSet, set_to_json
-    from ccl.serialize import algorithm_to_json, dumps, program_to_json, topology_to_json
+    from ccl.core.collective import builtin
+    from ccl.core.schedule_set import Entry, ScheduleSet, set_to_json
+    from ccl.core.serialize import algorithm_to_json, dumps, program_to_json, topology_to_json
     from topologies import build
 
     topo = build("ring:4")

@@ -42,8 +42,8 @@ def _alarm(signum, frame):  # noqa: ARG001
 def _load(fmt: str, path: str, base: str) -> str:
     """Load (and verify) what a user would hand the tool; return a short description."""
     from ccl import Algorithm, Program, verify, verify_program
-    from ccl.schedule_set import ScheduleSet, verify_set
-    from ccl.serialize import load_any
+    from ccl.core.schedule_set import ScheduleSet, verify_set
+    from ccl.core.serialize import load_any
 
     if fmt in ("algorithm", "program", "set"):
         value = load_any(path)
@@ -128,7 +128,7 @@ def run_case(case: dict, fixtures: str) -> dict:
             data = case["text"]
             with open(path, "w", encoding="utf-8", errors="surrogatepass") as fh:
                 fh.write(data)
-            from ccl.errors import CclError
+            from ccl.core.errors import CclError
 
             try:
                 what = _load(fmt, path, work)

@@ -38,9 +38,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ccl import Algorithm, CclError, Program, Transfer
-from ccl.collective import Collective
-from ccl.program import Op
-from ccl.topology import Topology
+from ccl.core.collective import Collective
+from ccl.core.program import Op
+from ccl.core.topology import Topology
 
 BUFFERS = ("input", "output", "scratch")
 ORDERS = 6  # execution orders tried per Program or XML mutant

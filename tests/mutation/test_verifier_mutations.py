@@ -27,7 +27,7 @@ import pytest
 
 import topologies as T
 from ccl import CclError, Problem, Request, lower, synthesize, verify, verify_program
-from ccl.collective import builtin
+from ccl.core.collective import builtin
 
 from . import mutants as M
 
@@ -249,7 +249,7 @@ def test_the_reference_executions_see_what_they_should():
     ranks[r][i] = ranks[r][i]._replace(deps=())
     assert M.program_ok(program, ranks, orders=12) != ""
     # reducing into the input after the end is harmless out of place, wrong in place
-    from ccl.program import Op
+    from ccl.core.program import Op
 
     program = _program(4)  # recursive doubling: output j aliases input j
     ranks = [list(ops) for ops in program.ranks]

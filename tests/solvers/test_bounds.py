@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import topologies as T
 from ccl import CollectiveError, Link, Switch, Topology
-from ccl.collective import builtin
+from ccl.core.collective import builtin
 from solvers.bounds import cut_ratio, needed_pairs, rounds_per_chunk_bound, step_bound
 
 

@@ -8,7 +8,7 @@ import pytest
 import solvers
 import topologies as T
 from ccl import Algorithm, CclError, Problem, Request, Transfer, lower, verify, verify_program
-from ccl.collective import builtin
+from ccl.core.collective import builtin
 from solvers.coalesce import coalesce, scattered_groups
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import solvers
 import topologies as T
 from ccl import CclError, Link, Problem, Request, Topology, compiler
-from ccl.collective import builtin
+from ccl.core.collective import builtin
 from solvers.bounds import _lane_cost, lane_bound, lower_bound, root_lanes
 
 

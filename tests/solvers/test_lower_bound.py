@@ -25,7 +25,7 @@ from ccl import (
     compiler,
     verify,
 )
-from ccl.collective import builtin, custom
+from ccl.core.collective import builtin, custom
 from solvers.bounds import cut_ratio, lower_bound
 from solvers.flows import alltoall_cut, concurrent_flow_time
 from solvers.symmetry import rank_orbits

@@ -22,7 +22,7 @@ from ccl import (
     verify,
 )
 from ccl.cli import main
-from ccl.collective import builtin
+from ccl.core.collective import builtin
 
 KINDS = ("allgather", "alltoall", "reducescatter", "allreduce", "broadcast")
 JUDGE = compiler.SimulationJudge()

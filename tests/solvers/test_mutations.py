@@ -26,7 +26,7 @@ import pytest
 import solvers
 import topologies as T
 from ccl import Algorithm, CollectiveError, Problem, Request, Transfer, VerificationError, verify
-from ccl.collective import ROOTED_KINDS, builtin
+from ccl.core.collective import ROOTED_KINDS, builtin
 
 from ..mutation.mutants import Wrong, run_algorithm
 

@@ -22,7 +22,7 @@ from ccl import (
     verify,
     verify_program,
 )
-from ccl.collective import builtin
+from ccl.core.collective import builtin
 from solvers.packing.flows import FlowGraph, capacities
 from solvers.packing.plan import _packable, plan
 from solvers.packing.trees import pack_trees

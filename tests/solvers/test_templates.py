@@ -12,8 +12,8 @@ import dsl
 import solvers
 import topologies as T
 from ccl import CollectiveError, Problem, Request, VerificationError, verify
-from ccl.collective import ROOTED_KINDS, builtin
-from ccl.topology import Topology
+from ccl.core.collective import ROOTED_KINDS, builtin
+from ccl.core.topology import Topology
 
 MULTINODE_SOLVERS = ["hierarchical", "rail-rings", "hierarchical-pipelined"]
 GRID_SOLVERS = ["torus-2d", "torus-2d-tree", "blueconnect"]  # multi-node machines and linked grids
@@ -164,7 +164,7 @@ def test_pipeline_stages_verify(spec, stages):
 
 def test_grid_templates_refuse_bad_options_and_uneven_nodes():
     from ccl import InputError
-    from ccl.topology import Link
+    from ccl.core.topology import Link
 
     topo = T.build("torus:4x4")
     with pytest.raises(InputError, match="no option 'stages'"):

@@ -15,7 +15,7 @@ from backends.msccl import interpret, limits, model
 from ccl import compiler
 from ccl.cli import main
 from ccl.compiler.msccl import export_xml, read_xml, verify_imported
-from ccl.errors import BackendError, InputError, VerificationError
+from ccl.core.errors import BackendError, InputError, VerificationError
 
 ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = sorted((ROOT.parent / "shared" / "reference" / "msccl-xml").glob("*.xml"))
@@ -369,7 +369,7 @@ def test_packing_allreduce_shapes_round_trip(coalesce):
     """A pipelined packing allreduce, plain or coalesced (pieces packed into scratch by local
     copies, sent as one message, unpacked by local reductions), exported and read back."""
     from ccl import Problem, Request
-    from ccl.collective import builtin
+    from ccl.core.collective import builtin
     from solvers.packing import Shape, plan, slot_count
     from solvers.packing.schedule import build
     from topologies import build as topology

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 import ccl
 import ccl.torch
-from ccl.schedule_set import Entry, ScheduleSet
+from ccl.core.schedule_set import Entry, ScheduleSet
 
 TIMEOUT = 20.0
 

@@ -17,7 +17,7 @@ import topologies as T  # noqa: E402
 from backends.torch.launch import Call, Job, run_jobs  # noqa: E402
 from backends.torch.plain import to_plain  # noqa: E402
 from ccl import InfeasibleError, InputError, Problem, Request, compiler, verify  # noqa: E402
-from ccl.collective import ROOTED_KINDS, builtin  # noqa: E402
+from ccl.core.collective import ROOTED_KINDS, builtin  # noqa: E402
 
 SIZES = (1, 13, 1031)  # elements per part: one, a small prime, a prime above every slot count
 EXTRA = [("int64", "max"), ("int32", "sum"), ("bfloat16", "avg"), ("float64", "min"), ("int16", "band"),

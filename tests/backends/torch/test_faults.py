@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("torch")
 
 from backends.torch.launch import Call, run_jobs  # noqa: E402
-from ccl.errors import BackendError  # noqa: E402
+from ccl.core.errors import BackendError  # noqa: E402
 
 SCENARIOS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_scenarios.py")
 TIMEOUT = 2.0

@@ -8,7 +8,7 @@ import pytest
 import solvers
 import topologies as T
 from ccl import InfeasibleError, Problem, Request, verify
-from ccl.collective import builtin
+from ccl.core.collective import builtin
 from solvers.smt import searcher
 from solvers.smt.search import Unsatisfiable
 

@@ -8,7 +8,7 @@ import pytest
 import solvers
 import topologies as T
 from ccl import CollectiveError, InfeasibleError, Problem, Request, verify
-from ccl.collective import BUILTIN_KINDS, builtin, custom, multi_root, replicated_broadcast
+from ccl.core.collective import BUILTIN_KINDS, builtin, custom, multi_root, replicated_broadcast
 from solvers.smt import searcher
 from solvers.smt.formulation import dual_obstacle, formulation
 

@@ -9,7 +9,7 @@ import pytest
 
 import topologies as T
 from ccl import verify
-from ccl.collective import builtin
+from ccl.core.collective import builtin
 from solvers.smt import pareto
 
 

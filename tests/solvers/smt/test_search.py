@@ -12,8 +12,8 @@ import pytest
 import solvers
 import topologies as T
 from ccl import InputError, Problem, Request, SolverTimeout, Z3Error, verify
-from ccl.collective import builtin
 from ccl.compiler import synthesize
+from ccl.core.collective import builtin
 from solvers.smt import base, searcher, symmetry
 from solvers.smt.problems import Network
 from solvers.smt.search import OutOfTime

@@ -10,7 +10,7 @@ again. The driver therefore wraps a command in ``handling()``, within which:
   works while the main thread is blocked in native code. Outside a ``cooperative()`` region
   the main thread also gets KeyboardInterrupt, as without ``handling()``. Inside one, the code
   running promises to poll ``requested()`` (or ``stop_due``) and to stop within about a second,
-  raising ``ccl.errors.Interrupted`` with the best result it holds, which the driver verifies
+  raising ``ccl.core.errors.Interrupted`` with the best result it holds, which the driver verifies
   and saves; once it has that result in hand it calls ``acknowledge()``;
 * if nothing acknowledged the stop ``GRACE`` seconds after the first Ctrl-C (code that does
   not poll), the process prints ``ccl: interrupted`` and exits with 130;

@@ -17,7 +17,7 @@ class CostJudge(Protocol):
 
     def time_us(self, algorithm: Algorithm, size: float) -> float:
         """Microseconds ``algorithm`` takes when called with ``size`` bytes (the nccl-tests
-        convention of ``ccl.report``). The algorithm may be a candidate a solver has not
+        convention of ``ccl.core.report``). The algorithm may be a candidate a solver has not
         verified yet; a judge raises the project's errors for one it cannot time."""
         ...
 

@@ -151,7 +151,7 @@ class SolverTimeout(CclError):
 
 
 class Interrupted(CclError):
-    """Ctrl-C stopped the computation (``ccl.interrupt``). ``best`` is the best result found so
+    """Ctrl-C stopped the computation (``ccl.core.interrupt``). ``best`` is the best result found so
     far (a schedule, a frontier, a schedule set; verified once the driver has it) or None."""
 
     exit_code = EXIT_INTERRUPTED

@@ -2,7 +2,7 @@
 
 ``lower(algorithm)`` chooses everything a runtime needs and nothing it may choose differently:
 
-1. **Program slots** (``ccl.lower_slots``): input slots the schedule writes move to scratch
+1. **Program slots** (``ccl.core.lower_slots``): input slots the schedule writes move to scratch
    (with a prologue copy when their starting value is used), so no op writes the input buffer;
    a scratch slot reused for pieces of different size classes is split into one slot per class.
 2. **Fusion.** Moves of one step between the same two places that are consecutive on both sides
@@ -28,12 +28,12 @@
    for the last write of its slot; a write waits for the reads of the slot since the last write
    (which wait for that write), or for the last write when nothing read it. Every op, local ops
    included, lists every op it must wait for: runtimes may run a rank's ops in any order the
-   dependencies allow (``ccl.program``). The Programs are well-leveled, so none of them can
-   deadlock (the theorem in ``ccl.program``).
+   dependencies allow (``ccl.core.program``). The Programs are well-leveled, so none of them can
+   deadlock (the theorem in ``ccl.core.program``).
 6. **Compaction.** Scratch slots no op uses (the algorithm's unused indices) are dropped.
 
 Every phase works on numpy columns (a ring allreduce on 1,024 ranks, five million ops, lowers in
-seconds); only steps whose local ops can conflict with each other are ordered in Python (``ccl.lower_ranks``).
+seconds); only steps whose local ops can conflict with each other are ordered in Python (``ccl.core.lower_ranks``).
 """
 
 from __future__ import annotations

@@ -329,7 +329,7 @@ def dumps(value: dict[str, Any], _indent: str = "") -> str:
 
 
 # Every file is written whole or not at all, an existing file's permissions kept and only a
-# regular file replaced: ``ccl.files`` (re-exported here, where the writers have always been).
+# regular file replaced: ``ccl.core.files`` (re-exported here, where the writers have always been).
 write_atomic = files.write_atomic
 write_text_atomic = files.write_text_atomic
 write_all = files.write_all
@@ -340,7 +340,7 @@ def save_algorithm(alg: Algorithm, path: str | os.PathLike[str]) -> None:
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
-    """A JSON file: regular, within ``ccl.limits.INPUT_BYTES``, nested no deeper than the
+    """A JSON file: regular, within ``ccl.core.limits.INPUT_BYTES``, nested no deeper than the
     parser takes (InputError otherwise)."""
     return read_input_json(path)
 
@@ -356,7 +356,7 @@ def load_schedule(path: str | os.PathLike[str]) -> Algorithm | Program:
 
 
 def load_any(path: str | os.PathLike[str]) -> Any:
-    """An algorithm, a program or a schedule set (``ccl.schedule_set``) from a JSON file, by
+    """An algorithm, a program or a schedule set (``ccl.core.schedule_set``) from a JSON file, by
     its "format" (sets are not verified here: ``verify_set``)."""
     data = read_json(path)
     if isinstance(data, dict) and data.get("format") == PROGRAM_FORMAT:

@@ -6,7 +6,7 @@ that every runtime can lay the buffers out in memory (see ``ccl.lower`` for the 
 * **Input preservation.** Input slots the schedule writes move to scratch slots of their own
   (after the algorithm's scratch slots), with a prologue copy when their starting value is read
   or reduced into in the step that first touches them.
-* **Size classes.** A value's size class is the piece of a base slot it is (``ccl.program``);
+* **Size classes.** A value's size class is the piece of a base slot it is (``ccl.core.program``);
   input and output slot i hold class ``i % k``. A scratch slot the schedule reuses for values of
   different classes is split: the class it first holds keeps the slot, every other class gets a
   slot of its own (a *version*), appended in order of first use.

@@ -2,7 +2,7 @@
 
 Independent of the lowering: it re-derives everything from the op lists. Checked, in order:
 
-1. **Level order** (the conditions of the deadlock-freedom theorem in ``ccl.program``): each
+1. **Level order** (the conditions of the deadlock-freedom theorem in ``ccl.core.program``): each
    rank's ops are sorted by step with sends and receives before local ops within a step, and
    every send or receive depends only on ops of earlier steps.
 2. **Links**: every message goes over a link of the flattened topology.
@@ -11,7 +11,7 @@ Independent of the lowering: it re-derives everything from the op lists. Checked
    the message's bytes for every tensor size); tags are unique per pair.
 4. **Races**: on every rank, two accesses to one slot (at least one a write; in place, aliased
    output and input slots are one slot) are ordered: the later op depends on the earlier one,
-   directly or through other deps (see ``ccl.program``).
+   directly or through other deps (see ``ccl.core.program``).
 5. **Execution**: the ops run under the model (issued in list order, which every runtime may
    do; non-blocking posts, rendezvous completion). Ranks left with ops that can never complete are a deadlock, reported with the op
    every rank is blocked on. Values are multisets of input chunks as in ``ccl.verify``: no read

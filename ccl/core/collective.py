@@ -156,7 +156,7 @@ class Collective:
         return max((len(x) for x in self.outputs), default=0)
 
     def check_chunk_up(self, k: int) -> None:
-        """CollectiveError when ``chunk_up(k)`` would exceed ``ccl.limits.SLOTS`` (checked
+        """CollectiveError when ``chunk_up(k)`` would exceed ``ccl.core.limits.SLOTS`` (checked
         before building it)."""
         slots = sum(map(len, self.inputs)) + sum(map(len, self.outputs))
         _check_slots(f"{self.name} on {self.n_ranks} ranks with chunk factor {self.chunk_factor * k}", slots * k)
@@ -204,7 +204,7 @@ class Collective:
 
 # ---------------------------------------------------------------------- built-ins
 # Buffer slots (input and output, all ranks) of each built-in collective on n ranks at chunk
-# factor 1: what ``check_size`` weighs against ``ccl.limits.SLOTS`` before anything is built.
+# factor 1: what ``check_size`` weighs against ``ccl.core.limits.SLOTS`` before anything is built.
 _BASE_SLOTS = {
     "allgather": lambda n: n + n * n,
     "reducescatter": lambda n: n * n + n,
@@ -219,7 +219,7 @@ _BASE_SLOTS = {
 
 def check_size(kind: str, n: int, chunks: int = 1) -> None:
     """CollectiveError unless the built-in ``kind`` on ``n`` ranks at chunk factor ``chunks``
-    fits ``ccl.limits.RANKS`` and ``ccl.limits.SLOTS`` (checked before building it)."""
+    fits ``ccl.core.limits.RANKS`` and ``ccl.core.limits.SLOTS`` (checked before building it)."""
     kind = _SPELLINGS.get(kind, kind)
     _check_n(kind, n)
     base = _BASE_SLOTS.get(kind)
