@@ -28,7 +28,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from backends.msccl import interpret, model  # noqa: E402
 from ccl import compiler  # noqa: E402
-from ccl.compiler.msccl import export_xml, read_xml  # noqa: E402
+from ccl.compiler.loader import read_xml  # noqa: E402
+from ccl.compiler.msccl import export_xml  # noqa: E402
 from ccl.core.errors import BackendError  # noqa: E402
 from ccl.core.serialize import write_text_atomic  # noqa: E402
 from ccl.core.units import format_size, parse_size  # noqa: E402

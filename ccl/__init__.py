@@ -197,7 +197,7 @@ def from_msccl(path: str, topology: str | Topology | None = None, *, in_place: b
     """An MSCCL XML file as a verified Program (its out-of-place Program, or with ``in_place``
     its in-place one); ``topology`` is the machine it runs on (default: every pair of gpus
     linked). VerificationError names gpu/tb/step when the file is wrong."""
-    from .compiler.msccl import load_schedule
+    from .compiler.loader import load_schedule
 
     if topology is not None:
         topology = _topology_spec(topology)

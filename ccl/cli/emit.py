@@ -29,7 +29,7 @@ def _printed(args: argparse.Namespace, summary: dict[str, Any], key: str, text: 
 
 def cmd_torch(args: argparse.Namespace) -> int:
     from .. import compiler
-    from ..compiler.msccl import is_xml, load_any
+    from ..compiler.loader import is_xml, load_any
     from ..core.schedule_set import ScheduleSet
     from ..core.serialize import write_text_atomic
 
@@ -77,7 +77,8 @@ def _torch_set(args: argparse.Namespace, sset: Any) -> int:
 
 
 def cmd_msccl(args: argparse.Namespace) -> int:
-    from ..compiler.msccl import export_xml, is_xml, load_any, load_schedule
+    from ..compiler.loader import is_xml, load_any, load_schedule
+    from ..compiler.msccl import export_xml
     from ..core.schedule_set import ScheduleSet
     from ..core.serialize import write_text_atomic
     from ..core.units import parse_size

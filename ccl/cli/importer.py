@@ -10,7 +10,7 @@ from .outputs import declare
 
 
 def cmd_msccl(args: argparse.Namespace) -> int:
-    from ..compiler.msccl import read_xml, verify_imported
+    from ..compiler.loader import read_xml, verify_imported
     from ..core.serialize import dumps, program_to_json, write_text_atomic
 
     imported = read_xml(args.file, args.topology)

@@ -47,7 +47,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..core.units import format_size
 
     if args.emit == "program":
-        from ..compiler.msccl import load_any
+        from ..compiler.loader import load_any
         from ..core.schedule_set import ScheduleSet
 
         loaded = load_any(args.file, topology=args.topology, in_place=args.in_place)

@@ -20,7 +20,7 @@ def bandwidth_arg(text: str) -> float:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from .. import compiler
-    from ..compiler.msccl import load_any
+    from ..compiler.loader import load_any
     from ..core.algorithm import Algorithm
     from ..core.errors import InputError
     from ..core.schedule_set import ScheduleSet

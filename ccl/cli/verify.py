@@ -35,7 +35,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def verify_one(args: argparse.Namespace) -> int:
-    from ..compiler.msccl import is_xml
+    from ..compiler.loader import is_xml
     from ..core.algorithm import Algorithm
     from ..core.errors import InputError, VerificationError
     from ..core.verify import verify
@@ -43,7 +43,7 @@ def verify_one(args: argparse.Namespace) -> int:
 
     if is_xml(args.file):
         return _verify_xml(args)
-    from ..compiler.msccl import load_any
+    from ..compiler.loader import load_any
     from ..core.schedule_set import ScheduleSet
 
     schedule = load_any(args.file, topology=args.topology)
@@ -127,7 +127,7 @@ def _note(in_place: tuple[bool, str | None]) -> str:
 def _verify_xml(args: argparse.Namespace) -> int:
     from backends.msccl import limits
 
-    from ..compiler.msccl import read_xml, verify_imported
+    from ..compiler.loader import read_xml, verify_imported
     from ..core.errors import InputError
 
     imported = read_xml(args.file, args.topology)

@@ -4,108 +4,22 @@ a file as Programs every other stage takes (``backends.msccl.interpret``).
 * ``export_xml(schedule, target=...)``: the verified Program of a schedule as an ``<algo>`` file,
   checked against the target's limits before anything is written, and read back and verified
   (the file's own semantics, through the importer) before it is returned.
-* ``read_xml(path, topology=None)``: the file as an ``Imported`` (its out-of-place and in-place
-  Programs). Without a topology, every pair of gpus is linked (``fully-connected:N``); give the
-  machine the file is for to simulate it there.
-* ``load_schedule(path)``: an algorithm file, a program file or an XML file.
+
+Reading a file back (as a schedule every stage takes) is the loader's (``ccl.compiler.loader``).
 """
 
 from __future__ import annotations
 
 import os
-import stat
 from typing import Any
 
 from ..core import validate
 from ..core.algorithm import Algorithm
 from ..core.errors import BackendError, InputError, VerificationError
-from ..core.program import Program
-from ..core.serialize import load_schedule as load_json_schedule
-from ..core.topology import Topology
 from ..core.verify import verify
 from ..core.verify_program import verify_program
-from .stages import load_topology
+from .loader import load_schedule, verify_imported
 from .stages import program as program_stage
-
-
-def is_xml(path: str | os.PathLike[str]) -> bool:
-    """A file to read as MSCCL XML: its name ends in .xml, or its text starts with '<'."""
-    path = os.fspath(path)
-    if path.lower().endswith(".xml"):
-        return True
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):  # a device or FIFO: never read here
-            return False
-        with open(path, "rb") as fh:
-            head = fh.read(256).lstrip()
-    except (OSError, ValueError):  # ValueError: a NUL byte in the name (the reader refuses it)
-        return False
-    return head.startswith(b"<")
-
-
-def read_xml(path: str | os.PathLike[str], topology: str | Topology | None = None) -> Any:
-    """The file as a ``backends.msccl.interpret.Imported``."""
-    from backends.msccl import interpret, model
-
-    path = os.fspath(path)
-    algo = model.read(path)
-    topo = load_topology(topology if topology is not None else f"fully-connected:{max(algo.ngpus, 1)}")
-    return interpret.read_program(algo, topo, path=path)
-
-
-def verify_imported(imported: Any) -> dict[str, Any]:
-    """Verify every way a file claims to be called; VerificationError naming gpu/tb/step."""
-    out: dict[str, Any] = {}
-    algo = imported.algo
-    if algo.outofplace:
-        try:
-            verify_program(imported.program)
-        except VerificationError as exc:
-            raise imported.explain(exc) from None
-        out["out_of_place"] = True
-    if algo.inplace:
-        try:
-            verify_program(imported.in_place, in_place=True)
-        except VerificationError as exc:
-            raise imported.explain(exc, in_place=True) from None
-        out["in_place"] = True
-    return out
-
-
-def load_schedule(path: str | os.PathLike[str], *, topology: str | Topology | None = None,
-                  in_place: bool = False) -> Algorithm | Program:
-    """A schedule from a file: an algorithm, a program, or an MSCCL XML file (its Program for
-    the call asked for, ``in_place`` or out of place, verified)."""
-    if is_xml(path):
-        imported = read_xml(path, topology)
-        if in_place:
-            if imported.in_place is None:
-                raise InputError(f"{os.fspath(path)}: the file is not for in-place calls (inplace=0)")
-            verify_imported(imported)
-            return imported.in_place
-        verify_imported(imported)
-        return imported.program
-    schedule = load_json_schedule(path)
-    if topology is not None:
-        raise InputError("--topology only applies to MSCCL XML files (a schedule file carries its topology)")
-    return schedule
-
-
-def load_any(path: str | os.PathLike[str], *, topology: str | Topology | None = None,
-             in_place: bool = False) -> Any:
-    """``load_schedule``, or a schedule set (``ccl.core.schedule_set.ScheduleSet``, every entry
-    verified) when the file holds one."""
-    if is_xml(path):
-        return load_schedule(path, topology=topology, in_place=in_place)
-    from ..core.schedule_set import ScheduleSet, verify_set
-    from ..core.serialize import load_any as load_json_any
-
-    value = load_json_any(path)
-    if topology is not None:
-        raise InputError("--topology only applies to MSCCL XML files (a schedule file carries its topology)")
-    if isinstance(value, ScheduleSet):
-        verify_set(value, in_place=in_place)
-    return value
 
 
 def msccl_bytes(kind: str, n_ranks: int, lo: int, hi: int | None) -> tuple[int, int]:

@@ -31,7 +31,7 @@ def runnable(schedule: Any, *, channels: int = 1, fuse: bool = True, topology: A
     Algorithm, SynthesisResult or Program: an algorithm is verified, lowered, and its Program
     verified."""
     if isinstance(schedule, (str, os.PathLike)):
-        from .msccl import load_schedule
+        from .loader import load_schedule
 
         schedule = load_schedule(schedule, topology=topology, in_place=in_place)
     if isinstance(schedule, Algorithm):
@@ -60,7 +60,7 @@ def collectives(schedule: Any, group: Any = None, *, channels: int = 1, fuse: bo
     from ..core.schedule_set import ScheduleSet
 
     if isinstance(schedule, (str, os.PathLike)):
-        from .msccl import load_any
+        from .loader import load_any
 
         schedule = load_any(schedule, topology=topology)
     if isinstance(schedule, ScheduleSet):
@@ -135,7 +135,7 @@ def run_local_sizes(schedule: Any, *, sizes: Sequence[int | str], channels: int 
         raise InputError(f"a local run needs a size of at least 1 byte, got {min(sizes)}")
     in_place = bool(options.get("in_place"))
     if isinstance(schedule, (str, os.PathLike)):
-        from .msccl import load_any
+        from .loader import load_any
 
         schedule = load_any(schedule, topology=topology, in_place=in_place)
     n_ranks = getattr(getattr(schedule, "collective", None), "n_ranks", None)

@@ -23,8 +23,24 @@ from typing import Any
 from . import validate
 from .algorithm import Algorithm
 from .collective import Collective
-from .errors import CclError, InputError
+from .errors import CclError, InputError, VerificationError
+from .serialize import (
+    FORMAT_VERSION,
+    TRANSFER_FIELDS,
+    TransferRows,
+    algorithm_from_json,
+    collective_from_json,
+    collective_to_json,
+    decode,
+    dumps,
+    read_json,
+    topology_from_json,
+    topology_to_json,
+    write_text_atomic,
+)
 from .topology import Topology
+from .units import format_size
+from .verify import verify
 
 SET_FORMAT = "ccl-schedule-set"
 SET_VERSION = 1
@@ -54,8 +70,6 @@ class Entry:
         return self.min_bytes <= size and (self.max_bytes is None or size < self.max_bytes)
 
     def range_text(self) -> str:
-        from .units import format_size
-
         hi = "" if self.max_bytes is None else format_size(self.max_bytes)
         return f"[{format_size(self.min_bytes)}, {hi or 'no limit'})"
 
@@ -128,13 +142,6 @@ class ScheduleSet:
 
 # ---------------------------------------------------------------------- files
 def set_to_json(sset: ScheduleSet) -> dict[str, Any]:
-    from .serialize import (
-        FORMAT_VERSION,
-        TRANSFER_FIELDS,
-        _TransferRows,
-        collective_to_json,
-        topology_to_json,
-    )
 
     return {
         "format": SET_FORMAT,
@@ -151,14 +158,13 @@ def set_to_json(sset: ScheduleSet) -> dict[str, Any]:
              "algorithm": {"format": "ccl-algorithm", "version": FORMAT_VERSION, "name": e.algorithm.name,
                            "solver": e.algorithm.solver, "collective": collective_to_json(e.algorithm.collective),
                            "rounds": None if e.algorithm.rounds is None else list(e.algorithm.rounds),
-                           "transfer_fields": TRANSFER_FIELDS, "transfers": _TransferRows(e.algorithm.transfers)}}
+                           "transfer_fields": TRANSFER_FIELDS, "transfers": TransferRows(e.algorithm.transfers)}}
             for e in sset.entries
         ],
     }
 
 
 def set_from_json(data: dict[str, Any]) -> ScheduleSet:
-    from .serialize import algorithm_from_json, collective_from_json, topology_from_json
 
     if not isinstance(data, dict) or data.get("format") != SET_FORMAT:
         raise InputError(f"not a schedule set (expected \"format\": \"{SET_FORMAT}\")")
@@ -192,14 +198,12 @@ def set_from_json(data: dict[str, Any]) -> ScheduleSet:
 
 
 def save_set(sset: ScheduleSet, path: str | os.PathLike[str]) -> None:
-    from .serialize import dumps, write_text_atomic
 
     write_text_atomic(path, dumps(set_to_json(sset)) + "\n")
 
 
 def set_text(sset: ScheduleSet) -> str:
     """The set's file text (what ``save_set`` writes)."""
-    from .serialize import dumps
 
     return dumps(set_to_json(sset)) + "\n"
 
@@ -210,16 +214,13 @@ def is_set_data(data: Any) -> bool:
 
 def load_set(path: str | os.PathLike[str]) -> ScheduleSet:
     """A schedule set file (not verified: ``verify_set`` does that)."""
-    from .serialize import _from_json, read_json
 
-    return _from_json(path, read_json(path), set_from_json, "schedule set")
+    return decode(path, read_json(path), set_from_json, "schedule set")
 
 
 def verify_set(sset: ScheduleSet, *, in_place: bool = False) -> list[Any]:
     """Verify every entry (``ccl.verify``); VerificationError names the entry. Returns the
     VerificationResults in entry order."""
-    from .errors import VerificationError
-    from .verify import verify
 
     out = []
     for k, e in enumerate(sset.entries):

@@ -22,27 +22,15 @@ from .errors import CclError, CollectiveError, InputError
 from .limits import read_input_json
 from .problem import Request
 from .program import OP_FIELDS, Program
-from .topology import Link, SharedLimit, Switch, Topology
+from .topology import LINK_FIELDS, Link, SharedLimit, Switch, Topology
 
 FORMAT_VERSION = 1
-LINK_FIELDS = ["src", "dst", "bandwidth_GBps", "latency_us", "lanes"]
 TRANSFER_FIELDS = list(Transfer._fields)
 
 
 # ---------------------------------------------------------------------- topology
 def topology_to_json(topo: Topology) -> dict[str, Any]:
-    return {
-        "name": topo.name,
-        "n_ranks": topo.n_ranks,
-        "node_of": list(topo.node_of),
-        "switches": [{"name": s.name, "kind": s.kind, "node": s.node} for s in topo.switches],
-        "link_fields": LINK_FIELDS,
-        "links": [[x.src, x.dst, x.bandwidth, x.latency, x.lanes] for x in topo.links],
-        "limits": [
-            {"name": x.name, "bandwidth_GBps": x.bandwidth, "links": [list(p) for p in x.links]}
-            for x in topo.limits
-        ],
-    }
+    return topo.to_json()
 
 
 def _int(value: Any, field: str) -> int:
@@ -74,7 +62,7 @@ def _ints(values: Any, field: str) -> tuple[int, ...]:
 
 def _link(k: int, row: Any) -> Link:
     if not isinstance(row, list) or len(row) != len(LINK_FIELDS):
-        raise InputError(f"links[{k}]: expected an array of {len(LINK_FIELDS)} fields {LINK_FIELDS}")
+        raise InputError(f"links[{k}]: expected an array of {len(LINK_FIELDS)} fields {list(LINK_FIELDS)}")
     a, b, bw, lat, lanes = row
     return Link(_int(a, f"links[{k}] src"), _int(b, f"links[{k}] dst"), _num(bw, f"links[{k}] bandwidth_GBps"),
                 _num(lat, f"links[{k}] latency_us"), _int(lanes, f"links[{k}] lanes"))
@@ -170,11 +158,11 @@ def algorithm_to_json(alg: Algorithm) -> dict[str, Any]:
         "collective": collective_to_json(alg.collective),
         "topology": topology_to_json(alg.topology),
         "transfer_fields": TRANSFER_FIELDS,
-        "transfers": _TransferRows(alg.transfers),
+        "transfers": TransferRows(alg.transfers),
     }
 
 
-class _TransferRows(list):
+class TransferRows(list):
     """Transfers for ``dumps``: written one array per line without a json.dumps call per row
     (schedules reach millions of transfers; every field is an int or a validated name). The
     rows are the ``Transfer`` tuples themselves, which ``json.dumps`` also writes as arrays
@@ -315,7 +303,7 @@ def dumps(value: dict[str, Any], _indent: str = "") -> str:
         head = f"{inner}{json.dumps(key)}: "
         if isinstance(item, dict):
             text = dumps(item, inner)
-        elif isinstance(item, _TransferRows):
+        elif isinstance(item, TransferRows):
             rows = item.lines()
             text = "[]" if not rows else "[\n" + inner + "  " + f",\n{inner}  ".join(rows) + f"\n{inner}]"
         elif key in rows_keys and isinstance(item, list) and item and isinstance(item[0], list):
@@ -345,31 +333,9 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     return read_input_json(path)
 
 
-def load_schedule(path: str | os.PathLike[str]) -> Algorithm | Program:
-    """An algorithm file or a program file (by its "format"); a schedule set is refused with
-    a message saying which commands take sets."""
-    value = load_any(path)
-    if not isinstance(value, (Algorithm, Program)):
-        raise InputError(f"{os.fspath(path)}: a schedule set ({len(value.entries)} schedules by message size); "
-                         "this takes one schedule (verify, simulate, run and emit take sets)")
-    return value
-
-
-def load_any(path: str | os.PathLike[str]) -> Any:
-    """An algorithm, a program or a schedule set (``ccl.core.schedule_set``) from a JSON file, by
-    its "format" (sets are not verified here: ``verify_set``)."""
-    data = read_json(path)
-    if isinstance(data, dict) and data.get("format") == PROGRAM_FORMAT:
-        return _from_json(path, data, program_from_json, "program")
-    from .schedule_set import is_set_data, set_from_json
-
-    if is_set_data(data):
-        return _from_json(path, data, set_from_json, "schedule set")
-    return _from_json(path, data, algorithm_from_json, "algorithm")
-
-
-def _from_json(path: str | os.PathLike[str], data: Any, read: Callable[[Any], Any], what: str) -> Any:
-    """``read(data)`` with its errors as InputError naming the file."""
+def decode(path: str | os.PathLike[str], data: Any, read: Callable[[Any], Any], what: str) -> Any:
+    """``read(data)`` (a ``*_from_json`` reader) with its errors as InputError naming the file
+    ``path`` and the ``what`` it should hold."""
     try:
         return read(data)
     except CclError as exc:
@@ -382,4 +348,4 @@ def _from_json(path: str | os.PathLike[str], data: Any, read: Callable[[Any], An
 
 
 def load_algorithm(path: str | os.PathLike[str]) -> Algorithm:
-    return _from_json(path, read_json(path), algorithm_from_json, "algorithm")
+    return decode(path, read_json(path), algorithm_from_json, "algorithm")

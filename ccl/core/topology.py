@@ -27,6 +27,8 @@ from .errors import TopologyError
 from .limits import LINKS as _LINKS
 
 SWITCH_KINDS = ("switch", "nic")
+# The columns of a link row in a topology file.
+LINK_FIELDS = ("src", "dst", "bandwidth_GBps", "latency_us", "lanes")
 
 
 @dataclass(frozen=True, order=True)
@@ -416,6 +418,16 @@ class Topology:
         return sum(link.capacity for link in self.out_links[v])
 
     def to_json(self) -> dict:
-        from .serialize import topology_to_json
-
-        return topology_to_json(self)
+        """The topology's file form (``ccl.core.serialize`` reads it back)."""
+        return {
+            "name": self.name,
+            "n_ranks": self.n_ranks,
+            "node_of": list(self.node_of),
+            "switches": [{"name": s.name, "kind": s.kind, "node": s.node} for s in self.switches],
+            "link_fields": list(LINK_FIELDS),
+            "links": [[x.src, x.dst, x.bandwidth, x.latency, x.lanes] for x in self.links],
+            "limits": [
+                {"name": x.name, "bandwidth_GBps": x.bandwidth, "links": [list(p) for p in x.links]}
+                for x in self.limits
+            ],
+        }

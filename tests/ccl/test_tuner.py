@@ -185,7 +185,7 @@ def test_cli_auto_refuses_what_does_not_apply(capsys, argv, needle):
 
 
 def test_a_set_is_not_one_schedule_where_one_is_needed(capsys, ring4_allreduce, tmp_path):
-    from ccl.core.serialize import load_schedule
+    from ccl.compiler.loader import load_schedule
 
     path = tmp_path / "set.json"
     save_set(ring4_allreduce.schedule_set, path)
@@ -194,7 +194,7 @@ def test_a_set_is_not_one_schedule_where_one_is_needed(capsys, ring4_allreduce, 
 
 
 def test_emit_msccl_writes_one_verified_file_per_range(capsys, ring4_allreduce, tmp_path):
-    from ccl.compiler.msccl import read_xml, verify_imported
+    from ccl.compiler.loader import read_xml, verify_imported
 
     src, out_dir = tmp_path / "set.json", tmp_path / "xml"
     sset = ring4_allreduce.schedule_set

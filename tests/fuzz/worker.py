@@ -42,11 +42,11 @@ def _alarm(signum, frame):  # noqa: ARG001
 def _load(fmt: str, path: str, base: str) -> str:
     """Load (and verify) what a user would hand the tool; return a short description."""
     from ccl import Algorithm, Program, verify, verify_program
+    from ccl.compiler.loader import read_json_schedule
     from ccl.core.schedule_set import ScheduleSet, verify_set
-    from ccl.core.serialize import load_any
 
     if fmt in ("algorithm", "program", "set"):
-        value = load_any(path)
+        value = read_json_schedule(path)
         if isinstance(value, Algorithm):
             verify(value)
         elif isinstance(value, Program):
@@ -61,7 +61,7 @@ def _load(fmt: str, path: str, base: str) -> str:
         topo.flat()
         return f"{topo.n_ranks} ranks"
     if fmt == "xml":
-        from ccl.compiler.msccl import load_schedule
+        from ccl.compiler.loader import load_schedule
 
         return type(load_schedule(path)).__name__
     if fmt == "dsl":

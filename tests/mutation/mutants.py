@@ -663,7 +663,7 @@ def xml_mutants(text: str) -> Iterator[Mutant]:
 def xml_rejected(text: str, topo: Topology) -> bool:
     """What ``ccl import msccl`` does: read, interpret, verify every claimed call."""
     from backends.msccl import interpret, model
-    from ccl.compiler.msccl import verify_imported
+    from ccl.compiler.loader import verify_imported
 
     try:
         verify_imported(interpret.read_program(model.parse(text, "mutant.xml"), topo, path="mutant.xml"))

@@ -14,7 +14,8 @@ import pytest
 from backends.msccl import interpret, limits, model
 from ccl import compiler
 from ccl.cli import main
-from ccl.compiler.msccl import export_xml, read_xml, verify_imported
+from ccl.compiler.loader import read_xml, verify_imported
+from ccl.compiler.msccl import export_xml
 from ccl.core.errors import BackendError, InputError, VerificationError
 
 ROOT = Path(__file__).resolve().parents[3]

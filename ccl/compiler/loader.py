@@ -1,0 +1,124 @@
+"""The one schedule loader: any schedule file the project reads, as the value every stage takes.
+
+* ``load_schedule(path)``: one schedule, from an algorithm file, a program file (the project's
+  JSON formats, told apart by their "format" field) or an MSCCL XML file (its Program for the
+  call asked for, in place or out of place, verified).
+* ``load_any(path)``: ``load_schedule``, or a schedule set (every entry verified).
+* ``read_xml(path, topology=None)``: an XML file as a ``backends.msccl.interpret.Imported`` (its
+  out-of-place and in-place Programs). Without a topology, every pair of gpus is linked
+  (``fully-connected:N``); give the machine the file is for to simulate it there.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import Any
+
+from backends.msccl import interpret, model
+
+from ..core.algorithm import Algorithm
+from ..core.errors import InputError, VerificationError
+from ..core.program import Program
+from ..core.schedule_set import ScheduleSet, is_set_data, set_from_json, verify_set
+from ..core.serialize import (
+    PROGRAM_FORMAT,
+    algorithm_from_json,
+    decode,
+    program_from_json,
+    read_json,
+)
+from ..core.topology import Topology
+from ..core.verify_program import verify_program
+from .stages import load_topology
+
+TOPOLOGY_ONLY_FOR_XML = "--topology only applies to MSCCL XML files (a schedule file carries its topology)"
+
+
+def read_json_schedule(path: str | os.PathLike[str]) -> Any:
+    """An algorithm, a program or a schedule set from a JSON file, by its "format" (sets are not
+    verified here: ``verify_set``)."""
+    data = read_json(path)
+    if isinstance(data, dict) and data.get("format") == PROGRAM_FORMAT:
+        return decode(path, data, program_from_json, "program")
+    if is_set_data(data):
+        return decode(path, data, set_from_json, "schedule set")
+    return decode(path, data, algorithm_from_json, "algorithm")
+
+
+def is_xml(path: str | os.PathLike[str]) -> bool:
+    """A file to read as MSCCL XML: its name ends in .xml, or its text starts with '<'."""
+    path = os.fspath(path)
+    if path.lower().endswith(".xml"):
+        return True
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a device or FIFO: never read here
+            return False
+        with open(path, "rb") as fh:
+            head = fh.read(256).lstrip()
+    except (OSError, ValueError):  # ValueError: a NUL byte in the name (the reader refuses it)
+        return False
+    return head.startswith(b"<")
+
+
+def read_xml(path: str | os.PathLike[str], topology: str | Topology | None = None) -> Any:
+    """The file as a ``backends.msccl.interpret.Imported``."""
+    path = os.fspath(path)
+    algo = model.read(path)
+    topo = load_topology(topology if topology is not None else f"fully-connected:{max(algo.ngpus, 1)}")
+    return interpret.read_program(algo, topo, path=path)
+
+
+def verify_imported(imported: Any) -> dict[str, Any]:
+    """Verify every way a file claims to be called; VerificationError naming gpu/tb/step."""
+    out: dict[str, Any] = {}
+    algo = imported.algo
+    if algo.outofplace:
+        try:
+            verify_program(imported.program)
+        except VerificationError as exc:
+            raise imported.explain(exc) from None
+        out["out_of_place"] = True
+    if algo.inplace:
+        try:
+            verify_program(imported.in_place, in_place=True)
+        except VerificationError as exc:
+            raise imported.explain(exc, in_place=True) from None
+        out["in_place"] = True
+    return out
+
+
+def load_schedule(path: str | os.PathLike[str], *, topology: str | Topology | None = None,
+                  in_place: bool = False) -> Algorithm | Program:
+    """A schedule from a file: an algorithm, a program, or an MSCCL XML file (its Program for
+    the call asked for, ``in_place`` or out of place, verified)."""
+    if is_xml(path):
+        imported = read_xml(path, topology)
+        if in_place:
+            if imported.in_place is None:
+                raise InputError(f"{os.fspath(path)}: the file is not for in-place calls (inplace=0)")
+            verify_imported(imported)
+            return imported.in_place
+        verify_imported(imported)
+        return imported.program
+    schedule = read_json_schedule(path)
+    if not isinstance(schedule, (Algorithm, Program)):
+        raise InputError(f"{os.fspath(path)}: a schedule set ({len(schedule.entries)} schedules by message size); "
+                         "this takes one schedule (verify, simulate, run and emit take sets)")
+    if topology is not None:
+        raise InputError(TOPOLOGY_ONLY_FOR_XML)
+    return schedule
+
+
+def load_any(path: str | os.PathLike[str], *, topology: str | Topology | None = None,
+             in_place: bool = False) -> Any:
+    """``load_schedule``, or a schedule set (``ccl.core.schedule_set.ScheduleSet``, every entry
+    verified) when the file holds one."""
+    if is_xml(path):
+        return load_schedule(path, topology=topology, in_place=in_place)
+    value = read_json_schedule(path)
+    if topology is not None:
+        raise InputError(TOPOLOGY_ONLY_FOR_XML)
+    if isinstance(value, ScheduleSet):
+        verify_set(value, in_place=in_place)
+    return value
