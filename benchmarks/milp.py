@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import solvers  # noqa: E402
 import topologies  # noqa: E402
-from backends.sim import nccl_baselines  # noqa: E402
+from backends.cost import nccl_baselines  # noqa: E402
 from ccl import InfeasibleError, InputError, Problem, Request, SolverTimeout, verify  # noqa: E402
 from ccl.compiler import SimulationJudge, simulate  # noqa: E402
 from ccl.core.collective import builtin  # noqa: E402

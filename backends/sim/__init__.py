@@ -7,14 +7,12 @@
 ``simulate`` returns a ``ccl.core.report.Report`` (physics only: the driver, ``ccl.compiler``, adds
 the lower bound and NCCL's models); ``run`` returns a ``Simulation`` with per-message timings for
 Chrome traces (``Simulation.write_trace``) and plots (``Simulation.plot``); ``Simulator``
-simulates one Program at many sizes. ``nccl`` holds NCCL's cost model, the reference baselines.
+simulates one Program at many sizes. NCCL's cost model, the reference baselines, is ``backends.cost``.
 See ``simulator`` for the model and its justification.
 """
 
 from __future__ import annotations
 
-from .nccl import baselines as nccl_baselines
-from .nccl import bus_bandwidth
 from .simulator import MODES, Simulation, Simulator, run, simulate
 
-__all__ = ["MODES", "Simulation", "Simulator", "bus_bandwidth", "nccl_baselines", "run", "simulate"]
+__all__ = ["MODES", "Simulation", "Simulator", "run", "simulate"]

@@ -178,8 +178,8 @@ def compare(
     size-specific (slow) solvers once, for this size, and simulate their schedules at every
     size, instead of once per size. ``progress`` is told what runs, and first how many runs a
     solver synthesizing per size will take."""
+    from backends.cost.nccl import baselines
     from backends.sim import Simulator
-    from backends.sim.nccl import baselines
     from solvers import SOLVERS
     from solvers.bounds import lower_bound
 

@@ -1,6 +1,6 @@
 """Timing a schedule: the simulator (``backends.sim``, physics only) on the lowered Program,
 completed with what the driver knows: the lower bound (``solvers.bounds``), NCCL's cost models
-(``backends.sim.nccl``) and the synthesis figures. Also the cost judge solvers receive.
+(``backends.cost.nccl``) and the synthesis figures. Also the cost judge solvers receive.
 
 The Program is lowered with the options given (``channels``, ``fuse``) and is not run through
 ``ccl.verify_program`` first: the algorithm was verified, the lowering is checked against the
@@ -91,7 +91,7 @@ def complete(report: Report, program: Program, size: float, schedule: Any = None
         report = report.with_bound(b.bound_us, b.latency_us, b.bandwidth_us, b.binding, b.method)
         bound_us = report.bound_us
     if baselines and coll.kind != "custom":
-        from backends.sim.nccl import baselines as nccl_baselines
+        from backends.cost.nccl import baselines as nccl_baselines
 
         report = report.with_baselines(tuple(nccl_baselines(coll.kind, topo, size, bound_us)))
     if isinstance(schedule, SynthesisResult):

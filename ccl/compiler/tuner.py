@@ -364,7 +364,7 @@ def _schedule_set(topology: Topology, collective: Any, kind: str, sweep: list[in
                   timed: list[Candidate], asked: dict[str, Any]) -> ScheduleSet:
     """The set of the timed candidates: the fastest per swept size, runs of one winner as
     entries, and the table against the bound and NCCL's models."""
-    from backends.sim.nccl import baselines
+    from backends.cost.nccl import baselines
     from solvers.bounds import lower_bound
 
     winners = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import topologies as T
-from backends.sim.nccl import baselines, bus_bandwidth, p2p_model, predict
+from backends.cost.nccl import baselines, bus_bandwidth, p2p_model, predict
 
 
 def test_bus_bandwidth_of_machines():
