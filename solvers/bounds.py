@@ -244,7 +244,7 @@ def cut_ratio(topology: Topology, unit: str = "lanes", *, reverse: bool = False,
         return CutBound(Fraction(0), frozenset(), out_unit)
     caps, size = _capacities(topology, unit, reverse)
     if sinks is None:
-        from .symmetry import rank_orbits
+        from .builders.symmetry import rank_orbits
 
         targets = [orbit[0] for orbit in rank_orbits(topology)]
         all_targets = list(range(n))
@@ -403,7 +403,7 @@ def routed_delivery(topology: Topology, reverse: bool) -> tuple[float, frozenset
     cut bound already counts)."""
     if not topology.switches or topology.n_ranks < 2:
         return None
-    from .symmetry import rank_orbits
+    from .builders.symmetry import rank_orbits
 
     n = topology.n_ranks
     candidates: list[frozenset[int]] = [frozenset([orbit[0]]) for orbit in rank_orbits(topology)]
@@ -553,7 +553,7 @@ def rank_separation(topology: Topology) -> float:
     the topology's rank symmetries is enough."""
     if topology in _SEPARATION:
         return _SEPARATION[topology]
-    from .symmetry import rank_orbits
+    from .builders.symmetry import rank_orbits
 
     best = math.inf
     for orbit in rank_orbits(topology):

@@ -47,7 +47,7 @@ from ccl.core.errors import CclError, CollectiveError, InputError, Interrupted, 
 from ccl.core.judge import CostJudge
 from ccl.core.problem import Problem, Request
 
-from ..common import collective_for, pieces
+from ..builders.common import collective_for, pieces
 from .contiguity import merge
 from .emit import Batch, emit, reverse, scratch_slots
 from .logical import LogicalTopology, default_sketch

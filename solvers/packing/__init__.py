@@ -54,7 +54,7 @@ from ccl.core.errors import InputError, Interrupted, SolverTimeout
 from ccl.core.judge import CostJudge, effort_us
 from ccl.core.problem import Problem
 
-from ..common import pieces
+from ..builders.common import pieces
 from . import routes
 from .plan import KINDS as TREE_KINDS
 from .plan import Packing, plan, plans

@@ -19,7 +19,7 @@ from ccl.core.algorithm import Algorithm
 from ccl.core.problem import Problem
 from ccl.core.topology import Topology
 
-from ..common import builder
+from ..builders.common import builder
 from .trees import Tree
 
 
@@ -65,7 +65,7 @@ def hops(topology: Topology, trees: list[Tree], down: bool) -> list[tuple[tuple[
 def build(problem: Problem, trees: list[Tree], slots: int, stages: list[int]) -> Algorithm:
     """The allreduce: slot j of every part in pipeline stage ``stages[j]`` goes up the node
     trees (leaves first), is exchanged between the co-roots the step after, and goes down.
-    Coalesced (``solvers.coalesce``): a co-root serves the parts of every node, whose slots are
+    Coalesced (``solvers.builders.coalesce``): a co-root serves the parts of every node, whose slots are
     not consecutive, and would otherwise pay a message's latency for each (dgx-h100:2 at
     64 KiB: 4.4 us coalesced, 6.9 not)."""
     from .schedule import _runs

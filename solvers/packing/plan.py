@@ -12,7 +12,7 @@ from ccl.core.errors import CollectiveError, InfeasibleError
 from ccl.core.topology import Topology
 
 from ..bounds import max_cut_ratio
-from ..symmetry import rank_orbits
+from ..builders.symmetry import rank_orbits
 from .flows import Capacities, FlowGraph, capacities
 from .split import remove_switches
 from .stitch import (

@@ -39,7 +39,7 @@ from ccl.core.problem import Problem
 from ccl.core.topology import Topology
 
 from ..bounds import max_cut_ratio
-from ..common import builder
+from ..builders.common import builder
 from .flows import INT32, capacities
 from .schedule import _runs, _shares, _stages, _up_stages
 from .stitch import busiest_time

@@ -17,7 +17,7 @@ so the pipeline depth is the stage count, and the slot count only sets how finel
 is shared among trees. The pipeline's ``Shape`` also says whether the stages are tapered
 (geometric), staggered (each branch of a tree shifts its stage boundaries), coalesced (the
 pieces of many roots a rank sends a peer in one step go as one message through scratch,
-``solvers.coalesce``) and, for allreduce, whether the allgather half follows the whole
+``solvers.builders.coalesce``) and, for allreduce, whether the allgather half follows the whole
 reducescatter (``sequential``) instead of each slot going down as soon as its sum is complete,
 and whether the root's leaf children get their pieces in one message (``lead``).
 """
@@ -29,7 +29,7 @@ from typing import NamedTuple
 from ccl.core.algorithm import Algorithm
 from ccl.core.problem import Problem
 
-from ..common import builder
+from ..builders.common import builder
 from .plan import Packing, Phase
 from .trees import Tree
 
@@ -126,7 +126,7 @@ class Shape(NamedTuple):
     sizes (shrinking down a tree, growing up one); ``stagger``: every branch under a tree's
     root shifts its stage boundaries by a fraction of a stage (``_phase``), so the pairs
     sharing a port do not wait out their message latency together; ``coalesce``: scattered
-    pieces sent to one peer in one step travel as one message (``solvers.coalesce``);
+    pieces sent to one peer in one step travel as one message (``solvers.builders.coalesce``);
     ``sequential`` (allreduce): the allgather half's steps follow every step of the
     reducescatter half, each half pipelined and staggered on its own (a pair's allgather
     messages then queue behind its reducescatter ones), instead of each slot starting down the

@@ -24,7 +24,7 @@ import math
 
 from ccl.core.topology import Link, Switch, Topology
 
-from ..schedule import Router
+from ..builders.schedule import Router
 from .trees import Tree, merge_equal
 
 

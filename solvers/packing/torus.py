@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ccl.core.topology import Topology
 
-from ..grids import linked_grid
+from ..builders.grids import linked_grid
 from .trees import Tree
 
 __all__ = ["torus_trees"]

@@ -9,7 +9,7 @@ import solvers
 import topologies as T
 from ccl import Algorithm, CclError, Problem, Request, Transfer, lower, verify, verify_program
 from ccl.core.collective import builtin
-from solvers.coalesce import coalesce, scattered_groups
+from solvers.builders.coalesce import coalesce, scattered_groups
 
 
 def network_groups(alg: Algorithm) -> dict[tuple[int, int, int], int]:

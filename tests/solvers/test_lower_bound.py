@@ -27,8 +27,8 @@ from ccl import (
 )
 from ccl.core.collective import builtin, custom
 from solvers.bounds import cut_ratio, lower_bound
+from solvers.builders.symmetry import rank_orbits
 from solvers.flows import alltoall_cut, concurrent_flow_time
-from solvers.symmetry import rank_orbits
 
 M = 3 * 2**26 + 12
 
@@ -217,7 +217,7 @@ def test_cut_ratio_with_sinks_matches_brute_force(topo, reverse, root):
 def test_orbit_pruning_gives_the_exact_answer(spec, monkeypatch):
     topo = T.build(spec)
     fast = cut_ratio(topo, "bandwidth").ratio
-    import solvers.symmetry as sym
+    import solvers.builders.symmetry as sym
 
     monkeypatch.setattr(sym, "rank_orbits", lambda t: [[r] for r in range(t.n_ranks)])
     topo2 = T.build(spec)

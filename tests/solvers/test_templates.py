@@ -182,8 +182,8 @@ def test_grid_templates_refuse_bad_options_and_uneven_nodes():
 
 
 def test_grids_are_found_from_the_links():
-    from solvers.cascade import _lanes
-    from solvers.grids import linked_grid, node_grid
+    from solvers.builders.grids import linked_grid, node_grid
+    from solvers.templates.cascade import _lanes
 
     assert linked_grid(T.build("torus:4x4x4")).dims == (4, 4, 4)
     assert sorted(linked_grid(T.build("torus:4x4x4"), 2).dims) == [4, 16]  # 16: rings through 4x4 planes
@@ -221,7 +221,7 @@ def test_torus_decompositions_reach_the_bound_at_large_sizes(spec, solver):
 
 @pytest.mark.parametrize("nodes", [2, 3, 8])
 def test_rail_rings_keep_inter_node_hops_on_one_rail(nodes):
-    from solvers.ring import rail_rings
+    from solvers.templates.ring import rail_rings
 
     topo = T.build(f"dgx-h100:{nodes}")
     rings = rail_rings(topo)
@@ -266,7 +266,7 @@ def test_step_counts_match_the_textbook():
 
 
 def test_multi_ring_uses_every_lane_of_a_dgx1():
-    from solvers.rings import find_disjoint_rings
+    from solvers.builders.rings import find_disjoint_rings
 
     rings = find_disjoint_rings(T.dgx1(), 16)
     assert len(rings) == 6  # 6 NVLink lanes per GPU, one ring each
@@ -282,14 +282,14 @@ def test_multi_ring_uses_every_lane_of_a_dgx1():
 
 
 def test_multi_ring_respects_shared_limits():
-    from solvers.rings import find_disjoint_rings
+    from solvers.builders.rings import find_disjoint_rings
 
     assert len(find_disjoint_rings(T.switch(8), 16)) == 1  # one port per rank
     assert len(find_disjoint_rings(T.ring(8), 16)) == 2  # both directions
 
 
 def test_line_ring_has_dilation_two():
-    from solvers.rings import find_ring
+    from solvers.builders.rings import find_ring
 
     order = find_ring(T.line(7))
     assert sorted(order) == list(range(7))
@@ -300,7 +300,7 @@ def test_line_ring_has_dilation_two():
 
 
 def test_rings_follow_links_where_a_hamiltonian_cycle_exists():
-    from solvers.rings import find_ring, is_linked_ring
+    from solvers.builders.rings import find_ring, is_linked_ring
 
     for spec in ("dgx1", "torus:4x4", "torus:3x5", "hypercube:16", "ndv2:2", "amd8", "dgx2:2", "torus:2x2x2"):
         topo = T.build(spec)

@@ -19,7 +19,7 @@ def test_required_specs_build(spec):
     topo = T.build(spec)
     assert topo.n_ranks >= 8
     # every rank can reach every other (possibly relaying through ranks)
-    from solvers.schedule import Router
+    from solvers.builders.schedule import Router
 
     router = Router(topo)
     for q in range(topo.n_ranks):

@@ -1,4 +1,4 @@
-"""Grids of ranks for the decomposition templates (``solvers.cascade``).
+"""Grids of ranks for the decomposition templates (``solvers.templates.cascade``).
 
 A grid gives every rank coordinates (c_1, ..., c_k) in dimensions of sizes p_1 x ... x p_k = n.
 The *lines* of level j are the sets of ranks that differ in coordinate j only; the templates

@@ -108,7 +108,7 @@ class ScheduleBuilder:
 
     def build(self, coalesce: bool = False) -> Algorithm:
         """The Algorithm; ``coalesce``: scattered pieces one rank sends another in a step go as
-        one message through scratch (``solvers.coalesce``)."""
+        one message through scratch (``solvers.builders.coalesce``)."""
         path = self.router.path
         by_step: dict[int, list[tuple[tuple[int, ...], tuple]]] = {}
         longest: dict[int, int] = {}

@@ -15,9 +15,9 @@ from __future__ import annotations
 from ccl.core.algorithm import Algorithm
 from ccl.core.problem import Problem
 
-from .common import builder, pieces
+from ..builders.common import builder, pieces
+from ..builders.schedule import ScheduleBuilder, Slot
 from .phases import balanced_tree, depths, heights, tree_broadcast, tree_reduce
-from .schedule import ScheduleBuilder, Slot
 
 
 def synthesize(problem: Problem) -> Algorithm:

@@ -25,10 +25,10 @@ from ccl.core.errors import CollectiveError
 from ccl.core.problem import Problem
 from ccl.core.topology import Topology
 
-from .common import builder, pieces, run
+from ..builders.common import builder, pieces, run
+from ..builders.rings import find_disjoint_rings, find_ring
+from ..builders.schedule import Slot
 from .phases import ring_allgather, ring_reducescatter, tree_broadcast, tree_reduce
-from .rings import find_disjoint_rings, find_ring
-from .schedule import Slot
 
 KINDS = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce")
 MAX_RINGS = 16

@@ -20,10 +20,10 @@ from ccl.core.algorithm import Algorithm
 from ccl.core.errors import CollectiveError
 from ccl.core.problem import Problem
 
-from .common import builder, pieces, run
+from ..builders.common import builder, pieces, run
+from ..builders.rings import find_ring
+from ..builders.schedule import Slot
 from .phases import ring_allgather, ring_reducescatter
-from .rings import find_ring
-from .schedule import Slot
 
 KINDS = ("allreduce", "allgather", "reducescatter", "alltoall")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ccl.core.algorithm import Algorithm
 from ccl.core.problem import Problem
 
-from .common import builder, pieces, run
+from ..builders.common import builder, pieces, run
 
 KINDS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce", "gather", "scatter")
 

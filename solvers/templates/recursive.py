@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from ccl.core.algorithm import Algorithm
 from ccl.core.problem import Problem
 
-from .common import builder, pieces, run
-from .schedule import ScheduleBuilder, Slot
+from ..builders.common import builder, pieces, run
+from ..builders.schedule import ScheduleBuilder, Slot
 
 
 def _pow2_below(n: int) -> int:

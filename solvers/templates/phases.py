@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 
-from .schedule import ScheduleBuilder, Slot
+from ..builders.schedule import ScheduleBuilder, Slot
 
 Loc = Callable[[int, Hashable], Sequence[Slot]]
 

@@ -1,4 +1,4 @@
-"""Decomposition templates: ring cascades over the levels of a grid of ranks (``solvers.grids``).
+"""Decomposition templates: ring cascades over the levels of a grid of ranks (``solvers.builders.grids``).
 
 A grid gives every rank coordinates in levels of sizes p_1 x ... x p_k. Allreduce is a ring
 reducescatter along the lines of the first level (each rank keeps the sum over its line of
@@ -60,10 +60,10 @@ from typing import NamedTuple
 from ccl.core.errors import CollectiveError, InputError
 from ccl.core.problem import Problem
 
-from .common import builder, pieces
-from .grids import Grid, linked_grid, node_grid
+from ..builders.common import builder, pieces
+from ..builders.grids import Grid, linked_grid, node_grid
+from ..builders.schedule import ScheduleBuilder, Slot
 from .phases import balanced_tree, depths, heights, tree_broadcast, tree_reduce
-from .schedule import ScheduleBuilder, Slot
 
 KINDS = ("allreduce", "allgather", "reducescatter")
 PIPELINED = ("hierarchical-pipelined",)  # the solvers whose allreduce is pipelined by default
