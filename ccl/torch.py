@@ -24,6 +24,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from .compiler.runtimes import collectives
+from .core import validate
+from .core.errors import InputError
+
 # also, loaded with torch on first use: Collectives, Work, allreduce_hook (backends.torch.dropin)
 __all__ = ["all_gather_into_tensor", "all_reduce", "all_to_all_single", "broadcast", "executor", "reduce",
            "reduce_scatter_tensor", "register_comm_hook", "registered", "use"]
@@ -35,9 +39,6 @@ def executor(schedule: Any, group: Any = None, **options: Any) -> Any:
     """A ``Collectives`` for ``schedule`` on ``group`` (None: the default group). Options:
     ``timeout`` (seconds per wait), ``validate`` ("first", "always", "never"), the lowering's
     ``channels`` and ``fuse``, and ``topology`` for an XML file."""
-    from .compiler.runtimes import collectives
-    from .core import validate
-
     validate.options(options, ("channels", "fuse", "timeout", "validate", "topology"), "ccl.torch.executor")
     return collectives(schedule, group, **options)
 
@@ -56,7 +57,6 @@ def registered(kind: str, group: Any = None) -> Any:
     for k, g, c in _REGISTERED:
         if k == kind and g is group:
             return c
-    from .core.errors import InputError
 
     where = "the default group" if group is None else "this process group"
     raise InputError(f"no {kind} schedule registered for {where}: call ccl.torch.use(schedule, group) first")
@@ -92,8 +92,6 @@ def register_comm_hook(model: Any, schedule: Any, group: Any = None, **options: 
     """Run ``model``'s (a ``DistributedDataParallel``) gradient allreduce through ``schedule``
     (an allreduce schedule or set for ``group``, by default the model's process group):
     ``model.register_comm_hook(state, allreduce_hook)``. Returns the ``Collectives``."""
-    from .core.errors import InputError
-
     if not hasattr(model, "register_comm_hook"):
         raise InputError(f"register_comm_hook needs a DistributedDataParallel model, got {type(model).__name__}")
     if group is None:

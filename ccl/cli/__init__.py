@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for module in COMMANDS:
         module.register(sub)
+    # `ccl completion` describes the whole parser it belongs to
+    sub.choices["completion"].set_defaults(root_parser=parser)
     return parser
 
 

@@ -10,6 +10,11 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
+from solvers.bounds import lower_bound
+
+from ..compiler import load_topology, make_collective
+from ..core.report import SIZE_MEANING, bus_factor, format_bytes, format_us
+from ..core.units import parse_size, parse_sizes
 from .common import add_problem_arguments, command, emit, parsed
 
 # nccl-tests' names of the element types and their sizes (count = size / element bytes)
@@ -21,16 +26,12 @@ ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8"
 
 def size_arg(text: str) -> int:
     """A size with units (``64MiB``, ``1GB``, bytes when bare), positive."""
-    from ..core.units import parse_size
-
     return parsed(parse_size, text, positive="size must be at least 1 byte")
 
 
 def sizes_arg(text: str) -> list[int]:
     """One size or a sweep (``ccl.core.units.parse_sizes``): ``64MiB``, ``1KiB,64MiB``,
     ``1KiB..1GiB`` (powers of two), ``1KiB..1GiB*4``; sorted, without repeats."""
-    from ..core.units import parse_sizes
-
     return parsed(parse_sizes, text)
 
 
@@ -81,15 +82,10 @@ def size_cells(row: dict[str, Any]) -> list[str]:
 
 
 def cmd_bounds(args: argparse.Namespace) -> int:
-    from ..compiler import load_topology, make_collective
-
     topo = load_topology(args.topology)
     coll = make_collective(args.collective, topo.n_ranks, args.root)
     if len(args.size) > 1:
         return _bounds_sweep(args, topo, coll)
-    from solvers.bounds import lower_bound
-
-    from ..core.report import SIZE_MEANING, format_bytes, format_us
 
     [size] = args.size
     b = lower_bound(topo, coll, size)
@@ -114,10 +110,6 @@ def cmd_bounds(args: argparse.Namespace) -> int:
 def _bounds_sweep(args: argparse.Namespace, topo: Any, coll: Any) -> int:
     """One row per size: the bound is the least time any schedule takes, so its algbw and
     busbw are the most any schedule reaches."""
-    from solvers.bounds import lower_bound
-
-    from ..core.report import SIZE_MEANING, bus_factor
-
     factor = bus_factor(coll.kind, topo.n_ranks)
     rows, cells = [], []
     for size in args.size:

@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..compiler import cache
 from .common import Parser, command, emit
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from ..compiler import cache
-
     folder = cache.cache_dir()
     files = cache.entries()
     size = sum(p.stat().st_size for p in files)
@@ -26,8 +25,6 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
-    from ..compiler import cache
-
     n, size = cache.clear()
     folder = cache.cache_dir()
     emit(args, {"removed": n, "bytes": size, "folder": None if folder is None else str(folder)},

@@ -9,6 +9,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from ..core.errors import InputError
+from ..core.units import parse_seconds
 from .examples import epilog
 from .outputs import check_args
 from .progress import QUIET_ENV, erase_all
@@ -126,8 +128,6 @@ def parsed(parse: Callable[[str], Any], text: str, *, positive: str | None = Non
     """``parse(text)`` (a ``ccl.core.units`` reader) as an option type: its InputError becomes
     argparse's error (exit 2, one line); with ``positive``, a value not above 0 is refused with
     that message."""
-    from ..core.errors import InputError
-
     try:
         value = parse(text)
     except InputError as exc:
@@ -140,15 +140,11 @@ def parsed(parse: Callable[[str], Any], text: str, *, positive: str | None = Non
 def seconds_arg(text: str) -> float:
     """A time limit or timeout: more than 0 seconds, finite and at most ``ccl.core.units.MAX_SECONDS``
     (``60``, ``60s``, ``2ms``, ``1.5``)."""
-    from ..core.units import parse_seconds
-
     return parsed(parse_seconds, text, positive="expected more than 0 seconds")
 
 
 def budget_arg(text: str) -> float:
     """A time budget: 0 or more seconds (``seconds_arg``'s forms)."""
-    from ..core.units import parse_seconds
-
     return parsed(parse_seconds, text)
 
 

@@ -7,23 +7,28 @@ import os
 import sys
 from typing import Any
 
+from backends.sim.plots import plot_sizes
+from solvers import SOLVERS
+
+from ..compiler import compare, load_topology
+from ..core.errors import InputError
 from ..core.files import batch
+from ..core.report import SIZE_MEANING, bus_factor, format_bytes
+from ..core.serialize import algorithm_to_json, dumps, write_all
+from ..core.units import format_size
 from .bounds import SIZE_COLUMNS, fixed, nccl_columns, size_cells, sizes_arg, table
 from .common import add_problem_arguments, command, emit, positive_int, seconds_arg
 from .outputs import declare, guard, inputs_of, make_folder
+from .progress import quiet_from_env
 from .stages import add_lowering_options, lowering
 
 SWEEP = [4**k * 1024 for k in range(11)]  # 1KiB .. 1GiB
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ..compiler import compare, load_topology
-    from ..core.errors import InputError
-
     if args.save_dir and os.path.exists(args.save_dir) and not os.path.isdir(args.save_dir):
         raise InputError(f"--save-dir {args.save_dir}: exists and is not a folder")
     topo = load_topology(args.topology)
-    from solvers import SOLVERS
 
     names = None
     if args.solvers:
@@ -33,8 +38,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     def progress(message: str) -> None:
         print(f"ccl: {message}", file=sys.stderr, flush=True)
-
-    from .progress import quiet_from_env
 
     slow = bool(names) and any(not SOLVERS[x].template for x in names if x in SOLVERS) and not quiet_from_env()
     options = dict(root=args.root, chunks=args.chunks, solvers=names, only=args.only, mode=args.mode,
@@ -78,16 +81,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _size(size: float) -> str:
-    from ..core.report import format_bytes
-
     return format_bytes(size)
 
 
 def _sweep_table(results: list) -> tuple[list[dict[str, Any]], str]:
     """Several sizes: the fastest schedule per size as an nccl-tests row, then every schedule's
     time over the bound per size (``*``: the fastest)."""
-    from ..core.report import SIZE_MEANING, bus_factor
-
     first = results[0]
     factor = bus_factor(first.collective, first.n_ranks)
     schedules = list(dict.fromkeys(r.name for c in results for r in c.rows
@@ -130,8 +129,6 @@ def _sweep_table(results: list) -> tuple[list[dict[str, Any]], str]:
 def _planned(results: list, folder: str) -> list[tuple[dict[str, Any], Any]]:
     """Every schedule ranked and where it goes, (row, algorithm): ``NAME.json`` for a schedule
     made without a size, ``NAME@SIZE.json`` for one synthesized for a size."""
-    from ..core.units import format_size
-
     saved: dict[str, tuple[dict[str, Any], Any]] = {}
     for c in results:
         for r in c.rows:
@@ -147,8 +144,6 @@ def _planned(results: list, folder: str) -> list[tuple[dict[str, Any], Any]]:
 
 def _save(planned: list[tuple[dict[str, Any], Any]], folder: str) -> list[dict[str, Any]]:
     """Write the planned schedules into ``folder`` (created when missing), all or none."""
-    from ..core.serialize import algorithm_to_json, dumps, write_all
-
     make_folder("--save-dir", folder)
     write_all([(row["path"], lambda fh, alg=alg: fh.write(dumps(algorithm_to_json(alg)) + "\n"))
                for row, alg in planned])
@@ -156,11 +151,6 @@ def _save(planned: list[tuple[dict[str, Any], Any]], folder: str) -> list[dict[s
 
 
 def _plot(results: list, path: str) -> None:
-    from backends.sim.plots import plot_sizes
-
-    from ..core.report import bus_factor
-    from ..core.units import format_size
-
     curves: dict[str, list[tuple[float, float]]] = {}
     bound = []
     for c in results:

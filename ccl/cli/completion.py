@@ -17,6 +17,10 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
+import topologies
+from solvers import SOLVERS
+
+from ..core.collective import BUILTIN_KINDS
 from .common import command, emit
 
 SHELLS = ("bash", "zsh", "fish")
@@ -84,11 +88,6 @@ def command_tree(parser: argparse.ArgumentParser) -> list[Command]:
 
 
 def _value_words() -> dict[str, tuple[str, ...]]:
-    import topologies
-    from solvers import SOLVERS
-
-    from ..core.collective import BUILTIN_KINDS
-
     return {"topology": tuple(topologies.BUILDERS), "collective": tuple(BUILTIN_KINDS),
             "solver": tuple(SOLVERS)}
 
@@ -199,8 +198,6 @@ def _case(path: str) -> str:
 
 
 def _topology_names() -> tuple[str, ...]:
-    import topologies
-
     return tuple(topologies.BUILDERS)
 
 
@@ -343,17 +340,13 @@ def _fish_quote(text: str) -> str:
 SCRIPTS = {"bash": bash_script, "zsh": zsh_script, "fish": fish_script}
 
 
-def script(shell: str, parser: argparse.ArgumentParser | None = None) -> str:
-    """The completion script of ``shell`` for ``parser`` (default: the ``ccl`` command's)."""
-    if parser is None:
-        from . import build_parser
-
-        parser = build_parser()
+def script(shell: str, parser: argparse.ArgumentParser) -> str:
+    """The completion script of ``shell`` for ``parser`` (the ``ccl`` command's: ``ccl.cli.build_parser()``)."""
     return SCRIPTS[shell](command_tree(parser), parser.prog)
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
-    text = script(args.shell)
+    text = script(args.shell, args.root_parser)
     emit(args, {"shell": args.shell, "script": text}, text.rstrip("\n"))
     return 0
 

@@ -9,8 +9,19 @@ stages, the lowered Program among them, print with ``--emit`` on the commands th
 from __future__ import annotations
 
 import argparse
+import os
+import re
 from typing import Any
 
+from backends.torch.codegen import emit_script, emit_set_script
+
+from .. import compiler
+from ..compiler.loader import is_xml, load_any, load_schedule
+from ..compiler.msccl import export_xml, msccl_bytes
+from ..core.errors import BackendError, InputError
+from ..core.schedule_set import ScheduleSet
+from ..core.serialize import write_all, write_text_atomic
+from ..core.units import parse_size
 from .common import Parser, command, emit, positive_int
 from .outputs import declare, guard, inputs_of, make_folder
 from .stages import add_lowering_options, lowering
@@ -28,17 +39,11 @@ def _printed(args: argparse.Namespace, summary: dict[str, Any], key: str, text: 
 
 
 def cmd_torch(args: argparse.Namespace) -> int:
-    from .. import compiler
-    from ..compiler.loader import is_xml, load_any
-    from ..core.schedule_set import ScheduleSet
-    from ..core.serialize import write_text_atomic
-
     if not is_xml(args.file):
         sset = load_any(args.file, topology=args.topology)
         if isinstance(sset, ScheduleSet):
             return _torch_set(args, sset)
     program = compiler.runnable(args.file, topology=args.topology, **lowering(args))
-    from backends.torch.codegen import emit_script
 
     script = emit_script(program, source=args.file)
     summary = {"ok": True, "output": args.output, **program.summary(), "bytes": len(script.encode())}
@@ -54,11 +59,6 @@ def cmd_torch(args: argparse.Namespace) -> int:
 
 def _torch_set(args: argparse.Namespace, sset: Any) -> int:
     """A schedule set as one script that runs the schedule serving its --size."""
-    from backends.torch.codegen import emit_set_script
-
-    from .. import compiler
-    from ..core.serialize import write_text_atomic
-
     entries = [(e.min_bytes, e.max_bytes, e.label, compiler.runnable(e.algorithm, **lowering(args)))
                for e in sset.entries]
     script = emit_set_script(sset.name, entries, source=args.file)
@@ -77,12 +77,6 @@ def _torch_set(args: argparse.Namespace, sset: Any) -> int:
 
 
 def cmd_msccl(args: argparse.Namespace) -> int:
-    from ..compiler.loader import is_xml, load_any, load_schedule
-    from ..compiler.msccl import export_xml
-    from ..core.schedule_set import ScheduleSet
-    from ..core.serialize import write_text_atomic
-    from ..core.units import parse_size
-
     if not is_xml(args.file):
         sset = load_any(args.file, topology=args.topology)
         if isinstance(sset, ScheduleSet):
@@ -116,13 +110,6 @@ def cmd_msccl(args: argparse.Namespace) -> int:
 def _msccl_set(args: argparse.Namespace, sset: Any) -> int:
     """A schedule set as one XML file per size range (minBytes/maxBytes from the ranges, in the
     bytes the runtimes count) into the folder -o; every file or none."""
-    import os
-    import re
-
-    from ..compiler.msccl import export_xml, msccl_bytes
-    from ..core.errors import BackendError, InputError
-    from ..core.serialize import write_all
-
     if args.min_bytes is not None or args.max_bytes is not None:
         raise InputError("a schedule set carries its size ranges: --min-bytes/--max-bytes do not apply")
     if args.name is not None:

@@ -5,20 +5,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..compiler.loader import read_xml, verify_imported
+from ..core.errors import InputError
+from ..core.serialize import dumps, program_to_json, write_text_atomic
 from .common import Parser, command, emit
 from .outputs import declare
 
 
 def cmd_msccl(args: argparse.Namespace) -> int:
-    from ..compiler.loader import read_xml, verify_imported
-    from ..core.serialize import dumps, program_to_json, write_text_atomic
-
     imported = read_xml(args.file, args.topology)
     checked = verify_imported(imported)
     program = imported.in_place if args.in_place else imported.program
     if program is None:
-        from ..core.errors import InputError
-
         raise InputError(f"{args.file}: the file is not for in-place calls (inplace=0)")
     algo = imported.algo
     summary = {"ok": True, "file": args.file, "output": args.output, "coll": algo.coll, "proto": algo.proto,

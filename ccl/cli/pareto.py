@@ -7,121 +7,41 @@ solver options (``--option key=value``) and progress lines on stderr.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import time
+from fractions import Fraction
 from typing import Any
 
-from .common import add_problem_arguments, command, emit, positive_int, seconds_arg
+import solvers.packing.pareto as pareto
+import solvers.smt as smt
+from solvers.bounds import lower_bound
+
+from .. import compiler
+from ..core import interrupt
+from ..core.errors import InfeasibleError, InputError, Interrupted, SolverTimeout
+from ..core.problem import Problem, Request
+from ..core.serialize import algorithm_to_json, dumps, write_all
+from ..core.units import format_size, parse_size
+from ..core.verify import verify
+from .common import add_problem_arguments, command, emit, positive_int
+from .exact import (
+    add_exact_arguments,
+    collective_from_args,
+    parse_options,
+    progress_on_stderr,
+)
 from .outputs import declare, guard, inputs_of, make_folder
 from .progress import Progress
+from .results import interrupted_exit
 
 DEFAULT_SIZES = ("64KiB", "256MiB")
 
 
-# ---------------------------------------------------------------------- shared with synthesize
-def add_exact_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--roots", help="several roots (comma-separated) for a multi-root broadcast, gather, scatter or "
-                   "reduce (a custom collective; exact solvers only)")
-    p.add_argument("--time-limit", type=seconds_arg, help="stop after this long (e.g. 60, 60s, 2ms; the MILP solvers default to 60 s); the best "
-                   "schedule so far is kept")
-    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="solver option, repeatable (smt: method=auto|routing|dual|combining|compose, scratch=K, "
-                   "symmetry=false, max_steps=S)")
-
-
-def parse_options(items: list[str]) -> tuple[tuple[str, Any], ...]:
-    from ..core.errors import InputError
-
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise InputError(f"--option expects KEY=VALUE, got {item!r}")
-        value: Any = text
-        if text.lower() in ("true", "false"):
-            value = text.lower() == "true"
-        else:
-            try:
-                value = int(text)
-            except ValueError:
-                pass
-        out[key.strip()] = value
-    return tuple(sorted(out.items()))
-
-
-def parse_roots(text: str, n_ranks: int) -> tuple[int, ...]:
-    from ..core.errors import InputError
-
-    try:
-        roots = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise InputError(f"--roots expects comma-separated ranks, got {text!r}") from None
-    for r in roots:
-        if not 0 <= r < n_ranks:
-            raise InputError(f"--roots: rank {r} is not in 0..{n_ranks - 1}")
-    return roots
-
-
-def collective_from_args(args: argparse.Namespace, n_ranks: int):
-    """The built-in collective, or the multi-root one when --roots is given."""
-    from ..core.collective import builtin, multi_root
-    from ..core.errors import InputError
-
-    if getattr(args, "roots", None):
-        if args.root is not None:
-            raise InputError("give --root or --roots, not both")
-        return multi_root(args.collective, n_ranks, parse_roots(args.roots, n_ranks))
-    return builtin(args.collective, n_ranks, args.root)
-
-
-class SolverLog(logging.Handler):
-    """The exact solvers' log records (``solvers.smt``) as progress lines (``ccl.cli.progress``):
-    quick runs stay silent, long ones say which instance ran and how long it took."""
-
-    def __init__(self, progress: Progress) -> None:
-        super().__init__(logging.INFO)
-        self.progress = progress
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.progress.update(f"smt: {record.getMessage()}")
-
-
-class progress_on_stderr:
-    """Context manager: the ``solvers.smt`` logger's records as progress on stderr, none with
-    --quiet (CCL_QUIET); yields the ``Progress``."""
-
-    def __enter__(self) -> Progress:
-        self.progress = Progress()
-        self.handler = SolverLog(self.progress)
-        self.logger = logging.getLogger("solvers.smt")
-        self.level = self.logger.level
-        if not self.progress.quiet:
-            self.logger.addHandler(self.handler)
-            self.logger.setLevel(logging.INFO)
-        return self.progress
-
-    def __exit__(self, *exc: object) -> None:
-        self.logger.removeHandler(self.handler)
-        self.logger.setLevel(self.level)
-        self.progress.close()
-
-
 # ---------------------------------------------------------------------- ccl pareto
 def cmd_pareto(args: argparse.Namespace) -> int:
-    from fractions import Fraction
-
-    from .. import compiler
-    from ..core import interrupt
-    from ..core.errors import Interrupted, SolverTimeout
-    from ..core.units import format_size, parse_size
-    from ..core.verify import verify
-
     if args.solver == "packing":
         return _packing_set(args)
     if args.solver != "smt":
-        from ..core.errors import InputError
-
         raise InputError(f"ccl pareto lists the frontier of solver 'smt' (exact) or 'packing' (the latency/"
                          f"throughput set), not {args.solver!r}")
     topo = compiler.load_topology(args.topology)
@@ -129,7 +49,6 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     options = dict(parse_options(args.option))
     time_limit = args.time_limit
     sizes = [parse_size(x) for x in args.sizes.split(",")] if args.sizes else [parse_size(x) for x in DEFAULT_SIZES]
-    import solvers.smt as smt
 
     with progress_on_stderr():
         with interrupt.clock():  # --time-limit counts from here: the formulation's building included
@@ -141,8 +60,6 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     if not frontier.points and not frontier.complete:
         raise SolverTimeout(f"time limit reached before the first frontier point of {coll.name} on {topo.name}")
     if not frontier.points:
-        from ..core.errors import InfeasibleError
-
         raise InfeasibleError(f"z3 found no schedule of {coll.name} on {topo.name} with at most {args.max_chunks} "
                               "chunks within the step limit (raise --option max_steps=S)", bound="z3 proof (unsat)")
     rows, planned = [], []
@@ -199,8 +116,6 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     if frontier.points and Fraction(frontier.points[-1].rounds, frontier.points[-1].chunks) < bound:
         raise RuntimeError("a frontier point beats the lower bound")  # pragma: no cover - bound bug
     if frontier.interrupted:
-        from .synthesize import interrupted_exit
-
         return interrupted_exit(f"{args.save_dir}/" if args.save_dir else None,
                                 f"frontier ({len(rows)} point{'s' if len(rows) != 1 else ''})", "no --save-dir given")
     return 0
@@ -209,8 +124,6 @@ def cmd_pareto(args: argparse.Namespace) -> int:
 def save_all(args: argparse.Namespace, planned: list[tuple[str, Any]]) -> None:
     """Write the (path, algorithm) schedules into --save-dir (created when missing): checked
     against the inputs and each other first, then all or none."""
-    from ..core.serialize import algorithm_to_json, dumps, write_all
-
     if not planned:
         return
     guard(inputs_of(args), files=[("--save-dir file", path) for path, _ in planned], new_folders=True,
@@ -225,12 +138,6 @@ PACKING_SIZES = ("1KiB", "16KiB", "256KiB", "4MiB", "64MiB", "1GiB")
 def _packing_set(args: argparse.Namespace) -> int:
     """``ccl pareto -s packing``: the packing solver's schedules that win some size of the sweep
     (tree height and pipeline depth against throughput), with the size range each wins."""
-    from .. import compiler
-    from ..core.errors import InputError
-    from ..core.problem import Problem, Request
-    from ..core.units import format_size, parse_size
-    from ..core.verify import verify
-
     if args.option or args.time_limit is not None or getattr(args, "roots", None):
         raise InputError("ccl pareto -s packing takes no --option, --time-limit or --roots")
     topo = compiler.load_topology(args.topology)
@@ -238,8 +145,6 @@ def _packing_set(args: argparse.Namespace) -> int:
     sizes = [parse_size(x) for x in (args.sizes.split(",") if args.sizes else PACKING_SIZES)]
     if any(s <= 0 for s in sizes):
         raise InputError("--sizes must be positive")
-    import solvers.packing.pareto as pareto
-    from solvers.bounds import lower_bound
 
     start = time.monotonic()
     problem = Problem(topo, coll, Request("packing", chunks=args.chunks))

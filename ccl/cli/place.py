@@ -5,21 +5,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .. import compiler
+from ..compiler.place import Model, model_shape, parse_plan, parse_traffic, place
+from ..core.errors import InputError
 from .common import command, emit, positive_int
+from .progress import Progress
 
 
 def cmd_place(args: argparse.Namespace) -> int:
-    from .. import compiler
-    from ..compiler.place import Model, parse_plan, parse_traffic, place
-    from ..core.errors import InputError
-    from .progress import Progress
-
     topo = compiler.load_topology(args.topology)
     axes = parse_plan(args.plan)
     traffic = parse_traffic(args.comm, axes) if args.comm else {}
     if args.model is not None:
-        from ..compiler.place import model_shape
-
         if args.layers is not None or args.hidden is not None:
             raise InputError("give --model, or --layers and --hidden, not both")
         args.layers, args.hidden = model_shape(args.model)

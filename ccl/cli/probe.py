@@ -8,12 +8,21 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 from typing import Any
 
+from backends.torch.launch import Call, run_jobs
+
+from ..compiler.probe import fit, to_ccl
+from ..core.errors import InputError
+from ..core.limits import LOCAL_PROCESSES, read_input_json
+from ..core.serialize import write_all
+from ..core.units import format_size, parse_sizes
 from .common import command, emit, positive_int, seconds_arg
 from .outputs import declare
+from .progress import Progress
 
 MAX_REPEAT = 1000  # timed repetitions of one measurement (every pair of ranks, every size)
 
@@ -21,9 +30,6 @@ MAX_REPEAT = 1000  # timed repetitions of one measurement (every pair of ranks, 
 def _check_probe_memory(n: int, sizes: list[int]) -> None:
     """Refuse sizes whose buffers cannot fit in this machine's memory before any process starts
     (each rank holds a buffer per size and a landing buffer of the largest per peer)."""
-    from ..core.errors import InputError
-    from ..core.units import format_size
-
     try:
         total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):  # pragma: no cover - not a POSIX system
@@ -35,8 +41,6 @@ def _check_probe_memory(n: int, sizes: list[int]) -> None:
 
 
 def _measure_local(n: int, sizes: list[int], repeat: int, concurrent: bool, timeout: float) -> dict[str, Any]:
-    from backends.torch.launch import Call, run_jobs
-
     [rows] = run_jobs(n, [Call("backends.torch.probe:measure_job", (tuple(sizes), repeat, concurrent))],
                       timeout=timeout)
     return rows[0]
@@ -44,11 +48,10 @@ def _measure_local(n: int, sizes: list[int], repeat: int, concurrent: bool, time
 
 def _measure_here(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any] | None:
     """Under torchrun: every rank measures; rank 0 gets the result, the others None."""
-    import datetime
-
+    # torch is imported where it is used: `import ccl.cli` must not load it
     import torch.distributed as dist
 
-    from backends.torch.probe import measure
+    from backends.torch.probe import measure  # imports torch
 
     started = False
     if not dist.is_initialized():
@@ -67,26 +70,16 @@ def _measure_here(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any] 
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from ..compiler.probe import fit, to_ccl
-    from ..core.errors import InputError
-    from ..core.serialize import write_all
-    from ..core.units import format_size, parse_sizes
-
     if args.repeat > MAX_REPEAT:
         raise InputError(f"--repeat {args.repeat}: at most {MAX_REPEAT} timed repetitions per measurement")
     sizes = parse_sizes(args.sizes)
     if len(sizes) < 2:
         raise InputError("--sizes needs at least two sizes to fit a latency and a bandwidth")
     if args.source is not None:
-        from ..core.limits import read_input_json
-
         data = read_input_json(args.source)
     elif args.local is not None:
-        from .progress import Progress
-
         if args.local < 2:
             raise InputError(f"--local needs at least 2 processes, got {args.local}")
-        from ..core.limits import LOCAL_PROCESSES
 
         LOCAL_PROCESSES.check(args.local, f"--local {args.local} asks for too many processes")
         _check_probe_memory(args.local, sizes)

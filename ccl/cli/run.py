@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .bounds import sizes_arg
+from .. import compiler
+from ..compiler.loader import load_any
+from ..compiler.runtimes import run_local_sizes
+from ..core.errors import EXIT_BACKEND, InputError
+from ..core.report import bus_factor
+from ..core.schedule_set import ScheduleSet
+from ..core.units import format_size
+from .bounds import SIZE_COLUMNS, fixed, nccl_columns, size_cells, sizes_arg, table
 from .common import command, count_int, emit, positive_int, seconds_arg
 from .stages import add_emit, emit_programs, lowering
 
@@ -41,15 +48,7 @@ def _bw(value: float | None) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .. import compiler
-    from ..compiler.runtimes import run_local_sizes
-    from ..core.errors import EXIT_BACKEND, InputError
-    from ..core.units import format_size
-
     if args.emit == "program":
-        from ..compiler.loader import load_any
-        from ..core.schedule_set import ScheduleSet
-
         loaded = load_any(args.file, topology=args.topology, in_place=args.in_place)
         if isinstance(loaded, ScheduleSet):
             return emit_programs(args, [e.algorithm for e in loaded.entries])
@@ -100,10 +99,6 @@ def _us(seconds: float | None) -> float | None:
 
 def _sweep(args: argparse.Namespace, runs: list, ok: bool) -> None:
     """Several sizes: one nccl-tests row per size, ours against torch, and the check."""
-    from ..core.report import bus_factor
-    from ..core.units import format_size
-    from .bounds import SIZE_COLUMNS, fixed, nccl_columns, size_cells, table
-
     first = runs[0].report
     is_set = any(r.entry is not None for r in runs)
     rows, cells = [], []

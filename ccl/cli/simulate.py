@@ -5,28 +5,30 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from backends.sim.plots import plot_sizes
+
+from .. import compiler
+from ..compiler.compare import sweep
+from ..compiler.loader import load_any
+from ..core.algorithm import Algorithm
+from ..core.errors import InputError
 from ..core.files import batch
-from .bounds import SIZE_HELP, sizes_arg
-from .common import command, emit, parsed
+from ..core.report import SIZE_MEANING
+from ..core.schedule_set import ScheduleSet
+from ..core.units import parse_bandwidth
+from ..core.verify import verify
+from ..core.verify_program import verify_program
+from .bounds import SIZE_COLUMNS, SIZE_HELP, fixed, nccl_columns, size_cells, sizes_arg, table
+from .common import command, emit, parsed, positive_int
 from .outputs import declare
 from .stages import add_emit, emit_programs, lowering
 
 
 def bandwidth_arg(text: str) -> float:
-    from ..core.units import parse_bandwidth
-
     return parsed(parse_bandwidth, text, positive="bandwidth must be positive")
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from .. import compiler
-    from ..compiler.loader import load_any
-    from ..core.algorithm import Algorithm
-    from ..core.errors import InputError
-    from ..core.schedule_set import ScheduleSet
-    from ..core.verify import verify
-    from ..core.verify_program import verify_program
-
     alg = load_any(args.file, topology=args.topology, in_place=args.in_place)
     if isinstance(alg, Algorithm):
         verify(alg, in_place=args.in_place)
@@ -71,12 +73,6 @@ def _entry_json(entry: Any) -> dict[str, Any]:
 def _sweep(args: argparse.Namespace, schedule: Any) -> int:
     """Several sizes: one nccl-tests row per size (a set: the entry serving each size); with
     --plot, time and bus bandwidth against size."""
-    from ..compiler.compare import sweep
-    from ..core.errors import InputError
-    from ..core.report import SIZE_MEANING
-    from ..core.schedule_set import ScheduleSet
-    from .bounds import SIZE_COLUMNS, fixed, nccl_columns, size_cells, table
-
     if args.trace:
         raise InputError(f"--trace writes the timeline of one call: give one size, not {len(args.size)}")
     points = sweep(schedule, args.size, mode=args.mode, slices=args.slices, in_place=args.in_place,
@@ -139,8 +135,6 @@ def _reference(report: Any) -> str | None:
 def _plot_sweep(points: list, path: str, what: str) -> None:
     """Time and bus bandwidth against size: the schedule (a set: one curve per entry, over the
     sizes it serves), NCCL's models and the bound."""
-    from backends.sim.plots import plot_sizes
-
     curves: dict[str, list[tuple[float, float]]] = {}
     bound = []
     for p in points:
@@ -183,6 +177,4 @@ def register(sub: Any) -> None:
 
 
 def _positive(text: str) -> int:
-    from .common import positive_int
-
     return positive_int(text)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import solvers
+
 from .common import command, emit
 
 
 def cmd_solvers(args: argparse.Namespace) -> int:
-    import solvers
-
     rows = [{"name": s.name, "collectives": list(s.kinds), "summary": s.summary} for s in solvers.SOLVERS.values()]
     width = max(len(r["name"]) for r in rows)
     text = "\n".join(f"{r['name']:<{width}}  {', '.join(r['collectives'])}\n{'':<{width}}  {r['summary']}" for r in rows)

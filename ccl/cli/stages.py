@@ -16,6 +16,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from dsl.printer import ast_to_json, dump_ast, format_algorithm, format_problem, format_topology
+
+from .. import compiler
+from ..core.serialize import (
+    algorithm_to_json,
+    collective_to_json,
+    program_to_json,
+    request_to_json,
+    topology_to_json,
+)
 from .common import emit, positive_int
 
 STAGES = ("ast", "problem", "algorithm", "program")
@@ -49,10 +59,6 @@ def lowering(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def emit_ast(args: argparse.Namespace, path: str) -> int:
-    from dsl.printer import ast_to_json, dump_ast
-
-    from .. import compiler
-
     tree = compiler.parse(path)
     emit(args, {"ast": ast_to_json(tree)}, dump_ast(tree).rstrip("\n"))
     return 0
@@ -60,10 +66,6 @@ def emit_ast(args: argparse.Namespace, path: str) -> int:
 
 def emit_problems(args: argparse.Namespace, problems: list[tuple[str, str, Any]]) -> int:
     """``problems``: (name, where it comes from, Problem)."""
-    from dsl.printer import format_problem
-
-    from ..core.serialize import collective_to_json, request_to_json, topology_to_json
-
     texts = [f"# request {name} ({where})\n" + format_problem(p, name) for name, where, p in problems]
     data = {"problems": [{"name": name, "topology": topology_to_json(p.topology),
                           "collective": collective_to_json(p.collective), "request": request_to_json(p.request)}
@@ -73,20 +75,12 @@ def emit_problems(args: argparse.Namespace, problems: list[tuple[str, str, Any]]
 
 
 def emit_topologies(args: argparse.Namespace, topologies: list[Any]) -> int:
-    from dsl.printer import format_topology
-
-    from ..core.serialize import topology_to_json
-
     emit(args, {"topologies": [topology_to_json(t) for t in topologies]},
          "\n".join(format_topology(t) for t in topologies).rstrip("\n"))
     return 0
 
 
 def emit_algorithms(args: argparse.Namespace, algorithms: list[Any]) -> int:
-    from dsl.printer import format_algorithm
-
-    from ..core.serialize import algorithm_to_json
-
     text = "\n".join(format_algorithm(a) for a in algorithms).rstrip("\n")
     emit(args, {"algorithms": [algorithm_to_json(a) for a in algorithms]}, text)
     return 0
@@ -94,9 +88,6 @@ def emit_algorithms(args: argparse.Namespace, algorithms: list[Any]) -> int:
 
 def emit_programs(args: argparse.Namespace, schedules: list[Any]) -> int:
     """Lower (with the command's options) and verify each schedule, then print the Programs."""
-    from .. import compiler
-    from ..core.serialize import program_to_json
-
     programs = [compiler.program(s, **lowering(args)) for s in schedules]
     emit(args, {"programs": [program_to_json(p) for p in programs]},
          "\n".join(p.to_text() for p in programs).rstrip("\n"))

@@ -5,23 +5,26 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..core.units import parse_size
+from .. import compiler
+from ..compiler.groups import synthesize_groups as run
+from ..compiler.tuner import DEFAULT_SIZES, tune
+from ..core.errors import InputError, Interrupted
+from ..core.problem import Problem, Request, SynthesisResult
+from ..core.schedule_set import save_set
+from ..core.serialize import save_algorithm
+from ..core.units import format_size, parse_size
+from .bounds import size_arg
 from .common import add_problem_arguments, budget_arg, command, emit, positive_int
+from .exact import add_exact_arguments, collective_from_args, parse_options, progress_on_stderr
 from .outputs import declare, guard, inputs_of
-from .pareto import add_exact_arguments
+from .progress import Progress
+from .requests import synthesize_file
+from .results import interrupted_exit, set_summary, summary, tuner_progress
 from .stages import STAGES, add_emit, emit_algorithms, emit_problems, emit_programs
 
 
 def cmd_synthesize(args: argparse.Namespace) -> int:
-    from .. import compiler
-    from ..core.errors import InputError, Interrupted
-    from ..core.problem import Problem, Request, SynthesisResult
-    from ..core.serialize import save_algorithm
-    from .pareto import collective_from_args, parse_options, progress_on_stderr
-
     if args.file:
-        from .check import synthesize_file
-
         return synthesize_file(args)
     if not args.topology or not args.collective:
         raise InputError("give a description FILE.ccl, or both --topology and --collective")
@@ -80,26 +83,8 @@ def _after_interrupt(args: argparse.Namespace, show: Any, algs: list) -> int:
     return interrupted_exit(None, "schedule")
 
 
-def interrupted_exit(output: str | None, what: str, missing: str = "no -o given") -> int:
-    """After Ctrl-C stopped a solver that had a result: one line on stderr saying what was kept,
-    and exit code 130."""
-    import sys
-
-    from ..core.errors import EXIT_INTERRUPTED
-
-    kept = f"written to {output}" if output else f"not written: {missing}"
-    print(f"ccl: interrupted: the best {what} found so far was verified and {kept}", file=sys.stderr)
-    return EXIT_INTERRUPTED
-
-
 def synthesize_groups(args: argparse.Namespace, topo: Any) -> int:
     """``--groups SPEC``: the collective on every group at once (``ccl.compiler.groups``)."""
-    from ..compiler.groups import synthesize_groups as run
-    from ..core.errors import InputError
-    from ..core.serialize import save_algorithm
-    from ..core.units import format_size
-    from .progress import Progress
-
     if args.size is None:
         raise InputError("--groups needs --size (the message size every group calls the collective with)")
     for flag in ("sizes", "solvers", "emit", "steps", "rounds", "sketch", "time_limit"):
@@ -133,11 +118,6 @@ def synthesize_groups(args: argparse.Namespace, topo: Any) -> int:
 def synthesize_auto(args: argparse.Namespace, topo: Any) -> int:
     """``--solver auto``: the tuner (``ccl.compiler.tuner``): every applicable solver within
     the budget, simulated over the sizes, the best per size range saved as a schedule set."""
-    from ..compiler.tuner import DEFAULT_SIZES, tune
-    from ..core.errors import InputError
-    from ..core.schedule_set import save_set
-    from .pareto import parse_options
-
     for flag in ("steps", "rounds", "sketch", "roots"):
         if getattr(args, flag, None) is not None:
             raise InputError(f"--{flag} applies to one solver: name it with --solver (auto runs them all)")
@@ -157,7 +137,6 @@ def synthesize_auto(args: argparse.Namespace, topo: Any) -> int:
     options = parse_options(args.option)
     if args.backend is not None:
         options = (*options, ("backend", args.backend))
-    from ..core.errors import Interrupted
 
     interrupted = False
     try:
@@ -181,92 +160,6 @@ def synthesize_auto(args: argparse.Namespace, topo: Any) -> int:
     if interrupted:
         return interrupted_exit(args.output, "schedule set")
     return 0
-
-
-def tuner_progress() -> Any:
-    """The tuner's progress on stderr: a bar with the time left on a terminal, lines in a pipe,
-    nothing with --quiet."""
-    from .progress import Progress
-
-    return Progress()
-
-
-def set_summary(result: Any, where: str) -> str:
-    """The readable report of a tuned schedule set: which schedule serves which sizes, the
-    table per swept size (time, distance to the bound, NCCL's ring model, the best template)
-    and what was tried."""
-    from ..core.report import format_us
-    from ..core.units import format_size
-
-    sset = result.schedule_set
-    how = "from the cache, " if result.cached else ""
-    lines = [f"ok: {sset.collective.kind} on {sset.topology.name} ({sset.topology.n_ranks} ranks): "
-             f"{len(sset.entries)} schedule{'s' if len(sset.entries) != 1 else ''} by size, verified, "
-             f"{how}{result.seconds:.1f} s{where}"]
-    for e in sset.entries:
-        lines.append(f"  {e.range_text():<26} {e.label}")
-    ref_key = next((k for k in ("nccl-ring_us", "nccl-tree_us", "nccl-p2p_us") if sset.table and k in sset.table[0]),
-                   None)
-    ref = ref_key[:-3] if ref_key else ""
-    lines.append(f"  {'size':>8}  {'winner':<22}{'time':>11}{'/bound':>8}  {('vs ' + ref) if ref else '':<16}"
-                 f"{'vs best template':<18}")
-    for row in sset.table:
-        versus = ""
-        if ref_key and row.get(ref_key):
-            x = row[ref_key] / row["time_us"]
-            versus = f"{x:.2f}x faster" if x >= 1 else f"{1 / x:.2f}x slower"
-        tmpl = ""
-        if row.get("best_template_us"):
-            x = row["best_template_us"] / row["time_us"]
-            tmpl = "is the best" if row["best_template"] == row["winner"] else f"{x:.2f}x faster"
-        ratio = "-" if row.get("bound_ratio") is None else f"{row['bound_ratio']:.3f}"
-        lines.append(f"  {format_size(row['size']):>8}  {row['winner']:<22}{format_us(row['time_us']):>11}"
-                     f"{ratio:>8}  {versus:<16}{tmpl:<18}")
-    tried = [c for c in sset.candidates if "times_us" in c]
-    dup = [c for c in sset.candidates if "same_as" in c]
-    failed = [c for c in sset.candidates if "error" in c]
-    skipped = [c for c in failed if c["error"].startswith("skipped")]
-    text = f"  tried {len(tried)} distinct schedule{'s' if len(tried) != 1 else ''}"
-    if dup:
-        text += f" ({len(dup)} duplicate{'s' if len(dup) != 1 else ''} dropped)"
-    if failed:
-        text += f"; {len(failed) - len(skipped)} solver{'s' if len(failed) - len(skipped) != 1 else ''} not applicable"
-    if skipped:
-        text += f"; {len(skipped)} skipped when the time budget ran out: " + ", ".join(c["label"] for c in skipped)
-    slow = max((c for c in sset.candidates if c.get("synthesis_seconds")), key=lambda c: c["synthesis_seconds"],
-               default=None)
-    if slow is not None:
-        text += f"; slowest synthesis {slow['label']} {slow['synthesis_seconds']:.1f} s"
-    lines.append(text)
-    return "\n".join(lines)
-
-
-def summary(result: Any, label: str, where: str) -> str:
-    """The readable lines for one synthesis: status, size of the schedule, and what the solver
-    reported (gap at a time limit, a template chosen instead, simulated time against the bound)."""
-    alg = result.algorithm
-    rounds = f"{alg.total_rounds} rounds, " if alg.rounds is not None else ""
-    text = (f"{result.status}: {label}: {alg.collective} on {alg.topology.name}\n"
-            f"  solver {alg.solver}, {alg.n_steps} steps, {rounds}{len(alg.transfers)} transfers, "
-            f"verified, {result.seconds:.3f} s{where}")
-    details = result.details
-    if result.gap is not None:
-        text += f"\n  time limit reached: gap {100 * result.gap:.1f}% to the solver's own bound"
-    if details.get("schedule", "MILP pipeline") != "MILP pipeline":
-        text += f"\n  schedule: the {details['schedule']}'s, which simulates faster than the MILP pipeline's"
-    if "simulated_us" in details and "bound_us" in details:
-        text += (f"\n  simulated {details['simulated_us']:.4g} us at {details['size']} bytes, lower bound "
-                 f"{details['bound_us']:.4g} us (ratio {details['simulated_us'] / details['bound_us']:.3f})")
-    return text
-
-
-def _size_text(text: str) -> str:
-    """--size as given (the tuner reads the text), checked now: a bad size is refused before
-    any work (``bounds.size_arg``)."""
-    from .bounds import size_arg
-
-    size_arg(text)
-    return text
 
 
 def register(sub: Any) -> None:
@@ -303,3 +196,10 @@ def register(sub: Any) -> None:
     syn.add_argument("--rounds", type=positive_int, help="exact solvers: at most R rounds in all (R >= S)")
     add_exact_arguments(syn)
     declare(syn, inputs=("file", "topology", "sketch"), either=("output",))
+
+
+def _size_text(text: str) -> str:
+    """--size as given (the tuner reads the text), checked now: a bad size is refused before
+    any work (``bounds.size_arg``)."""
+    size_arg(text)
+    return text

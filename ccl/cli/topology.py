@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import topologies
+
+from ..compiler import load_topology
+from ..core.serialize import topology_to_json
 from .common import Parser, command, emit
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    import topologies
-
     rows = [{"name": b.name, "usage": b.usage, "summary": b.summary, "example": b.example}
             for b in topologies.BUILDERS.values()]
     width = max(len(r["usage"]) for r in rows)
@@ -24,9 +26,6 @@ def _fmt_bw(x: float) -> str:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from ..compiler import load_topology
-    from ..core.serialize import topology_to_json
-
     topo = load_topology(args.topology)
     if args.flat:
         topo = topo.flat()

@@ -4,8 +4,19 @@ file, or an MSCCL XML file, which is also checked against each runtime's limits)
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import json
 from typing import Any
 
+from backends.msccl import limits
+
+from ..compiler.loader import is_xml, load_any, read_xml, verify_imported
+from ..core.algorithm import Algorithm
+from ..core.errors import InputError, VerificationError
+from ..core.schedule_set import ScheduleSet
+from ..core.verify import verify
+from ..core.verify_program import verify_program
 from .common import command, emit
 from .stages import add_emit, emit_algorithms, emit_programs
 
@@ -15,11 +26,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if len(args.files) == 1:
         args.file = args.files[0]
         return verify_one(args)
-    import contextlib
-    import io
-    import json
-
-    from ..core.errors import InputError
 
     if args.emit is not None:
         raise InputError("--emit takes one file")
@@ -35,16 +41,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def verify_one(args: argparse.Namespace) -> int:
-    from ..compiler.loader import is_xml
-    from ..core.algorithm import Algorithm
-    from ..core.errors import InputError, VerificationError
-    from ..core.verify import verify
-    from ..core.verify_program import verify_program
-
     if is_xml(args.file):
         return _verify_xml(args)
-    from ..compiler.loader import load_any
-    from ..core.schedule_set import ScheduleSet
 
     schedule = load_any(args.file, topology=args.topology)
     if isinstance(schedule, ScheduleSet):
@@ -84,9 +82,6 @@ def verify_one(args: argparse.Namespace) -> int:
 
 def _verify_set(args: argparse.Namespace, sset: Any) -> int:
     """Every entry of a schedule set verified (``load_any`` did it; here in place too)."""
-    from ..core.errors import InputError
-    from ..core.verify import verify
-
     if args.emit == "algorithm":
         return emit_algorithms(args, [e.algorithm for e in sset.entries])
     if args.emit == "program":
@@ -111,8 +106,6 @@ def _verify_set(args: argparse.Namespace, sset: Any) -> int:
 
 
 def _in_place(check) -> tuple[bool, str | None]:
-    from ..core.errors import VerificationError
-
     try:
         check()
         return True, None
@@ -125,11 +118,6 @@ def _note(in_place: tuple[bool, str | None]) -> str:
 
 
 def _verify_xml(args: argparse.Namespace) -> int:
-    from backends.msccl import limits
-
-    from ..compiler.loader import read_xml, verify_imported
-    from ..core.errors import InputError
-
     imported = read_xml(args.file, args.topology)
     if args.emit == "algorithm":
         raise InputError(f"{args.file} is an MSCCL XML file: it has no algorithm stage (try --emit program)")

@@ -12,6 +12,7 @@ torch backend. This package and ``ccl.cli`` are the only parts of ``ccl`` that i
 from __future__ import annotations
 
 from .compare import Comparison, Row, compare, solver_names
+from .lowering import program
 from .runtimes import collectives, executor, run_local, runnable, torch_script
 from .stages import (
     describe,
@@ -20,7 +21,6 @@ from .stages import (
     make_collective,
     parse,
     problem_from_options,
-    program,
     synthesize,
 )
 from .timing import SimulationJudge, complete, simulate, simulation

@@ -15,10 +15,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import CclError
+from ..core.limits import read_input_json
+from ..core.schedule_set import save_set, set_from_json, verify_set
+from ..core.serialize import collective_to_json, topology_to_json
 
 _FINGERPRINT: str | None = None
 PACKAGES = ("ccl", "solvers", "topologies", os.path.join("backends", "sim"))
@@ -44,7 +48,6 @@ def fingerprint() -> str:
                 if path.suffix in (".py", ".ccl", ".lark") and path.is_file():
                     h.update(str(path.relative_to(root)).encode())
                     h.update(path.read_bytes())
-        from importlib import metadata
 
         for dist in ("z3-solver", "PuLP", "highspy"):
             try:
@@ -56,8 +59,6 @@ def fingerprint() -> str:
 
 
 def key(kind: str, *, topology: Any, collective: Any, asked: dict[str, Any]) -> str:
-    from ..core.serialize import collective_to_json, topology_to_json
-
     data = {"kind": kind, "code": fingerprint(), "topology": topology_to_json(topology),
             "collective": collective_to_json(collective), "asked": asked}
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
@@ -70,9 +71,6 @@ def _path(key: str) -> Path | None:
 
 def load_set(key: str) -> Any:
     """The cached ScheduleSet for ``key``, verified, or None."""
-    from ..core.limits import read_input_json
-    from ..core.schedule_set import set_from_json, verify_set
-
     path = _path(key)
     if path is None or not path.is_file():
         return None
@@ -87,8 +85,6 @@ def load_set(key: str) -> Any:
 def store_set(key: str, sset: Any) -> None:
     """Keep ``sset`` under ``key``; a cache that cannot be written is skipped silently (it only
     saves time)."""
-    from ..core.schedule_set import save_set
-
     path = _path(key)
     if path is None:
         return

@@ -20,12 +20,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import solvers
+from backends.cost.nccl import baselines
+from backends.sim import Simulator
+from solvers import SOLVERS
+from solvers.bounds import lower_bound
+
 from ..core.collective import builtin
 from ..core.errors import CclError, InputError, Interrupted
 from ..core.problem import Problem, Request
 from ..core.report import SIZE_MEANING, Report, bus_factor, format_bytes, format_us
+from ..core.schedule_set import ScheduleSet
 from ..core.topology import Topology
-from .stages import program, synthesize
+from .lowering import program
+from .stages import synthesize
+from .timing import complete
 
 
 @dataclass(frozen=True)
@@ -141,8 +150,6 @@ def solver_names(kind: str, names: Sequence[str] | None = None, *, only: bool = 
     the solvers fast enough on ``n_ranks`` ranks to run unnamed at one size (``compare_up_to``),
     plus the named ones (other slow solvers run only when named), or with ``only`` just the
     named."""
-    import solvers
-
     names = list(names or ())
     unknown = [x for x in names if x not in solvers.SOLVERS]
     if unknown:
@@ -178,11 +185,6 @@ def compare(
     size-specific (slow) solvers once, for this size, and simulate their schedules at every
     size, instead of once per size. ``progress`` is told what runs, and first how many runs a
     solver synthesizing per size will take."""
-    from backends.cost.nccl import baselines
-    from backends.sim import Simulator
-    from solvers import SOLVERS
-    from solvers.bounds import lower_bound
-
     if not sizes:
         raise InputError("compare needs at least one size")
     collective = builtin(kind, topology.n_ranks, root)
@@ -260,11 +262,6 @@ def sweep(schedule: Any, sizes: Sequence[float], *, channels: int = 1, fuse: boo
     ``ScheduleSet`` (each size served by ``pick(size)``) at every size, with the lower bound
     and NCCL's models; every Program is lowered once. ``options``: the simulator's (``mode``,
     ``slices``, ``in_place``, ``overlap_latency``, ``local_bandwidth``)."""
-    from backends.sim import Simulator
-
-    from ..core.schedule_set import ScheduleSet
-    from .timing import complete
-
     if not sizes:
         raise InputError("a sweep needs at least one size")
     simulators: dict[int, tuple[Any, Any]] = {}  # id of the schedule -> (its Simulator, the schedule)

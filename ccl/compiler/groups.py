@@ -11,8 +11,11 @@ a lower bound for them together (``ccl.core.groups.shared_bound``, and each grou
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
+
+from solvers.bounds import lower_bound
 
 from ..core.algorithm import Algorithm
 from ..core.collective import builtin
@@ -20,6 +23,10 @@ from ..core.errors import InputError
 from ..core.groups import Groups, group_topology, parse_groups, shared_bound, union, usage
 from ..core.problem import Problem, Request
 from ..core.topology import Topology
+from ..core.verify import verify
+from .stages import synthesize
+from .timing import simulate as timed
+from .tuner import tune
 
 
 @dataclass(frozen=True)
@@ -55,11 +62,7 @@ def _shape(topo: Topology) -> tuple:
 
 def _one(sub: Topology, kind: str, root: int | None, solver: str, size: float, chunks: int,
          time_budget: float | None, quick: bool = False) -> Algorithm:
-    from .stages import synthesize
-
     if solver == "auto":
-        from .tuner import tune
-
         found = tune(sub, kind, root=root, sizes=[int(size)], chunks=chunks, time_budget=time_budget,
                      cache=False).schedule_set
         return found.pick(size).algorithm
@@ -73,13 +76,6 @@ def synthesize_groups(topology: Topology, kind: str, groups: Groups | str, *, si
     """See the module docstring. ``root`` is a group rank (every group's root at that index).
     ``quick``: the solver is not told the size (a size-aware one such as packing then skips
     its judged search of pipeline shapes: ``ccl place`` compares many placements)."""
-    import time
-
-    from solvers.bounds import lower_bound
-
-    from ..core.verify import verify
-    from .timing import simulate as timed
-
     def simulate(alg: Algorithm, nbytes: float) -> Any:
         return timed(alg, nbytes, bound=False, baselines=False)
 

@@ -13,13 +13,18 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from backends.msccl import export, interpret, limits, model
+from backends.msccl import instances as copies
+
 from ..core import validate
 from ..core.algorithm import Algorithm
 from ..core.errors import BackendError, InputError, VerificationError
+from ..core.units import MAX_SIZE
 from ..core.verify import verify
 from ..core.verify_program import verify_program
 from .loader import load_schedule, verify_imported
-from .stages import program as program_stage
+from .lowering import program as program_stage
+from .timing import simulate
 
 
 def msccl_bytes(kind: str, n_ranks: int, lo: int, hi: int | None) -> tuple[int, int]:
@@ -43,9 +48,6 @@ def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple"
     it into rcs/rrcs steps (targets that run them): ``on``, ``off``, or ``auto``, where the
     simulator keeps them only if the file is no slower at ``max_bytes`` (64 MiB when
     unlimited)."""
-    from backends.msccl import export, interpret, limits, model
-    from backends.msccl import instances as copies
-
     validate.text(target, "target")
     tgt = limits.target(target)
     validate.choice(protocol, "protocol", tuple(model.PROTOCOLS))
@@ -56,7 +58,6 @@ def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple"
     validate.integer(instances, "instances", least=1)
     if instances > tgt.max_channels:
         raise InputError(f"--instances {instances}: {tgt.name} allows at most {tgt.max_channels} channels")
-    from ..core.units import MAX_SIZE
 
     validate.integer(min_bytes, "min_bytes", least=0, most=MAX_SIZE)
     validate.integer(max_bytes, "max_bytes (0: no limit)", least=0, most=MAX_SIZE)
@@ -109,7 +110,6 @@ def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple"
     if forward == "auto" and fused_forwards:
         # a threadblock holding a receive and the send it forwards to runs them in one queue:
         # keep that only where the simulator finds it no slower than separate queues
-        from .timing import simulate
 
         size = max_bytes or 64 << 20
         plain = build(False)

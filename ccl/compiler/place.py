@@ -33,6 +33,8 @@ from ..core.errors import InputError
 from ..core.groups import Groups
 from ..core.topology import Topology
 from ..core.units import MAX_SIZE, format_size, parse_size
+from .groups import synthesize_groups
+from .timing import simulate
 
 KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv")
 MAX_CALLS = 1e12  # calls of one axis's collective per training step
@@ -285,9 +287,6 @@ def _sendrecv(topology: Topology, groups: Groups) -> Algorithm:
 
 def _axis_cost(topology: Topology, axis: str, traffic: Traffic, members: list[tuple[int, ...]], solver: str,
                cache: dict, quick: bool) -> AxisCost:
-    from .groups import synthesize_groups
-    from .timing import simulate
-
     spec = ";".join(",".join(map(str, g)) for g in members)
     groups = Groups(spec, tuple(members))
     node_of = topology.node_of or (0,) * topology.n_ranks

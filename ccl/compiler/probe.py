@@ -25,6 +25,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from dsl.printer import format_topology
+
 from ..core.errors import InputError
 from ..core.topology import Link, SharedLimit, Topology
 from ..core.units import format_size
@@ -212,8 +214,6 @@ def fit(measurements: dict[str, Any], name: str = "probed") -> Probed:
 
 def to_ccl(probed: Probed, ident: str = "probed") -> str:
     """A description file: the measurements as comments, then the fitted topology."""
-    from dsl.printer import format_topology
-
     m = probed.measurements
     errs = probed.errors()
     lines = [f"# Measured by `ccl probe` on {probed.topology.n_ranks} ranks ({m.get('backend', '?')}), "

@@ -18,10 +18,18 @@ import os
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from backends.torch.codegen import emit_script
+from backends.torch.launch import run_local_sizes as launch
+
 from ..core.algorithm import Algorithm
+from ..core.errors import InputError
+from ..core.limits import LOCAL_PROCESSES
 from ..core.program import Program
+from ..core.schedule_set import ScheduleSet
+from ..core.units import format_size, parse_seconds, parse_size
 from ..core.verify import verify
-from .stages import program as program_stage
+from .loader import load_any, load_schedule
+from .lowering import program as program_stage
 
 
 def runnable(schedule: Any, *, channels: int = 1, fuse: bool = True, topology: Any = None,
@@ -31,8 +39,6 @@ def runnable(schedule: Any, *, channels: int = 1, fuse: bool = True, topology: A
     Algorithm, SynthesisResult or Program: an algorithm is verified, lowered, and its Program
     verified."""
     if isinstance(schedule, (str, os.PathLike)):
-        from .loader import load_schedule
-
         schedule = load_schedule(schedule, topology=topology, in_place=in_place)
     if isinstance(schedule, Algorithm):
         verify(schedule)
@@ -44,7 +50,7 @@ def executor(schedule: Any, group: Any = None, *, channels: int = 1, fuse: bool 
     """A ``backends.torch.Executor``: the schedule as a collective on ``group`` (None: the
     default process group); see ``Executor`` for ``timeout`` and ``validate``."""
     program = runnable(schedule, channels=channels, fuse=fuse)  # bad input is refused before torch loads
-    from backends.torch import Executor
+    from backends.torch import Executor  # loads torch, or says how to install it
 
     return Executor(program, group, timeout=timeout, validate=validate)
 
@@ -55,13 +61,9 @@ def collectives(schedule: Any, group: Any = None, *, channels: int = 1, fuse: bo
     included) on ``group`` over a schedule, or over a schedule set whose entries are lowered and
     verified on first use (a file holding either, an Algorithm, a SynthesisResult, a Program or a
     ``ScheduleSet``)."""
-    from backends.torch import Collectives
-
-    from ..core.schedule_set import ScheduleSet
+    from backends.torch import Collectives  # loads torch, or says how to install it
 
     if isinstance(schedule, (str, os.PathLike)):
-        from .loader import load_any
-
         schedule = load_any(schedule, topology=topology)
     if isinstance(schedule, ScheduleSet):
         def maker(algorithm: Algorithm):
@@ -79,8 +81,6 @@ def collectives(schedule: Any, group: Any = None, *, channels: int = 1, fuse: bo
 
 def torch_script(schedule: Any, *, channels: int = 1, fuse: bool = True, source: str | None = None) -> str:
     """The text of a standalone torchrun script running the schedule (needs torch only)."""
-    from backends.torch.codegen import emit_script
-
     return emit_script(runnable(schedule, channels=channels, fuse=fuse), source=source)
 
 
@@ -118,10 +118,6 @@ def run_local_sizes(schedule: Any, *, sizes: Sequence[int | str], channels: int 
     counts (so the size run is the size asked); with ``round_sizes`` it is rounded down to the
     nearest such size (at least one element per part) and the report's ``size_bytes`` says what
     ran. Bad values (size, dtype, counts, timeout) raise InputError before any process starts."""
-    from ..core.errors import InputError
-    from ..core.schedule_set import ScheduleSet
-    from ..core.units import parse_size
-
     unknown = sorted(set(options) - set(RUN_OPTIONS))
     if unknown:
         raise InputError(f"unknown option {unknown[0]!r} of a local run (known: channels, fuse, topology, "
@@ -135,8 +131,6 @@ def run_local_sizes(schedule: Any, *, sizes: Sequence[int | str], channels: int 
         raise InputError(f"a local run needs a size of at least 1 byte, got {min(sizes)}")
     in_place = bool(options.get("in_place"))
     if isinstance(schedule, (str, os.PathLike)):
-        from .loader import load_any
-
         schedule = load_any(schedule, topology=topology, in_place=in_place)
     n_ranks = getattr(getattr(schedule, "collective", None), "n_ranks", None)
     if isinstance(n_ranks, int):  # before lowering anything: one local process per rank
@@ -155,7 +149,6 @@ def run_local_sizes(schedule: Any, *, sizes: Sequence[int | str], channels: int 
         for program, size in zip(chosen, sizes):
             _check_whole(program, size, options.get("dtype", "float32"))
     _check_memory(chosen, sizes, options.get("dtype", "float32"))
-    from backends.torch.launch import run_local_sizes as launch
 
     reports = launch(chosen, sizes, **options)
     return [SizeRun(size, entry, report) for size, entry, report in zip(sizes, entries, reports)]
@@ -163,22 +156,16 @@ def run_local_sizes(schedule: Any, *, sizes: Sequence[int | str], channels: int 
 
 def _check_processes(n: int, what: str) -> None:
     """A local run starts one process per rank: at most ``ccl.core.limits.LOCAL_PROCESSES``."""
-    from ..core.limits import LOCAL_PROCESSES
-
     LOCAL_PROCESSES.check(n, f"{what}: a local run starts one process per rank")
 
 
 def _positive(value: Any, name: str) -> int:
-    from ..core.errors import InputError
-
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InputError(f"{name} must be a positive integer, got {value!r:.60}")
     return value
 
 
 def _flag(value: Any, name: str) -> bool:
-    from ..core.errors import InputError
-
     if not isinstance(value, bool):
         raise InputError(f"{name} must be True or False, got {value!r:.60}")
     return value
@@ -186,9 +173,6 @@ def _flag(value: Any, name: str) -> bool:
 
 def _check_run_options(options: dict[str, Any]) -> None:
     """The options of a local run, checked here so a bad one is bad input, not a backend error."""
-    from ..core.errors import InputError
-    from ..core.units import parse_seconds
-
     if options.get("ranks") is not None:
         _positive(options["ranks"], "ranks")
         _check_processes(options["ranks"], f"ranks {options['ranks']}")
@@ -222,9 +206,6 @@ def _part_bytes(program: Program, dtype: str) -> int:
 
 
 def _check_whole(program: Program, size: int, dtype: str) -> None:
-    from ..core.errors import InputError
-    from ..core.units import format_size
-
     unit = _part_bytes(program, dtype)
     if size % unit:
         low, high = size - size % unit, size - size % unit + unit
@@ -237,9 +218,6 @@ def _check_whole(program: Program, size: int, dtype: str) -> None:
 def _check_memory(programs: Sequence[Program], sizes: Sequence[int], dtype: str) -> None:
     """Refuse a size whose buffers cannot fit in this machine's memory before any process
     starts (every rank holds its input and output and copies of them for the check)."""
-    from ..core.errors import InputError
-    from ..core.units import format_size
-
     try:
         total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):  # pragma: no cover - not a POSIX system

@@ -5,8 +5,8 @@
     Problem --synthesize--> SynthesisResult (solver, then ccl.verify: nothing unverified leaves)
     Algorithm --program--> Program (ccl.lower, then ccl.verify_program)
 
+The program stage lives in ``lowering`` (the cost judge in ``timing`` lowers through it).
 ``timing`` (simulate, compare's rows), ``compare`` and ``runtimes`` (torch) take it from there.
-Other packages are imported inside the functions, so ``import ccl`` stays cheap.
 """
 
 from __future__ import annotations
@@ -16,18 +16,20 @@ import re
 import time
 from typing import Any
 
+import dsl
+import solvers
+import topologies
+
 from ..core import interrupt
 from ..core.algorithm import Algorithm
 from ..core.collective import Collective, builtin
 from ..core.errors import InputError, Interrupted, SolverTimeout
 from ..core.judge import CostJudge
-from ..core.lower import lower
 from ..core.problem import Problem, Request, Sketch, SynthesisResult
-from ..core.program import Program
 from ..core.serialize import read_json, topology_from_json
 from ..core.topology import Topology
 from ..core.verify import verify
-from ..core.verify_program import verify_program
+from .timing import SimulationJudge
 
 
 def load_topology(spec: str | Topology) -> Topology:
@@ -37,8 +39,6 @@ def load_topology(spec: str | Topology) -> Topology:
     if isinstance(spec, Topology):
         return spec
     if re.search(r"\.ccl(:|$)", spec):
-        import dsl
-
         return dsl.load_topology(spec)
     if spec.endswith(".json") or (os.path.sep in spec and ":" not in spec) or os.path.isfile(spec):
         if not os.path.exists(spec):
@@ -54,7 +54,6 @@ def load_topology(spec: str | Topology) -> Topology:
             raise InputError(f"{spec}: malformed topology file: missing field {exc.args[0]!r}") from None
         except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: int() of Infinity, 1e400
             raise InputError(f"{spec}: malformed topology file: {exc}") from None
-    import topologies
 
     return topologies.build(spec)
 
@@ -106,16 +105,12 @@ def problem_from_options(
 def parse(path: str) -> Any:
     """The AST stage: a description file's syntax tree (``dsl.ast.File``), every node with its
     source span."""
-    import dsl
-
     return dsl.parse_file(path)
 
 
 def describe(path: str) -> Any:
     """A description file lowered: its topologies, collectives, requests (each a named
     Problem) and hand-written algorithms (``dsl.Module``)."""
-    import dsl
-
     return dsl.load(path)
 
 
@@ -126,11 +121,7 @@ def synthesize(problem: Problem, *, judge: CostJudge | None = None) -> Synthesis
     VerificationError: nothing unverified leaves this function. When Ctrl-C stops the solver
     (``ccl.core.interrupt``) with a schedule in hand, ``Interrupted`` is raised with ``best`` the
     verified SynthesisResult (status "interrupted") for the caller to save."""
-    import solvers
-
     if judge is None:
-        from .timing import SimulationJudge
-
         judge = SimulationJudge()
     start = time.perf_counter()
     status, gap = "ok", None
@@ -155,22 +146,3 @@ def synthesize(problem: Problem, *, judge: CostJudge | None = None) -> Synthesis
     return SynthesisResult(algorithm, status, seconds, gap, checked, details,
                            lowered=lowered(algorithm) if lowered is not None else None)
 
-
-def program(schedule: Algorithm | SynthesisResult | Program, *, channels: int = 1, fuse: bool = True,
-            check: bool = True) -> Program:
-    """The program stage: ``ccl.lower`` with its options (``channels``, ``fuse``), then, with
-    ``check``, ``ccl.verify_program``. A Program passes through (verified with ``check``). The
-    algorithm must have passed ``ccl.verify`` (``synthesize`` and the loaders see to that)."""
-    value = schedule.algorithm if isinstance(schedule, SynthesisResult) else schedule
-    reuse = schedule.lowered if isinstance(schedule, SynthesisResult) else None
-    if reuse is not None and reuse[:2] == (channels, fuse):  # as the cost judge lowered it
-        out = reuse[2]
-    elif isinstance(value, Program):
-        out = value
-    elif isinstance(value, Algorithm):
-        out = lower(value, channels=channels, fuse=fuse)
-    else:
-        raise InputError(f"expected an Algorithm, a SynthesisResult or a Program, got {type(value).__name__}")
-    if check:
-        verify_program(out)
-    return out

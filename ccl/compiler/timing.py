@@ -12,12 +12,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from backends.cost.nccl import baselines as nccl_baselines
+from backends.sim import run
+from solvers.bounds import lower_bound
+
 from ..core.algorithm import Algorithm
 from ..core.problem import SynthesisResult
 from ..core.program import Program
 from ..core.report import Report
 from ..core.units import parse_size
-from .stages import program as program_stage
+from .lowering import program as program_stage
 
 
 class SimulationJudge:
@@ -31,8 +35,6 @@ class SimulationJudge:
         self._fastest: tuple[float, Algorithm, Program] | None = None
 
     def time_us(self, algorithm: Algorithm, size: float) -> float:
-        from backends.sim import run
-
         program = program_stage(algorithm, channels=self.channels, fuse=self.fuse, check=False)
         sim = run(program, size)
         self.last_effort_us = LOWER_OP_US * program.n_ops + sim.effort_us
@@ -63,8 +65,6 @@ def simulation(schedule: Algorithm | SynthesisResult | Program, size: int | floa
     ``backends.sim.Simulation`` (timings for traces and plots) whose report carries the lower
     bound, NCCL's models and, for a SynthesisResult, the synthesis figures. ``options``: the
     simulator's (``mode``, ``slices``, ``in_place``, ``overlap_latency``, ``local_bandwidth``)."""
-    from backends.sim import run
-
     nbytes = size_in_bytes(size)
     program = program_stage(schedule, channels=channels, fuse=fuse, check=False)
     sim = run(program, nbytes, **options)
@@ -85,14 +85,10 @@ def complete(report: Report, program: Program, size: float, schedule: Any = None
     topo, coll = program.topology, program.collective
     bound_us = 0.0
     if bound:
-        from solvers.bounds import lower_bound
-
         b = lower_bound(topo, coll, size, lane_latency=lane_latency)
         report = report.with_bound(b.bound_us, b.latency_us, b.bandwidth_us, b.binding, b.method)
         bound_us = report.bound_us
     if baselines and coll.kind != "custom":
-        from backends.cost.nccl import baselines as nccl_baselines
-
         report = report.with_baselines(tuple(nccl_baselines(coll.kind, topo, size, bound_us)))
     if isinstance(schedule, SynthesisResult):
         report = report.with_synthesis(schedule.seconds, schedule.status, schedule.gap)

@@ -37,6 +37,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import solvers as registry
+from backends.cost.nccl import baselines
+from backends.sim import Simulator
+from solvers.bounds import lower_bound
+
 from ..core import interrupt, validate
 from ..core.algorithm import Algorithm
 from ..core.collective import builtin, check_size
@@ -45,6 +50,9 @@ from ..core.problem import Problem, Request
 from ..core.schedule_set import Entry, ScheduleSet
 from ..core.topology import Topology
 from ..core.units import format_size, parse_size, parse_sizes
+from . import cache as result_cache
+from .lowering import program as program_stage
+from .stages import synthesize
 
 DEFAULT_SIZES = "1KiB..1GiB"
 DEFAULT_BUDGET = 30.0  # seconds; a second per rank on machines of more than 30 ranks
@@ -116,8 +124,6 @@ def anchors(sizes: Sequence[int]) -> list[int]:
 def plan(kind: str, n_ranks: int, sizes: Sequence[int], solvers: Sequence[str] | None = None) -> list[tuple[str, int | None]]:
     """(solver, size or None) in the order the tuner runs them (see module docstring). With
     ``solvers``: just those (size-aware and MILP ones at the anchors)."""
-    import solvers as registry
-
     names = list(dict.fromkeys(solvers or ()))
     unknown = [x for x in names if x not in registry.SOLVERS and x != "auto"]
     if unknown:
@@ -234,8 +240,6 @@ def tune(
     fraction)`` is told what runs and how far along the budget or the plan is. With
     ``cache``, an identical earlier request is answered from the result cache
     (``ccl.compiler.cache``)."""
-    from . import cache as result_cache
-
     start = time.perf_counter()
     _check_arguments(topology, kind, sizes, solvers, chunks, time_budget, channels, fuse, options, progress, cache)
     sweep = parse_sizes(sizes) if isinstance(sizes, str) else sorted(set(parse_size(s) for s in sizes or ()))
@@ -293,11 +297,6 @@ def _run_candidates(topology: Topology, collective: Any, todo: list[tuple[str, i
                     candidates: list[Candidate]) -> None:
     """Synthesize and time the planned candidates into ``candidates`` (see ``tune``); returns
     early on Ctrl-C, keeping an interrupted solver's best schedule as a candidate."""
-    from backends.sim import Simulator
-
-    from .stages import program as program_stage
-    from .stages import synthesize
-
     seen: dict[str, str] = {}
     optional_start: float | None = None  # the budget counts from the first optional candidate
     for k, (name, size, factor) in enumerate(todo):
@@ -364,9 +363,6 @@ def _schedule_set(topology: Topology, collective: Any, kind: str, sweep: list[in
                   timed: list[Candidate], asked: dict[str, Any]) -> ScheduleSet:
     """The set of the timed candidates: the fastest per swept size, runs of one winner as
     entries, and the table against the bound and NCCL's models."""
-    from backends.cost.nccl import baselines
-    from solvers.bounds import lower_bound
-
     winners = []
     for i in range(len(sweep)):
         best = min(range(len(timed)), key=lambda j: (round(timed[j].times_us[i], 6), timed[j].messages, j))

@@ -112,7 +112,7 @@ def test_a_chain_of_examples_runs(tmp_path, capsys, monkeypatch):
 @pytest.fixture(scope="module")
 def bash_script(tmp_path_factory):
     path = tmp_path_factory.mktemp("completion") / "ccl.bash"
-    path.write_text(script("bash"))
+    path.write_text(script("bash", build_parser()))
     return path
 
 
@@ -161,7 +161,7 @@ def test_bash_completes_commands_options_choices_and_topologies(bash_script, tmp
 
 def test_zsh_and_fish_scripts_name_every_command():
     tree = command_tree(build_parser())
-    zsh, fish = script("zsh"), script("fish")
+    zsh, fish = script("zsh", build_parser()), script("fish", build_parser())
     assert zsh.startswith("#compdef ccl\n") and "compdef _ccl ccl" in zsh
     assert "complete -c ccl -f" in fish
     for c in tree:
@@ -178,7 +178,7 @@ def test_zsh_and_fish_scripts_name_every_command():
 @pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
 def test_zsh_function_finds_the_command_path(tmp_path):
     """The zsh function with the completion system's builtins stubbed to print what they get."""
-    (tmp_path / "_ccl").write_text(script("zsh"))
+    (tmp_path / "_ccl").write_text(script("zsh", build_parser()))
     program = """
 compdef() { :; }
 _describe() { local -a arr; arr=("${(@P)${@[-1]}}"); print -r -- "${(j: :)${(@)arr%%:*}}"; }
@@ -199,7 +199,7 @@ t ccl import msccl --
 
 @pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed")
 def test_fish_completes_commands_choices_and_topologies(tmp_path):
-    (tmp_path / "ccl.fish").write_text(script("fish"))
+    (tmp_path / "ccl.fish").write_text(script("fish", build_parser()))
 
     def complete_fish(line: str) -> list[str]:
         done = subprocess.run(["fish", "--no-config", "-c", f"source ccl.fish; complete -C {shlex.quote(line)}"],
@@ -215,9 +215,9 @@ def test_fish_completes_commands_choices_and_topologies(tmp_path):
 
 def test_completion_command_is_deterministic(capsys):
     code, out, _ = run(capsys, "completion", "bash")
-    assert code == 0 and out == script("bash")
+    assert code == 0 and out == script("bash", build_parser())
     code, out, _ = run(capsys, "completion", "zsh", "--json")
-    assert json.loads(out) == {"shell": "zsh", "script": script("zsh")}
+    assert json.loads(out) == {"shell": "zsh", "script": script("zsh", build_parser())}
 
 
 # ---------------------------------------------------------------------- --quiet

@@ -263,12 +263,12 @@ def test_parse_memory_estimate_only_counts_large_text(monkeypatch):
 
 
 def test_the_cli_reports_running_out_of_memory_in_one_line(files, monkeypatch, capsys):
-    import ccl.core.serialize
+    import ccl.compiler.loader
 
     def no_memory(path):
         raise MemoryError
 
-    monkeypatch.setattr(ccl.core.serialize, "read_json", no_memory)
+    monkeypatch.setattr(ccl.compiler.loader, "read_json", no_memory)
     assert main(["verify", str(files / "ag.json")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("ccl: out of memory") and len(err.strip().splitlines()) == 1, err
