@@ -139,7 +139,7 @@ def _synthesize(problem: Problem, judge: CostJudge) -> Algorithm:
     P = probe.chunk_partition or pieces(problem)
     coll = collective_for(problem, n * P if kind == "allreduce" else P)
     run = _Run(problem, coll, judge)
-    from solvers.bounds import lower_bound
+    from ..bounds.call import lower_bound
 
     # the report's bound, first: its cost (scipy's import, the first time) is inside the deadline
     run.bound_us = lower_bound(problem.topology, problem.collective, run.size).bound_us

@@ -2,7 +2,7 @@
 
 1. Rate. The optimal allgather time per part is the cut ratio
    ``max_S |S ∩ ranks| / cap_out(S)`` over vertex sets S missing a rank, switches included
-   (``solvers.bounds.max_cut_ratio``, exact: a Fraction p/q in integer capacity units).
+   (``solvers.bounds.cuts.max_cut_ratio``, exact: a Fraction p/q in integer capacity units).
    Scaling capacities by p, every root needs q units of rate; for broadcast the root needs
    the least max-flow to a rank (Edmonds).
 2. Constructions (``plan.plans``), each with its rate measured on the physical links:

@@ -17,7 +17,7 @@ from scipy.sparse.csgraph import maximum_flow
 
 from ccl.core.topology import Topology
 
-from ..bounds import integer_capacities
+from ..bounds.cuts import integer_capacities
 
 INT32 = 2**31 - 1
 

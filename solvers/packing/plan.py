@@ -11,7 +11,7 @@ from fractions import Fraction
 from ccl.core.errors import CollectiveError, InfeasibleError
 from ccl.core.topology import Topology
 
-from ..bounds import max_cut_ratio
+from ..bounds.cuts import max_cut_ratio
 from ..builders.symmetry import rank_orbits
 from .flows import Capacities, FlowGraph, capacities
 from .split import remove_switches

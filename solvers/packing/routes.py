@@ -9,7 +9,7 @@ of which piece travels which way (the path ends at the rank whose piece it carri
 1. Rate. The least time per byte of a piece is the cut ratio ``max_S |S ∩ ranks| / cap(S)``
    over vertex sets S missing the root (switches included): S's ranks must receive their
    pieces through the links into S (scatter), or send them out of S (gather). Exact: a
-   Fraction p/q of integer capacity units (``solvers.bounds.max_cut_ratio``), and by the
+   Fraction p/q of integer capacity units (``solvers.bounds.cuts.max_cut_ratio``), and by the
    max-flow min-cut theorem a flow meeting it exists: capacities scaled by p, every rank
    demands q units.
 2. Paths (``flow_paths``): the maximum flow, decomposed into root-to-rank paths (cycles
@@ -38,7 +38,7 @@ from ccl.core.errors import CollectiveError, InfeasibleError
 from ccl.core.problem import Problem
 from ccl.core.topology import Topology
 
-from ..bounds import max_cut_ratio
+from ..bounds.cuts import max_cut_ratio
 from ..builders.common import builder
 from .flows import INT32, capacities
 from .schedule import _runs, _shares, _stages, _up_stages

@@ -12,7 +12,8 @@ from fractions import Fraction
 
 from ccl.core.collective import Collective
 from ccl.core.topology import Topology
-from solvers.bounds import rounds_per_chunk_bound
+
+from ..bounds.cuts import rounds_per_chunk_bound
 
 
 def rank_capacities(topology: Topology) -> tuple[tuple[int, ...], tuple[int, ...]]:

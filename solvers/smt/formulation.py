@@ -24,8 +24,8 @@ from ccl.core.algorithm import Algorithm, Transfer
 from ccl.core.collective import Collective
 from ccl.core.errors import CollectiveError
 from ccl.core.topology import Topology
-from solvers.bounds import step_bound
 
+from ..bounds.steps import step_bound
 from .base import Encoding
 from .bounds import rounds_lower_bound
 from .combining import CombiningEncoding

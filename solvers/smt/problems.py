@@ -23,7 +23,8 @@ from functools import cached_property
 from ccl.core.collective import Collective
 from ccl.core.errors import CollectiveError
 from ccl.core.topology import Link, SharedLimit, Topology
-from solvers.bounds import hop_distances
+
+from ..bounds.steps import hop_distances
 
 
 @dataclass(frozen=True)

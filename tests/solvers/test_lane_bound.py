@@ -16,7 +16,8 @@ import solvers
 import topologies as T
 from ccl import CclError, Link, Problem, Request, Topology, compiler
 from ccl.core.collective import builtin
-from solvers.bounds import _lane_cost, lane_bound, lower_bound, root_lanes
+from solvers.bounds import lane_bound, lower_bound, root_lanes
+from solvers.bounds.lanes import lane_cost
 
 
 def _simplex_lane_cost(a: float, b: float, tau: float, most: int) -> float:
@@ -39,16 +40,16 @@ def _simplex_lane_cost(a: float, b: float, tau: float, most: int) -> float:
 @pytest.mark.parametrize("a, b, tau", [(3.0, 7.0, 20.0), (30000.0, 70000.0, 40.0), (1.0, 50.0, 10.0),
                                        (2.0, 0.5, 3.0), (5.0, 1.0, 0.2)])
 def test_lane_cost_is_the_least_over_gaps(a, b, tau):
-    exact = _lane_cost(a, b, tau)
+    exact = lane_cost(a, b, tau)
     m = int(((1 + 16 * a * tau / b) ** 0.5 - 1) / 2)
     assert m <= 12  # the numeric search below covers every useful m
     assert exact == pytest.approx(_simplex_lane_cost(a, b, tau, m + 6), rel=1e-9)
 
 
 def test_lane_cost_edges():
-    assert _lane_cost(0.0, 5.0, 10.0) == 0.0  # two ranks: no gap to pay for
-    assert _lane_cost(5.0, 0.0, 10.0) == 0.0  # free messages
-    assert _lane_cost(5.0, 1e9, 10.0) == pytest.approx(5.0 * 100)  # latency dear: no delivery pays
+    assert lane_cost(0.0, 5.0, 10.0) == 0.0  # two ranks: no gap to pay for
+    assert lane_cost(5.0, 0.0, 10.0) == 0.0  # free messages
+    assert lane_cost(5.0, 1e9, 10.0) == pytest.approx(5.0 * 100)  # latency dear: no delivery pays
 
 
 @pytest.mark.parametrize("kind", ["broadcast", "reduce"])

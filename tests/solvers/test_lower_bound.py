@@ -27,8 +27,8 @@ from ccl import (
 )
 from ccl.core.collective import builtin, custom
 from solvers.bounds import cut_ratio, lower_bound
+from solvers.bounds.alltoall import alltoall_cut, concurrent_flow_time
 from solvers.builders.symmetry import rank_orbits
-from solvers.flows import alltoall_cut, concurrent_flow_time
 
 M = 3 * 2**26 + 12
 
@@ -314,22 +314,23 @@ def test_the_far_side_of_a_cut_counts_its_last_or_first_hop(kind):
     their contributions), and moving data between two ranks takes at least 0.7 us (the
     NVSwitch route). So the bound ends 7/8 x 0.7 us later than the cut alone would (a
     broadcast's or reduce's cut is node 0's NICs, with 120 ranks beyond: 119/120 x 0.7 us)."""
-    from solvers import bounds
+    from solvers.bounds import call
+    from solvers.bounds.onsets import cut_onsets, far_side, onset_time, rank_separation
 
     topo = T.build("dgx-h100:16")
-    assert bounds.rank_separation(topo) == pytest.approx(0.7)
+    assert rank_separation(topo) == pytest.approx(0.7)
     collective = builtin(kind, 128, 0 if kind in ("broadcast", "reduce") else None)
-    model = bounds._model(topo, collective)
+    model = call._model(topo, collective)
     _, coef, _ = model.per_byte[0]
-    plain = bounds.cut_onsets(topo, frozenset(model.witness), kind in ("reducescatter", "reduce"),
-                              **({"origin": 0} if kind == "broadcast" else {"sink": 0} if kind == "reduce" else {}))
+    plain = cut_onsets(topo, frozenset(model.witness), kind in ("reducescatter", "reduce"),
+                       **({"origin": 0} if kind == "broadcast" else {"sink": 0} if kind == "reduce" else {}))
     k = 128 - sum(1 for v in model.witness if v < 128)  # ranks on the far side
     assert k == (8 if kind in ("allgather", "reducescatter") else 120)  # a node; all but the root's
     far = lower_bound(topo, collective, M).bandwidth_us
-    assert far == pytest.approx(bounds.onset_time(coef * M, plain) + (k - 1) / k * 0.7, rel=1e-9)
+    assert far == pytest.approx(onset_time(coef * M, plain) + (k - 1) / k * 0.7, rel=1e-9)
     # one rank on the far side (two ranks on one link): nothing changes
     two = T.build("ring:2")
-    assert bounds._far_side(two, ((1.0, 1.0),), frozenset([0])) == ((1.0, 1.0),)
+    assert far_side(two, ((1.0, 1.0),), frozenset([0])) == ((1.0, 1.0),)
 
 
 def test_the_gossip_counts_the_routes_sends_take():

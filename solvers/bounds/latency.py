@@ -3,7 +3,7 @@
 Distances run over the flattened rank graph (``Topology.flat()``), whose links through switch
 and NIC vertices carry the latency of their whole path; relaying through ranks is allowed. The
 hop bound (fewest links) comes out of the same search. ``latency_bound`` returns the worst
-needed pair's distance, the pair, and the hop bound; see ``bounds.lower_bound``.
+needed pair's distance, the pair, and the hop bound; see ``call.lower_bound``.
 """
 
 from __future__ import annotations
