@@ -46,8 +46,9 @@ def test_unpacks_keep_the_schedules_op_and_steps_triple() -> None:
     and the schedule's own local ops), 3s + 2 (unpacks)."""
     topo = T.build("dgx1")
     problem = Problem(topo, builtin("reducescatter", 8), Request("packing"))
-    from solvers.packing import Shape, plan, slot_count
+    from solvers.packing import Shape, plan
     from solvers.packing.schedule import build
+    from solvers.packing.slots import slot_count
 
     packing = plan(topo, "reducescatter", None)
     shape = Shape(4)

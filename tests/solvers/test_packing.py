@@ -247,8 +247,8 @@ def test_staggered_coalesced_and_sequential_pipelines_verify(spec: str, kind: st
     moves every slot down (or up) its tree in order, coalesced groups go through scratch and
     back, and an allreduce's allgather half may follow its whole reducescatter half: the
     schedules verify for every kind, and their Programs too."""
-    from solvers.packing import slot_count
     from solvers.packing.schedule import Shape, build
+    from solvers.packing.slots import slot_count
 
     topo = _TOPOLOGIES.setdefault(spec, T.build(spec))  # one object: its packings are cached
     root = 1 if kind in ("broadcast", "reduce") else None
@@ -483,8 +483,8 @@ def test_leaves_first_serves_the_roots_leaf_children_in_one_message() -> None:
     tree (the last up one), every other vertex as pipelined; the schedules verify, and on two
     DGX H100 nodes (the root's own node a leaf star under the NVLink port that also forwards
     the rail's parts) it is what lets the forwarding keep up (1 GiB: >10% faster)."""
-    from solvers.packing import slot_count
     from solvers.packing.schedule import Shape, build
+    from solvers.packing.slots import slot_count
 
     topo = T.build("dgx-h100:2")
     for kind in ("allgather", "reducescatter", "allreduce"):
@@ -799,19 +799,20 @@ def test_rail_trees_win_the_rooted_collectives_across_nodes() -> None:
 def test_slot_counts_split_evenly_over_the_lanes_of_every_link() -> None:
     """amd8's pairs have 5 or 6 lanes: a stage's slots on a pair must split evenly over them
     (30 per stage), else the lane with one slot more sets the time."""
-    from solvers.packing import Shape, _lanes, _per_share
+    from solvers.packing import Shape
+    from solvers.packing.slots import per_share, stage_lanes
 
     problem = Problem(T.build("amd8"), builtin("allreduce", 8), Request(solver="packing"))
-    assert _lanes(problem) == 30
+    assert stage_lanes(problem) == 30
     for stages in (1, 2, 4, 16):
         for stagger in (False, True):
-            share = _per_share(Shape(stages, 1.0, stagger), 30)
+            share = per_share(Shape(stages, 1.0, stagger), 30)
             assert share % (stages * 30) == 0 and share >= 8
-    assert _per_share(Shape(4), 1) == 8 and _per_share(Shape(4), 2) == 8
-    assert _per_share(Shape(8, 0.85), 1) == 64
-    assert _per_share(Shape(8, stagger=True), 1) == 32  # a staggered boundary moves by quarters of a stage
+    assert per_share(Shape(4), 1) == 8 and per_share(Shape(4), 2) == 8
+    assert per_share(Shape(8, 0.85), 1) == 64
+    assert per_share(Shape(8, stagger=True), 1) == 32  # a staggered boundary moves by quarters of a stage
     dgx1 = Problem(T.build("dgx1"), builtin("allgather", 8), Request(solver="packing"))
-    assert _lanes(dgx1) == 2
+    assert stage_lanes(dgx1) == 2
 
 
 @pytest.mark.slow
@@ -1020,8 +1021,9 @@ def test_slots_at_1024_ranks_keep_a_three_stage_pipeline_within_three_budgets() 
     """A slot of every part costs n (n - 1) transfers: at 1,024 ranks one slot is 1.05 million,
     most of the budget. Three slots (a pipeline of three stages) are kept within three times the
     budget, else two within twice it; beyond that one."""
-    from solvers.packing import LEAST_STAGES, MAX_TRANSFERS, Shape, slot_count
+    from solvers.packing import Shape
     from solvers.packing.plan import Phase
+    from solvers.packing.slots import LEAST_STAGES, MAX_TRANSFERS, slot_count
     from solvers.packing.trees import Tree
 
     def star_packing(n: int) -> Packing:
@@ -1091,8 +1093,8 @@ def test_the_own_share_moves_slots_from_the_roots_remote_trees_to_the_others() -
 @pytest.mark.parametrize("spec", ["dgx-h100:2", "dgx-a100:2,fabric=leafspine"])
 @pytest.mark.parametrize("kind", ["broadcast", "reduce"])
 def test_ramped_pipelines_with_a_lighter_own_part_verify(spec: str, kind: str) -> None:
-    from solvers.packing import slot_count
     from solvers.packing.schedule import Shape, build
+    from solvers.packing.slots import slot_count
 
     topo = _TOPOLOGIES.setdefault(spec, T.build(spec))
     root = 3
@@ -1129,8 +1131,9 @@ def test_the_search_ramps_gently_where_the_bottleneck_is_fed_only_a_little_faste
     pieces growing and shrinking by half a stage over three stages at each end, at fewer
     stages, beat the steep ramp (211.6 us at 9 stages against 219.0 at 12 when measured). The
     search itself picks the chains taken in turns, faster still (200.9 us when measured)."""
-    from solvers.packing import build, pieces, slot_count
-    from solvers.packing.schedule import Shape
+    from solvers.builders.common import pieces
+    from solvers.packing.schedule import Shape, build
+    from solvers.packing.slots import slot_count
 
     topo = _TOPOLOGIES.setdefault("dgx-h100:2", T.build("dgx-h100:2"))
     problem = Problem(topo, builtin("broadcast", topo.n_ranks, root=0), Request("packing", size=64 << 20))
@@ -1153,8 +1156,9 @@ def test_a_reduce_is_the_time_reverse_of_the_broadcast_on_trees_of_mixed_depth()
     """amd8's packed trees are 2 to 4 deep: a reduce whose trees all bring stage i to the root
     at the same step (the reverse of a broadcast, whose trees all leave it together) takes the
     broadcast's time; each tree's leaves starting at once took 3.5% longer."""
-    from solvers.packing import _lanes, pieces, slot_count
+    from solvers.builders.common import pieces
     from solvers.packing.schedule import Shape, build
+    from solvers.packing.slots import slot_count, stage_lanes
 
     topo = _TOPOLOGIES.setdefault("amd8", T.build("amd8"))
     times = {}
@@ -1163,7 +1167,7 @@ def test_a_reduce_is_the_time_reverse_of_the_broadcast_on_trees_of_mixed_depth()
         packing = plan(topo, kind, 0)
         assert len({max(t.depth().values()) for ph in packing.phases() for t in ph.trees}) > 1
         shape = Shape(18, coalesce=True)
-        alg = build(problem, packing, slot_count(packing, pieces(problem), topo.n_ranks, shape, _lanes(problem)), shape)
+        alg = build(problem, packing, slot_count(packing, pieces(problem), topo.n_ranks, shape, stage_lanes(problem)), shape)
         verify(alg)
         times[kind] = compiler.simulate(alg, 64 << 20, bound=False, baselines=False).time_us
     assert times["reduce"] == pytest.approx(times["broadcast"], rel=1e-3)
@@ -1252,8 +1256,11 @@ def test_turned_reduce_sends_the_roots_own_part_up_a_cycle_of_turns_late(monkeyp
     direction) goes up a cycle of turns behind the other parts, so its pieces do not hold
     theirs up on the far node's pairs: on dgx-h100:2 at 64 MiB over 3% faster than in step."""
     import ccl as api
-    from solvers.packing import build, pieces, plans, slot_count
+    from solvers.builders.common import pieces
+    from solvers.packing import plans
     from solvers.packing import schedule as S
+    from solvers.packing.schedule import build
+    from solvers.packing.slots import slot_count
 
     p = api.problem("dgx-h100:2", "reduce", root=0, solver="packing", size=64 << 20)
     turned = next(c for c in plans(p.topology, "reduce", 0) if c.phases()[0].construction == "rails-shallow-turns")
@@ -1277,8 +1284,10 @@ def test_turned_rail_chains_schedule_verifies_and_beats_the_plain_chains_at_64Mi
     verifies for broadcast and reduce with and without a ramp and a lighter own part, and on
     dgx-h100:2 at 64 MiB it is faster than the plain shallow chains' best uniform shape."""
     import ccl as api
-    from solvers.packing import build, pieces, plans, slot_count
-    from solvers.packing.schedule import Shape
+    from solvers.builders.common import pieces
+    from solvers.packing import plans
+    from solvers.packing.schedule import Shape, build
+    from solvers.packing.slots import slot_count
 
     p = api.problem(spec, kind, root=0, solver="packing", size=64 << 20)
     candidates = {c.phases()[0].construction: c for c in plans(p.topology, kind, 0)}
