@@ -31,6 +31,7 @@ same); out of place, nothing is copied for the file: output chunks start empty.
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections import defaultdict
 from dataclasses import dataclass, replace
@@ -589,8 +590,6 @@ def interpret(algo: Algo, topology: Topology, *, path: str = "<xml>", in_place: 
 def _topo_order(ops: list[_Op], ids: list[int], fifo_next: dict[int, list[int]]) -> list[int]:
     """A topological order of one rank's ops over deps and each connection's message order,
     ties in threadblock order."""
-    import heapq
-
     index = {g: p for p, g in enumerate(ids)}
     indeg = {g: 0 for g in ids}
     succ: dict[int, list[int]] = defaultdict(list)

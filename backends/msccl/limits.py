@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ccl.core.errors import InputError
+
 from .model import PROTOCOLS, Algo, where
 
 
@@ -55,8 +57,6 @@ class Violation:
 
 
 def target(name: str) -> Target:
-    from ccl.core.errors import InputError
-
     if name not in TARGETS:
         raise InputError(f"unknown MSCCL target {name!r} (known: {', '.join(TARGETS)})")
     return TARGETS[name]

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import xml.parsers.expat
 from dataclasses import dataclass, field
+from xml.sax.saxutils import quoteattr
 
 from ccl.core.errors import InputError
+from ccl.core.limits import read_input_text
 
 BUFFER_NAMES = {"i": "input", "o": "output", "s": "scratch"}
 BUFFER_LETTERS = {v: k for k, v in BUFFER_NAMES.items()}
@@ -228,15 +230,11 @@ def parse(text: str, path: str = "<xml>") -> Algo:
 
 def read(path: str) -> Algo:
     """``parse`` a file (InputError when it cannot be read)."""
-    from ccl.core.limits import read_input_text
-
     return parse(read_input_text(path, "XML file"), path)
 
 
 # ---------------------------------------------------------------------- writing
 def _attrs(pairs: list[tuple[str, object]]) -> str:
-    from xml.sax.saxutils import quoteattr
-
     return " ".join(f"{k}={quoteattr(str(v))}" for k, v in pairs)
 
 

@@ -24,7 +24,7 @@ Two things keep a run of many concurrent flows fast:
   rates of its component, so only that component's rates are recomputed (``MaxMin``), once per
   instant at which something changed. On a rail-optimized cluster a component is one rail's
   NICs or one node's NVSwitch ports, not the machine. Small components are solved in Python,
-  large ones (several touched at the same instant) with numpy (``engine.FairShare``).
+  large ones (several touched at the same instant) with numpy (``shares.FairShare``).
 
 The tests check this loop against the general one (every event in time order, global fair
 shares) on machines with NICs and NVSwitches.
@@ -38,8 +38,8 @@ from array import array
 
 import numpy as np
 
-from .engine import FairShare, hub_ready, on_grid, on_grid_array
 from .graph import as_array
+from .shares import FairShare, hub_ready, on_grid, on_grid_array
 
 INF = math.inf
 TOL = 1 + 1e-12  # as ``FairShare``: levels this close are one level

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ccl.core.errors import BackendError
+from ccl.core.report import NOT_COMPUTED, format_bytes, format_us
+from ccl.core.units import format_size
 
 from .files import write_atomic
 
@@ -134,8 +136,6 @@ def rank_traffic(sim: Simulation, ax: Any) -> None:
 
 
 def plot_simulation(sim: Simulation, path: str | os.PathLike[str]) -> None:
-    from ccl.core.report import NOT_COMPUTED, format_bytes, format_us
-
     rep = sim.report
     rows = min(MAX_ROWS, sum(sim.resource_lanes)) or 1
     fig = _figure(13, max(2.0, rows * 0.16) + 1.5 + 5.0)
@@ -172,8 +172,6 @@ def curve_styles(names: Sequence[str]) -> dict[str, tuple[Any, str, str]]:
 def size_ticks(ax: Any, lo: float, hi: float) -> None:
     """Log-2 size axis with ticks at powers of two labelled 1KiB, 4MiB, 1GiB, at most ~12."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
-
-    from ccl.core.units import format_size
 
     first, last = int(np.floor(np.log2(max(lo, 1)))), int(np.ceil(np.log2(max(hi, 1))))
     step = next(s for s in (1, 2, 4, 5, 10, 20) if (last - first) // s <= 11)

@@ -51,8 +51,11 @@ from ccl.core.errors import InputError, VerificationError
 from ccl.core.program import Program
 from ccl.core.report import LinkUsage, RankUsage, Report, bus_factor, check_size, slot_bytes
 
-from .engine import Engine, Resource
+from .engine import Engine
 from .graph import ProgramGraph
+from .plots import plot_simulation
+from .shares import Resource
+from .trace import chrome_trace, write_trace
 
 MODES = ("dependency", "step")
 
@@ -107,19 +110,13 @@ class Simulation:
         return EFFORT_OP_US * self.graph.n_ops * self.slices + EFFORT_RATE_US * self.engine.rate_updates
 
     def trace(self) -> dict[str, Any]:
-        from .trace import chrome_trace
-
         return chrome_trace(self)
 
     def write_trace(self, path: str) -> None:
-        from .trace import write_trace
-
         write_trace(self, path)
 
     def plot(self, path: str) -> None:
         """A PNG with the timeline and the link-utilization heatmap."""
-        from .plots import plot_simulation
-
         plot_simulation(self, path)
 
 

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 # --- script imports: generated scripts drop this block (the runtime defines these names)
-from .runtime import KINDS_WITH_NATIVE, ScheduleError, _reducer, piece_sizes
+from .runtime import KINDS_WITH_NATIVE, ScheduleError, make_reducer, piece_sizes
 
 # --- end script imports
 
@@ -159,7 +159,7 @@ def reference(spec: dict, input: torch.Tensor, output: torch.Tensor, op: str = "
     for r, ids in enumerate(chunks["inputs"]):
         for i, c in enumerate(ids):
             where.setdefault(c, every[r][offset(i):offset(i + 1)])
-    combine = _reducer(op, input.dtype)
+    combine = make_reducer(op, input.dtype)
     for j, need in enumerate(chunks["outputs"][rank]):
         dst = output[offset(j):offset(j + 1)]
         dst.copy_(where[need[0]])

@@ -7,27 +7,29 @@ collective on the same random data (bit for bit for integers, to a tolerance for
 the two are timed in alternation, iteration by iteration, after a barrier each; an iteration's
 time is the slowest rank's.
 
-Failures are clean: a job that raises reports the rank and the error; a rank that dies (an
-exit or a signal without a report) or stalls (still running ``timeout`` + a grace period after
-another rank finished, or the grace period after one failed) is named as the cause in a
-``BackendError``, and every rank is stopped (killed) before ``run_jobs`` returns or raises: no
-process outlives it.
+Failures are clean: a job that raises reports the rank and the error; the process group
+(``processes.run_group``) names a rank that dies or stalls as the cause, and stops every rank
+before ``run_jobs`` returns or raises.
 """
 
 from __future__ import annotations
 
-import contextlib
+import datetime
+import importlib
+import importlib.util
 import os
 import statistics
-import sys
-import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ccl.core.errors import BackendError, InputError
+from ccl.core.errors import InputError
 from ccl.core.program import Program
+from ccl.core.report import bus_factor
+
+from . import require_torch
+from .plain import to_plain
+from .processes import read_jobs, run_group, write_report
 
 
 @dataclass(frozen=True)
@@ -99,8 +101,6 @@ class RunReport:
 
     def bandwidth(self, seconds: float | None) -> tuple[float | None, float | None]:
         """(algbw, busbw) in GB/s, nccl-tests definitions."""
-        from .harness import bus_factor
-
         if not seconds:
             return None, None
         algbw = self.size_bytes / seconds / 1e9
@@ -121,28 +121,21 @@ class RunReport:
 
 
 # ---------------------------------------------------------------------- the worker
-def _worker(rank: int, n: int, folder: str, timeout: float) -> int:
+def worker(rank: int, n: int, folder: str, timeout: float) -> int:
     """One rank (a child process): run every job in ``folder/jobs.pkl``; write
     ``folder/rank<r>.pkl`` with ("ok", [per-job results]) or (kind, message)."""
-    import pickle
-
     def report(value: Any) -> None:
-        tmp = os.path.join(folder, f".rank{rank}.tmp")
-        with open(tmp, "wb") as fh:
-            pickle.dump(value, fh)
-        os.replace(tmp, os.path.join(folder, f"rank{rank}.pkl"))
+        write_report(folder, rank, value)
 
     try:
-        import datetime
-
+        # torch, and the modules that import it, load in the rank (the launcher never needs them)
         import torch
         import torch.distributed as dist
 
         from . import harness as rt
         from . import runtime
 
-        with open(os.path.join(folder, "jobs.pkl"), "rb") as fh:
-            jobs = pickle.load(fh)
+        jobs = read_jobs(folder)
         torch.set_num_threads(1)
         dist.init_process_group("gloo", init_method=f"file://{os.path.join(folder, 'store')}", rank=rank,
                                 world_size=n, timeout=datetime.timedelta(seconds=timeout))
@@ -162,8 +155,8 @@ def _worker(rank: int, n: int, folder: str, timeout: float) -> int:
                 raise
             except Exception as exc:  # noqa: BLE001 - named by its job, reported below
                 where = f"{job.label or f'job {i}'}: " if job.label or len(jobs) > 1 else ""
-                text = runtime._first_line(exc)
-                if runtime._is_timeout(text):  # e.g. in torch's own collective, run for comparison
+                text = runtime.first_line(exc)
+                if runtime.is_timeout(text):  # e.g. in torch's own collective, run for comparison
                     where += f"timed out after {timeout:g} s waiting for a peer (peer lost or stalled): "
                 raise runtime.ScheduleError(f"rank {rank}: {where}{type(exc).__name__}: {text}") from exc
         report(("ok", out))
@@ -177,9 +170,6 @@ def _worker(rank: int, n: int, folder: str, timeout: float) -> int:
 
 
 def _load(target: str) -> Any:
-    import importlib
-    import importlib.util
-
     where, _, name = target.rpartition(":")
     if where.endswith(".py"):
         spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(where))[0], where)
@@ -193,7 +183,8 @@ def _load(target: str) -> Any:
 def _run_job(rank: int, n: int, job: Job, timeout: float, rt: Any, torch: Any, dist: Any) -> dict:
     spec = job.spec
     dtype = getattr(torch, job.dtype)
-    from .runtime import ScheduleRunner
+
+    from .runtime import ScheduleRunner  # imports torch: loaded in the rank
 
     runner = ScheduleRunner(spec, timeout=timeout)
     data, blank = rt.make_tensors(spec, rank, job.unit, dtype, seed=job.seed)
@@ -254,239 +245,15 @@ def run_jobs(n: int, jobs: list, *, timeout: float = 60.0, deadline: float | Non
     inside a rank, ``deadline`` (seconds, default generous) the whole group; ``grace`` is how
     long the other ranks may still report after one failed (then they are stopped). A rank that
     fails, dies or stalls raises ``BackendError`` (``InputError`` for a rank's bad input) naming
-    it; every rank is stopped before this returns or raises.
-
-    Ranks are forked from a fork server that imported torch once (importing torch is most of a
-    process's start-up), or spawned where fork servers do not exist."""
-    import multiprocessing
-    import pickle
-
+    it; every rank is stopped before this returns or raises (``processes.run_group``)."""
     if n < 1:
         raise InputError(f"need at least 1 rank, got {n}")
     limit = deadline if deadline is not None else 120.0 + 10.0 * n + sum(
         timeout + 5.0 * (1 + getattr(j, "repeat", 0) + getattr(j, "warmup", 0)) for j in jobs)
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["torch", "torch.distributed", "backends.torch.runtime",
-                                    "backends.torch.harness", __name__])
-    else:
-        ctx = multiprocessing.get_context("spawn")
-    with tempfile.TemporaryDirectory(prefix="ccl-run-") as folder:
-        with open(os.path.join(folder, "jobs.pkl"), "wb") as fh:
-            pickle.dump(jobs, fh)
-        procs = []
-        try:
-            with _main_module_hidden():
-                for r in range(n):
-                    p = ctx.Process(target=_rank_main, args=(r, n, folder, timeout, os.getpid()), name=f"ccl-rank-{r}",
-                                    daemon=True)
-                    p.start()
-                    procs.append(p)
-            return _combine(jobs, _collect(procs, folder, time.monotonic() + limit, timeout, grace), n)
-        finally:
-            for p in procs:
-                if p.exitcode is None:
-                    p.kill()
-            for p in procs:
-                p.join(10)
-
-
-@contextlib.contextmanager
-def _main_module_hidden():
-    """Ranks run only this module's worker: keep multiprocessing from re-running the caller's
-    main script in them (a script without an ``if __name__ == "__main__"`` guard would start
-    its own ranks recursively)."""
-    main = sys.modules.get("__main__")
-    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
-    try:
-        if main is not None:
-            main.__dict__.pop("__file__", None)
-            main.__dict__["__spec__"] = None
-        yield
-    finally:
-        if main is not None:
-            main.__dict__.update(saved)
-            if "__file__" not in saved:
-                main.__dict__.pop("__file__", None)
-
-
-def _rank_main(rank: int, n: int, folder: str, timeout: float, launcher: int | None = None) -> None:
-    """A rank's process: its output goes to ``rank<r>.log``, not the caller's terminal."""
-    fd = os.open(os.path.join(folder, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    _die_with_launcher(launcher)
-    code = _worker(rank, n, folder, timeout)
-    os._exit(code)  # skip interpreter teardown (gloo threads)
-
-
-def _die_with_launcher(launcher: int | None) -> None:
-    """End this rank when the launcher (process ``launcher``) ends, so a launcher killed outright
-    leaves no rank running: a thread checks every half second (a fork server outlives the
-    launcher while ranks hold its pipe, so the parent's death is not the launcher's); with
-    spawned ranks, the kernel's parent-death signal too (Linux)."""
-    import signal
-    import threading
-
-    parent = os.getppid()
-    if parent == launcher:
-        try:
-            import ctypes
-
-            if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0) == 0:  # PR_SET_PDEATHSIG
-                if os.getppid() != parent:  # ended before the signal was armed
-                    os._exit(1)
-        except (OSError, AttributeError):
-            pass
-    if launcher is None:
-        return
-
-    def gone() -> bool:
-        try:
-            os.kill(launcher, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        try:
-            with open(f"/proc/{launcher}/stat") as fh:
-                return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # killed, not yet reaped
-        except (OSError, IndexError):
-            return False
-
-    def watch() -> None:
-        while not gone():
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="ccl-launcher-watch", daemon=True).start()
-
-
-def _collect(procs: list, folder: str, end: float, timeout: float = 60.0, grace: float = 3.0) -> list[list[Any]]:
-    """Every rank's list of per-job results, or ``BackendError``/``InputError`` naming the rank
-    that failed first.
-
-    Every wait inside a rank is bounded by ``timeout``, so: ``grace`` seconds after the first
-    failure the ranks still running are stopped (they wait for the failed one); ranks still
-    running ``timeout + grace`` seconds after another rank finished are stalled and stopped. The
-    error names the cause: a rank that died (exit or signal without a report) before a rank's
-    own bad input, before a stalled rank, before the others' transport errors. The error's
-    ``reports`` holds every rank's (kind, value): "ok", "input", "backend", "died" or
-    "stalled"."""
-    import pickle
-
-    n = len(procs)
-    reports: dict[int, tuple] = {}
-    when: dict[int, float] = {}
-    first_error: float | None = None
-    first_report: float | None = None
-    while len(reports) < n:
-        for r, p in enumerate(procs):
-            if r in reports or p.exitcode is None:
-                continue
-            path = os.path.join(folder, f"rank{r}.pkl")
-            if os.path.exists(path):
-                with open(path, "rb") as fh:
-                    reports[r] = pickle.load(fh)
-            else:
-                reports[r] = ("died", f"rank {r} died ({_exit_text(p.exitcode)}) without finishing"
-                              + _log_tail(folder, r))
-            now = when[r] = time.monotonic()
-            first_report = first_report or now
-            if reports[r][0] != "ok" and first_error is None:
-                first_error = now
-        now = time.monotonic()
-        if first_error is not None and now > first_error + grace:
-            break  # the others are stuck waiting for the failed rank: stop them
-        if first_report is not None and now > first_report + timeout + grace:
-            break  # every wait ends within the timeout: the ranks still running are stalled
-        if now > end:
-            missing = sorted(set(range(n)) - set(reports))
-            raise BackendError(f"the local run of {n} ranks did not finish in time; ranks {missing} were "
-                               "still running and were stopped")
-        if len(reports) < n:
-            time.sleep(0.05)
-    stalled = sorted(set(range(n)) - set(reports))
-    for r in stalled:
-        if first_error is None:
-            done = min(when, key=when.get)
-            text = (f"rank {r} stalled: it was still running {timeout + grace:g} s after rank {done} finished "
-                    f"(every wait is bounded by the {timeout:g} s timeout); stopped it")
-        else:
-            text = (f"rank {r} stalled: it did not finish or fail within {grace:g} s of the first failure; "
-                    "stopped it")
-        reports[r] = ("stalled", text)
-    if any(kind != "ok" for kind, _ in reports.values()):
-        raise _launch_error(reports, when)
-    return [reports[r][1] for r in range(n)]
-
-
-def _lost_failed_peer(message: str, failed: set[int]) -> bool:
-    """A rank's error says it lost a peer that failed too (``runtime``: "lost rank q")."""
-    import re
-
-    return any(int(q) in failed for q in re.findall(r"\blost rank (\d+)", message))
-
-
-def _is_wait(message: str) -> bool:
-    """A rank's error says it timed out waiting for a peer."""
-    return any(word in message for word in ("timed out", "Timed out", "imeout", "waited "))
-
-
-def _exit_text(code: int | None) -> str:
-    if code is not None and code < 0:
-        import signal
-
-        try:
-            return f"killed by signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
-def _launch_error(reports: dict[int, tuple], when: dict[int, float]) -> Exception:
-    """The error of a failed launch: the cause first, then what the first other rank saw. The
-    cause is a rank that died; else a rank's bad input; else, when the first failure is a
-    timeout (waiting for a peer; the ranks that lose it follow), a rank still running (stalled);
-    else the first rank to fail."""
-    def of(kind: str) -> list[tuple[int, str]]:
-        return sorted(((r, v) for r, (k, v) in reports.items() if k == kind), key=lambda x: when.get(x[0], 1e300))
-
-    died, inputs, backend, stalled = of("died"), of("input"), of("backend"), of("stalled")
-    failed = {r for r, (k, _) in reports.items() if k in ("backend", "input", "died")}
-    # a rank that lost a peer which reported a failure itself (it timed out and closed its
-    # connections) only followed, whichever of the two reported first
-    first = [x for x in backend if not _lost_failed_peer(x[1], failed)] or backend
-    waited = not first or _is_wait(first[0][1])  # the first failure was a wait: others only followed
-    if died:
-        cause, seen = died[0], inputs + backend
-    elif inputs:
-        cause, seen = inputs[0], []
-    elif stalled and waited:
-        r = stalled[0][0]
-        cause, seen = stalled[0], [x for x in backend if f"rank {r}" in x[1]] or backend
-    else:
-        cause, seen = backend[0], backend[1:]
-    message = cause[1]
-    if seen:
-        q, text = seen[0]
-        message += f"; {text}" if f"rank {q}" in text else f"; rank {q}: {text}"
-        if len(seen) > 1:
-            message += f" (and {len(seen) - 1} more rank(s) failed)"
-    error: Exception = InputError(message) if cause in inputs else BackendError(message)
-    error.reports = dict(sorted(reports.items()))  # type: ignore[attr-defined]
-    error.failed_rank = cause[0]  # type: ignore[attr-defined]
-    return error
-
-
-def _log_tail(folder: str, rank: int) -> str:
-    try:
-        with open(os.path.join(folder, f"rank{rank}.log"), "rb") as fh:
-            lines = fh.read().decode(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return f": {lines[-1]}" if lines else ""
+    per_rank = run_group(n, jobs, worker, timeout=timeout, limit=limit, grace=grace,
+                         preload=("torch", "torch.distributed", "backends.torch.runtime", "backends.torch.harness",
+                                  __name__))
+    return _combine(jobs, per_rank, n)
 
 
 def run_local(program: Program, *, size: int, ranks: int | None = None, repeat: int = 5, warmup: int = 1,
@@ -506,8 +273,6 @@ def run_local_sizes(programs: Sequence[Program], sizes: Sequence[int], *, ranks:
     """``run_local`` at several sizes in one launch of processes: ``programs[i]`` is checked
     and timed at ``sizes[i]`` (the same Program may serve several sizes), in order; one
     RunReport per size. Every Program must be for the same number of ranks."""
-    from .plain import to_plain
-
     if len(programs) != len(sizes) or not sizes:
         raise InputError(f"need one program per size, got {len(programs)} programs for {len(sizes)} sizes")
     specs: dict[int, dict] = {}  # one plain spec per distinct Program (jobs share it: pickled once)
@@ -522,13 +287,15 @@ def run_local_sizes(programs: Sequence[Program], sizes: Sequence[int], *, ranks:
                              f"{spec['n_ranks']} ranks: one launch runs one number of ranks")
     if ranks is not None and ranks != n:
         raise InputError(f"the schedule {first['name']!r} is for {n} ranks, not {ranks}")
-    from . import require_torch
 
     require_torch()
+    # torch and the modules that import it load only when a run starts (`ccl.torch` and the
+    # driver import this module without torch)
     import torch
 
     from .harness import base_slots, unit_for_size
     from .runtime import ScheduleError, reduce_op_name
+
     torch_dtype = getattr(torch, dtype, None)
     if not isinstance(torch_dtype, torch.dtype):
         raise InputError(f"unknown dtype {dtype!r} (torch dtype names: float32, bfloat16, int64, ...)")

@@ -75,7 +75,7 @@ def reduce_op_name(op: Any) -> str:
     return name
 
 
-def _reducer(name: str, dtype: torch.dtype):
+def make_reducer(name: str, dtype: torch.dtype):
     floating = dtype.is_floating_point or dtype.is_complex
     if name in ("band", "bor", "bxor") and floating:
         raise ScheduleError(f"reduction {name} needs an integer or bool dtype, not {dtype}", "input")
@@ -337,7 +337,7 @@ class ScheduleRunner:
         self._check_tensors(input, output)
         name = reduce_op_name(op)
         dtype = input.dtype
-        reducer = _reducer(name, dtype) if self.has_reduce else None
+        reducer = make_reducer(name, dtype) if self.has_reduce else None
         unit = self.unit_for(input, output)
         device = input.device if input.numel() else output.device
         signature = (unit, dtype, name)
@@ -372,7 +372,7 @@ class ScheduleRunner:
             self._broken(exc.message)
             raise
         except BaseException as exc:  # an interrupt or a local op failing mid-schedule: same state
-            self._broken(f"rank {self.rank}: {type(exc).__name__} during the schedule: {_first_line(exc)}")
+            self._broken(f"rank {self.rank}: {type(exc).__name__} during the schedule: {first_line(exc)}")
             raise
         if name == "avg":
             for j0, j1, terms in plan.reduced:
@@ -469,8 +469,8 @@ class ScheduleRunner:
             raise ScheduleError(self._work_failure(what, exc)) from None
 
     def _work_failure(self, what: str, exc: BaseException) -> str:
-        text = _first_line(exc)
-        if _is_timeout(text):
+        text = first_line(exc)
+        if is_timeout(text):
             limit = f" {self.timeout_seconds:g} s" if self.timeout_seconds is not None else ""
             return (f"rank {self.rank}: waited{limit} in {what}: a peer did not join it (it may have died, "
                     f"stalled, or be running another collective): {text}")
@@ -490,10 +490,10 @@ class ScheduleRunner:
         return f"step {step} {kind} into {slots}"
 
     def _failure(self, i: int, exc: BaseException, posting: bool = False) -> ScheduleError:
-        text = _first_line(exc)
+        text = first_line(exc)
         what = self.describe(i)
         peer = self.ops[i][5]
-        if _is_timeout(text):
+        if is_timeout(text):
             limit = f" after {self.timeout_seconds:g} s" if self.timeout_seconds is not None else ""
             return ScheduleError(f"rank {self.rank}: timed out{limit} waiting for the {what}: rank {peer} never "
                                  "sent or received it: peer lost or stalled (it may have died, hung, not called "
@@ -505,7 +505,7 @@ class ScheduleRunner:
         return ScheduleError(f"rank {self.rank}: {verb} the {what} failed: {text}")
 
 
-def _is_timeout(text: str) -> bool:
+def is_timeout(text: str) -> bool:
     return "imed out" in text or "imeout" in text
 
 
@@ -520,7 +520,7 @@ def _bytes_text(n: int) -> str:
     return f"{n} B"
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     line = text[0] if text else type(exc).__name__
     if line.startswith("[") and "] " in line:  # drop the transport's source-file prefix

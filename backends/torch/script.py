@@ -34,7 +34,7 @@ from .harness import (
     timed,
     unit_for_size,
 )
-from .runtime import REDUCE_OPS, ScheduleError, ScheduleRunner, _first_line, reduce_op_name
+from .runtime import REDUCE_OPS, ScheduleError, ScheduleRunner, first_line, reduce_op_name
 
 # --- end script imports
 
@@ -103,7 +103,7 @@ def _main(spec: dict, argv: list[str] | None) -> int:
     try:
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout))
     except (RuntimeError, ValueError, _Stopped) as exc:
-        _error(rank, f"could not join the process group: {_first_line(exc)}")
+        _error(rank, f"could not join the process group: {first_line(exc)}")
         return EXIT_BACKEND
     try:
         return _run(spec, args, dtype, device, backend)
@@ -111,7 +111,7 @@ def _main(spec: dict, argv: list[str] | None) -> int:
         _error(rank, exc.message)
         return EXIT_BAD_INPUT if exc.kind == "input" else EXIT_BACKEND
     except RuntimeError as exc:  # torch's own collectives (check, timing): a timeout or a lost peer
-        _error(rank, f"{type(exc).__name__}: {_first_line(exc)} (a peer died or stalled, or --timeout "
+        _error(rank, f"{type(exc).__name__}: {first_line(exc)} (a peer died or stalled, or --timeout "
                      f"{args.timeout:g} s is too short)")
         return EXIT_BACKEND
     except _Stopped:
@@ -136,7 +136,7 @@ def _stop_on_sigterm() -> None:
     the rank has said why it ends (``_error``) or is done (``main``), a SIGTERM (torchrun
     stopping the job, maybe while the group is torn down or the interpreter shuts down) ends the
     process at once with the code decided, with no traceback from whatever it interrupts."""
-    import signal
+    import signal  # here, not at the top: the scripts this file is copied into keep a fixed set of imports
 
     def stop(_signum: int, _frame: object) -> None:
         code = _QUIET_EXIT[0]

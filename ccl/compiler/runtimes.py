@@ -18,8 +18,8 @@ import os
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from backends.torch import launch
 from backends.torch.codegen import emit_script
-from backends.torch.launch import run_local_sizes as launch
 
 from ..core.algorithm import Algorithm
 from ..core.errors import InputError
@@ -150,7 +150,7 @@ def run_local_sizes(schedule: Any, *, sizes: Sequence[int | str], channels: int 
             _check_whole(program, size, options.get("dtype", "float32"))
     _check_memory(chosen, sizes, options.get("dtype", "float32"))
 
-    reports = launch(chosen, sizes, **options)
+    reports = launch.run_local_sizes(chosen, sizes, **options)
     return [SizeRun(size, entry, report) for size, entry, report in zip(sizes, entries, reports)]
 
 

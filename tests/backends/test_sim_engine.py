@@ -47,7 +47,7 @@ def force(m: pytest.MonkeyPatch, loop: str) -> None:
 
 def agree(program, size: float, loops, monkeypatch, **options) -> None:
     """The loops give the same times, message by message and op by op (fluid flows finish on
-    one time grid, ``engine.on_grid``, so exact ties break alike in every loop)."""
+    one time grid, ``shares.on_grid``, so exact ties break alike in every loop)."""
     runs = {}
     for loop in loops:
         with monkeypatch.context() as m:
@@ -203,7 +203,7 @@ def test_vectorized_fair_share_matches_reference(seed: int) -> None:
     (lanes of mixed rates under overlapping limits, ties included)."""
     import random
 
-    from backends.sim.engine import FairShare, Resource
+    from backends.sim.shares import FairShare, Resource
 
     rng = random.Random(seed)
     n_limits = rng.randint(0, 6)

@@ -344,7 +344,7 @@ def test_ccl_run_killed_outright_leaves_no_rank_running(tmp_path) -> None:
 def test_the_launcher_blames_the_cause() -> None:
     """Which rank a failed launch names: one that died, else bad input, else (every failure a
     timeout) the stalled one, else the first to fail."""
-    from backends.torch.launch import _launch_error
+    from backends.torch.processes import _launch_error
 
     timeout = "rank 0: timed out after 2 s waiting for the step 1 receive (4 B) from rank 2 (tag 1): ..."
     lost = "rank 1: lost rank 2 during the step 0 send (4 B) to rank 2 (tag 0): Connection reset by peer"
