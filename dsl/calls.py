@@ -8,14 +8,14 @@ from typing import Any
 
 from ccl.core.errors import DslError, Span
 
-from .evaluate import Evaluator
+from .algorithm import build_algorithm
+from .evaluate import Evaluator, relocate
+from .topology import BoundFabric, build_topology, topology_name
 from .values import CollectiveSpec, Definition, show
 
 
 def invoke(ev: Evaluator, definition: Definition, args: tuple, kwargs: dict[str, tuple[Any, Span]],
            span: Span) -> Any:
-    from .topology import BoundFabric, build_topology, relocate, topology_name
-
     where = f"{definition.kind} {definition.name}"
     ev.enter(span)
     try:
@@ -32,8 +32,6 @@ def invoke(ev: Evaluator, definition: Definition, args: tuple, kwargs: dict[str,
         if definition.kind == "topology":
             result = build_topology(ev, definition, scope, values, span)
         elif definition.kind == "algorithm":
-            from .algorithm import build_algorithm
-
             result = build_algorithm(ev, definition, scope, values, span)
         else:  # pragma: no cover - every kind is handled above
             raise DslError(f"cannot call {where}", span)

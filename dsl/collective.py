@@ -17,7 +17,7 @@ from ccl.core.collective import ROOTED_KINDS, Collective, builtin, custom
 from ccl.core.errors import CollectiveError, DslError, Span
 
 from . import ast
-from .evaluate import Evaluator, Scope, describe, require_int
+from .evaluate import Evaluator, Scope, describe, relocate, require_int
 from .values import SIZE, BuiltinCollective, CollectiveSpec, Definition, Quantity, show
 
 OPTIONS = ("root", "chunks", "size")
@@ -84,8 +84,6 @@ def instantiate(ev: Evaluator, spec: CollectiveSpec, n_ranks: int, span: Span, *
         ev.run(definition.node.body, builder, scope)
         coll = builder.build(definition.node.span)
     except DslError as exc:
-        from .topology import relocate
-
         raise relocate(exc, f"collective {definition.name}", span) from None
     finally:
         ev.leave()

@@ -151,10 +151,19 @@ VERBS = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide", "//": "flo
          "**": "raise to a power", "|": "or bits of", "^": "xor", "&": "and bits of", "<<": "shift", ">>": "shift"}
 
 
+# What calling a definition does (``calls.invoke``: build a topology or an algorithm, bind a
+# collective or a fabric) and what calling a built-in collective does (``collective.builtin_spec``):
+# the loader passes them in, since the builders themselves evaluate through an Evaluator.
+Invoke = Callable[["Evaluator", Definition, tuple, dict, Span], Any]
+BuiltinCall = Callable[[str, tuple, dict, Any], Any]
+
+
 class Evaluator:
     """Evaluates expressions and runs blocks. One per loaded program (it owns the budget)."""
 
-    def __init__(self, max_steps: int | None = None) -> None:
+    def __init__(self, max_steps: int | None = None, *, invoke: Invoke, builtin_collective: BuiltinCall) -> None:
+        self._invoke = invoke
+        self._builtin_collective = builtin_collective
         if max_steps is None:
             max_steps = limits.DSL_WORK.value
         self.max_steps = max_steps
@@ -469,18 +478,14 @@ class Evaluator:
                 self.check_string(result, node.span)
             return result
         if isinstance(func, BuiltinCollective):
-            from .collective import builtin_spec
-
-            return builtin_spec(func.kind, args, kwargs, node)
+            return self._builtin_collective(func.kind, args, kwargs, node)
         if isinstance(func, Definition):
             return self.invoke(func, args, kwargs, node.span)
         raise DslError(f"{describe(func)} cannot be called", node.span)
 
     def invoke(self, definition: Definition, args: tuple, kwargs: dict[str, tuple[Any, Span]], span: Span) -> Any:
         """Call a definition: topologies and algorithms are built, collectives and fabrics bound."""
-        from .calls import invoke
-
-        return invoke(self, definition, args, kwargs, span)
+        return self._invoke(self, definition, args, kwargs, span)
 
     def bind(self, definition: Definition, args: tuple, kwargs: dict[str, tuple[Any, Span]],
              span: Span) -> tuple[Scope, tuple]:
@@ -588,3 +593,11 @@ class Evaluator:
         if not ok:
             message = self.eval(stmt.message, scope)
             raise DslError(message if isinstance(message, str) else show(message), stmt.span)
+
+
+def relocate(exc: DslError, where: str, span: Span) -> DslError:
+    """An error raised inside a definition from another file is reported at the call, naming
+    where it was raised, so users see their own line first."""
+    if exc.span is None or exc.span.file == span.file:
+        return exc
+    return DslError(f"{exc.message} (raised in {where} at {exc.span})", span)

@@ -25,8 +25,10 @@ from ccl.core.topology import Topology
 from . import ast
 from .algorithm import HandWritten
 from .builtins import builtin_names
+from .calls import invoke
+from .collective import builtin_spec
 from .evaluate import PLACES, Evaluator, Scope, describe, suggest
-from .parser import parse
+from .parser import parse, parse_expression
 from .request import LoweredRequest, lower_request
 from .topology import make_link_class
 from .values import Definition, ModuleValue
@@ -90,8 +92,6 @@ class Module:
     def evaluate(self, expression: str) -> Any:
         """Evaluate an expression of the language in this file's scope:
         ``module.evaluate("ring(8, bandwidth = 50 GB/s)")`` returns a Topology."""
-        from .parser import parse_expression
-
         def run() -> Any:
             expr = parse_expression(expression, "<expression>")
             return self.loader.evaluator.eval(expr, Scope(self.scope))
@@ -186,7 +186,7 @@ class Loader:
     to render errors."""
 
     def __init__(self, max_steps: int | None = None) -> None:
-        self.evaluator = Evaluator(max_steps)
+        self.evaluator = Evaluator(max_steps, invoke=invoke, builtin_collective=builtin_spec)
         self.modules: dict[str, Module] = {}
         self.sources: dict[str, str] = {}
         self.loading: list[tuple[str, str]] = []  # (key, display) of files being loaded

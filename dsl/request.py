@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ccl.core.errors import DslError, InputError, Span
+from ccl.core.groups import parse_groups
 from ccl.core.problem import SWITCH_POLICIES, Problem, Request, Sketch
 
 from . import ast
@@ -188,8 +189,6 @@ def lower_request(ev: Evaluator, stmt: ast.Synthesize, scope: Scope) -> LoweredR
 def _groups(value: Any, topo: Any, span: Span) -> str:
     """``groups "dp"`` (tp, dp, blocks:K, stride:K, "0-3;4-7") or ``groups [[0, 1], [2, 3]]``:
     the spec text, checked against the topology."""
-    from ccl.core.groups import parse_groups
-
     if isinstance(value, tuple) and all(isinstance(g, tuple) for g in value):
         text = ";".join(",".join(str(require_int(r, "a rank", span, least=0)) for r in g) for g in value)
     elif isinstance(value, str):

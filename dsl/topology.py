@@ -20,7 +20,7 @@ from ccl.core.errors import DslError, Span, TopologyError
 from ccl.core.topology import Link, SharedLimit, Switch, Topology
 
 from . import ast
-from .evaluate import Evaluator, Scope, describe, require_int, require_str, suggest
+from .evaluate import Evaluator, Scope, describe, relocate, require_int, require_str, suggest
 from .values import BANDWIDTH, TIME, Definition, LinkClass, NicSpec, Quantity, show, show_item
 
 Key = int | str  # a rank number or a switch name
@@ -462,14 +462,6 @@ def _fabric_by_name(name: str, scope: Scope, span: Span) -> Definition:
 
 def _vertex(k: Key) -> str:
     return str(k) if isinstance(k, int) else k
-
-
-def relocate(exc: DslError, where: str, span: Span) -> DslError:
-    """An error raised inside a definition from another file is reported at the call, naming
-    where it was raised, so users see their own line first."""
-    if exc.span is None or exc.span.file == span.file:
-        return exc
-    return DslError(f"{exc.message} (raised in {where} at {exc.span})", span)
 
 
 def eval_topology(ev: Evaluator, expr: ast.Expr, scope: Scope, what: str) -> Topology:
