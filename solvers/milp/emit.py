@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from ccl.core.algorithm import Transfer
 
+from .commodities import Commodity
 from .ordering import Plan
-from .routing import Commodity
 
 SlotOf = Callable[[Commodity, int], tuple[str, int]]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from .routing import Routes
+from .commodities import Routes
 
 
 @dataclass

@@ -23,58 +23,16 @@ from) are the routes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ccl.core import interrupt
 from ccl.core.collector import gc_paused
 from ccl.core.errors import InfeasibleError
 
+from .commodities import Commodity, Routes, representatives, rotate
 from .logical import LogicalTopology
 from .lp import OutOfTime, Solved, new_var, not_solved, progress, solve, tick
+from .ordering import list_schedule
 
 EPSILON = 1e-3  # price of link time in the objective, relative to the makespan
-
-
-@dataclass(frozen=True)
-class Commodity:
-    id: int
-    source: int
-    dests: tuple[int, ...]
-    piece: int
-
-
-def commodities(kind: str, n: int, pieces: int, root: int = 0) -> list[Commodity]:
-    """Allgather-like (every rank's pieces to every other rank), broadcast (the root's pieces to
-    everyone) or alltoall (each (source, destination) pair's pieces)."""
-    out: list[Commodity] = []
-    if kind == "allgather":
-        for q in range(n):
-            others = tuple(r for r in range(n) if r != q)
-            for p in range(pieces):
-                out.append(Commodity(len(out), q, others, p))
-    elif kind == "broadcast":
-        others = tuple(r for r in range(n) if r != root)
-        for p in range(pieces):
-            out.append(Commodity(len(out), root, others, p))
-    elif kind == "alltoall":
-        for s in range(n):
-            for d in range(n):
-                if d == s:
-                    continue
-                for p in range(pieces):
-                    out.append(Commodity(len(out), s, (d,), p))
-    else:
-        raise ValueError(kind)
-    return out
-
-
-class Routes:
-    """The tree of every commodity: ``links[c]`` are the logical link indices it uses."""
-
-    def __init__(self, logical: LogicalTopology, items: list[Commodity], links: dict[int, list[int]]) -> None:
-        self.logical = logical
-        self.commodities = items
-        self.links = links
 
 
 def _allowed(logical: LogicalTopology, c: Commodity, dist_from: list[int], dist_to: dict[int, list[int]],
@@ -111,36 +69,6 @@ def allowed_links(logical: LogicalTopology, reps: list[Commodity], budget: int, 
 
 
 MAX_ROUTING_BINARIES = 25_000  # above this, slack 0 keeps the routing model small
-
-
-def _representatives(logical: LogicalTopology, items: list[Commodity]) -> tuple[list[Commodity], int, dict]:
-    """Commodities that get variables, the number of rotations, and the map
-    (source, dests, piece) -> commodity for expanding rotated copies."""
-    key = {(c.source, c.dests, c.piece): c for c in items}
-    k = logical.rotation
-    if k is None:
-        return items, 1, key
-    n = logical.n
-    reps = [c for c in items if c.source < k]
-    rotations = n // k
-    # the rotations of the representatives must be exactly the commodities (a broadcast's
-    # single root, for one, is not symmetric)
-    seen = set()
-    for c in reps:
-        for a in range(rotations):
-            dests = tuple(sorted((d + a * k) % n for d in c.dests))
-            image = ((c.source + a * k) % n, dests, c.piece)
-            if image not in key or image in seen:
-                return items, 1, key
-            seen.add(image)
-    if len(seen) != len(items):
-        return items, 1, key
-    return reps, n // k, key
-
-
-def rotate(c: Commodity, a: int, k: int, n: int, key: dict) -> Commodity:
-    dests = tuple(sorted((d + a * k) % n for d in c.dests))
-    return key[((c.source + a * k) % n, dests, c.piece)]
 
 
 def _slot_time(logical: LogicalTopology, allowed: list[int]) -> dict[int, float]:
@@ -265,7 +193,7 @@ def route(logical: LogicalTopology, items: list[Commodity], backend: str, time_l
 
     deadline = time.monotonic() + time_limit
     n = logical.n
-    reps, rotations, key = _representatives(logical, items)
+    reps, rotations, key = representatives(logical, items)
     k = logical.rotation or n
     allowed = allowed_links(logical, reps, MAX_ROUTING_BINARIES)
     def expand(trees: dict[int, list[int]]) -> Routes:
@@ -403,8 +331,6 @@ def _hops_from_source(logical: LogicalTopology, tree: set[int], source: int, v: 
 def heuristic_candidates(logical: LogicalTopology, reps: list[Commodity], allowed: dict[int, list[int]], expand):
     """(name, trees, routes, planned makespan) of the heuristics: least-latency trees and, on
     multi-node topologies, trees that cross into each node once."""
-    from .ordering import list_schedule
-
     candidates = [("least-latency trees", {c.id: heuristic_tree(logical, c, allowed[c.id]) for c in reps})]
     if logical.topology.n_nodes > 1 and any(len(c.dests) > 1 for c in reps):
         entry_load: dict[int, int] = {}

@@ -13,8 +13,8 @@ from __future__ import annotations
 from ccl.core.errors import InfeasibleError, InputError
 from ccl.core.problem import Problem, Request
 
+from .commodities import Commodity, Routes
 from .logical import LogicalTopology
-from .routing import Commodity, Routes
 
 TEMPLATES = {
     "allgather": ("hierarchical", "ring", "recursive-doubling", "direct"),

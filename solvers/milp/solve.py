@@ -29,12 +29,13 @@ from ccl.core.judge import CostJudge
 from ccl.core.problem import Problem, Request
 
 from ..builders.common import collective_for, pieces
+from .commodities import Commodity, Routes, commodities
 from .contiguity import merge
 from .emit import Batch, emit, reverse, scratch_slots
 from .logical import LogicalTopology, default_sketch
 from .lp import BACKENDS, Solved, progress
 from .ordering import Plan, build_hops, list_schedule
-from .routing import Commodity, Routes, commodities, route
+from .routing import route
 from .seeds import template_routes
 
 KINDS = ("allgather", "alltoall", "reducescatter", "allreduce", "broadcast")

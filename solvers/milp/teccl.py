@@ -30,17 +30,11 @@ import math
 from ccl.core import interrupt
 from ccl.core.collector import gc_paused
 
+from .commodities import Commodity, Routes, representatives, rotate
 from .logical import LogicalTopology
 from .lp import OutOfTime, Solved, long_sum, new_var, not_solved, progress, solve, tick
-from .routing import (
-    Commodity,
-    Routes,
-    _prune,
-    _representatives,
-    allowed_links,
-    heuristic_tree,
-    rotate,
-)
+from .ordering import list_schedule
+from .routing import _prune, allowed_links, heuristic_tree
 
 MAX_EPOCHS = 40
 MAX_VARIABLES = 120_000  # send variables per model; beyond it the shortest paths alone are used
@@ -62,7 +56,7 @@ def route_time_expanded(logical: LogicalTopology, items: list[Commodity], backen
 
     deadline = time.monotonic() + time_limit  # everything below, the model building included
     n = logical.n
-    reps, rotations, key = _representatives(logical, items)
+    reps, rotations, key = representatives(logical, items)
     k_rot = logical.rotation or n
     allowed = allowed_links(logical, reps, MAX_VARIABLES, per_link=TARGET_EPOCHS)
     heuristic = {c.id: heuristic_tree(logical, c, allowed[c.id]) for c in reps}
@@ -133,8 +127,6 @@ def _expand(logical, items, reps, rotations, k_rot, key, trees) -> Routes:
 
 
 def _estimate(logical, items, reps, rotations, k_rot, key, trees) -> float:
-    from .ordering import list_schedule
-
     return list_schedule(_expand(logical, items, reps, rotations, k_rot, key, trees)).makespan
 
 

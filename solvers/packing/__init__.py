@@ -45,8 +45,9 @@ from ccl.core.judge import CostJudge
 from ccl.core.problem import Problem
 
 from . import routes
+from .phases import Packing
 from .plan import KINDS as TREE_KINDS
-from .plan import Packing, plan, plans
+from .plan import plan, plans
 from .schedule import Shape
 from .slots import slot_count
 from .solve import Budget, synthesize_routes, synthesize_trees

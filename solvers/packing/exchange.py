@@ -20,6 +20,7 @@ from ccl.core.problem import Problem
 from ccl.core.topology import Topology
 
 from ..builders.common import builder
+from .stages import slot_runs
 from .trees import Tree
 
 
@@ -68,12 +69,10 @@ def build(problem: Problem, trees: list[Tree], slots: int, stages: list[int]) ->
     Coalesced (``solvers.builders.coalesce``): a co-root serves the parts of every node, whose slots are
     not consecutive, and would otherwise pay a message's latency for each (dgx-h100:2 at
     64 KiB: 4.4 us coalesced, 6.9 not)."""
-    from .schedule import _runs
-
     topology = problem.topology
     n, C = topology.n_ranks, slots
     b, _ = builder(problem, n * C, "packing", "packing")
-    runs = _runs(list(enumerate(stages)))  # (first slot, count, stage) of consecutive slots
+    runs = slot_runs(list(enumerate(stages)))  # (first slot, count, stage) of consecutive slots
     for t in trees:
         q = t.root
         depth = t.depth()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import heapq
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from fractions import Fraction
 
 from ccl.core.errors import CollectiveError, InfeasibleError
@@ -13,7 +12,9 @@ from ccl.core.topology import Topology
 
 from ..bounds.cuts import max_cut_ratio
 from ..builders.symmetry import rank_orbits
+from . import exchange
 from .flows import Capacities, FlowGraph, capacities
+from .phases import Packing, Phase
 from .split import remove_switches
 from .stitch import (
     TWO_HOP,
@@ -27,68 +28,9 @@ from .stitch import (
 from .torus import torus_trees
 from .torus_rooted import rooted_torus_trees
 from .trees import Tree, merge_equal, pack_shallow, pack_trees
+from .twohop import two_hop_phase
 
 KINDS = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce")
-
-
-@dataclass(frozen=True)
-class Phase:
-    """Trees of one direction. ``reverse``: the trees are out-trees of the reversed graph (data
-    flows from the leaves to the root). ``optimal`` and ``achieved``: microseconds per byte of
-    one part (allgather-like) or of the buffer (rooted), the bound's and the trees'."""
-
-    reverse: bool
-    trees: tuple[Tree, ...]
-    optimal: float
-    achieved: float
-    exact: bool
-    construction: str = "packed"  # or "stitched": one node's packing and rail stars
-    turns: int = 1  # trees per part a schedule takes in turn, stage by stage (``stitch.rail_chains``)
-
-    def trees_per_root(self) -> int:
-        count: dict[int, int] = {}
-        for t in self.trees:
-            count[t.root] = count.get(t.root, 0) + 1
-        return max(count.values(), default=0)
-
-    def by_root(self) -> dict[int, list[Tree]]:
-        out: dict[int, list[Tree]] = {}
-        for t in self.trees:
-            out.setdefault(t.root, []).append(t)
-        return out
-
-
-@dataclass(frozen=True)
-class Packing:
-    kind: str
-    n_ranks: int
-    root: int | None
-    down: Phase | None  # allgather, broadcast, allreduce's second half
-    up: Phase | None  # reducescatter, reduce, allreduce's first half
-    exchange: bool = False  # allreduce: node trees and an exchange between co-roots (``exchange``)
-
-    def phases(self) -> list[Phase]:
-        return [p for p in (self.up, self.down) if p is not None]
-
-    def trees_per_root(self) -> int:
-        return max(p.trees_per_root() for p in self.phases())
-
-    def details(self) -> dict:
-        out: dict = {"trees": sum(len(p.trees) for p in self.phases()), "trees_per_root": self.trees_per_root()}
-        for name, p in (("reduce_phase", self.up), ("broadcast_phase", self.down)):
-            if p is None:
-                continue
-            depth = max((max(t.depth().values()) for t in p.trees), default=0)
-            out[name] = {
-                "trees": len(p.trees),
-                "max_depth": depth,
-                "optimal_us_per_MB": round(p.optimal * 1e6, 6),
-                "achieved_us_per_MB": round(p.achieved * 1e6, 6),
-                "meets_bound": p.achieved <= p.optimal * (1 + 1e-9),
-                "exact_capacities": p.exact,
-                "construction": p.construction,
-            }
-        return out
 
 
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -171,8 +113,6 @@ def plans(topology: Topology, kind: str, root: int | None,
     out.sort(key=lambda p: sum(ph.achieved for ph in p.phases()))  # stable: stitched first on a tie
     best = out[0]
     if not all(_meets(ph) and _depth(ph) <= 2 for ph in best.phases()):
-        from .twohop import two_hop_phase
-
         roots = [r] if rooted else list(range(topology.n_ranks))
         ref = {ph.reverse: ph for ph in best.phases()}
         phases = {rev: two_hop_phase(topology, rev, roots, ref[rev].optimal, ref[rev].exact) for rev in ref}
@@ -202,8 +142,6 @@ def _exchange(topology: Topology, reference: Packing) -> Packing | None:
     """The allreduce by exchange between co-roots (``exchange``) over the node's fewest-hop
     trees, on two or more identical nodes whose trees can be walked both ways; its rates
     measured on the physical links (the first phase with the exchange)."""
-    from . import exchange
-
     node = node_topology(topology)
     if node is None or node.n_ranks < 2:
         return None

@@ -41,7 +41,7 @@ from ccl.core.topology import Topology
 from ..bounds.cuts import max_cut_ratio
 from ..builders.common import builder
 from .flows import INT32, capacities
-from .schedule import _runs, _shares, _stages, _up_stages
+from .stages import down_stages, slot_runs, slot_shares, up_stages
 from .stitch import busiest_time
 
 KINDS = ("gather", "scatter")
@@ -208,7 +208,7 @@ def build(problem: Problem, routing: Routing, slots: int, stages: int, taper: fl
     root = routing.root
     gather = routing.kind == "gather"
     b, _ = builder(problem, C, "packing", "packing")
-    shape = _up_stages if gather else _stages
+    shape = up_stages if gather else down_stages
 
     def loc(rank: int, piece: int, j: int) -> tuple[str, int]:
         if gather:
@@ -222,12 +222,12 @@ def build(problem: Problem, routing: Routing, slots: int, stages: int, taper: fl
     longest = max(len(r.hops) - 1 for r in routing.routes)
     for piece, routes in sorted(routing.by_piece().items()):
         offset = 0
-        for route, share in zip(routes, _shares(routes, C)):  # type: ignore[arg-type]
+        for route, share in zip(routes, slot_shares(routes, C)):  # type: ignore[arg-type]
             offsets = list(range(offset, offset + share))
             offset += share
             if not offsets:
                 continue
-            for j, count, g in _runs(list(zip(offsets, shape(len(offsets), stages, taper)))):
+            for j, count, g in slot_runs(list(zip(offsets, shape(len(offsets), stages, taper)))):
                 # scatter: every route ends with the longest (the time reverse of gather's
                 # start together), so the root serves the relayed pieces first
                 first = g if gather else g + longest - (len(route.hops) - 1)

@@ -30,19 +30,10 @@ from ccl.core.algorithm import Algorithm
 from ccl.core.problem import Problem
 
 from ..builders.common import builder
-from .plan import Packing, Phase
+from .exchange import build as exchange_build
+from .phases import Packing, Phase
+from .stages import down_stages, slot_runs, slot_shares, up_stages
 from .trees import Tree
-
-
-def _shares(trees: list[Tree], slots: int, weights: list[float] | None = None) -> list[int]:
-    weights = [t.weight for t in trees] if weights is None else weights
-    total = sum(weights)
-    exact = [w * slots / total for w in weights]
-    out = [int(x) for x in exact]
-    order = sorted(range(len(trees)), key=lambda i: (-(exact[i] - out[i]), i))
-    for i in order[: slots - sum(out)]:
-        out[i] += 1
-    return out
 
 
 def _assign(phase: Phase, slots: int, own: float = 1.0,
@@ -55,7 +46,7 @@ def _assign(phase: Phase, slots: int, own: float = 1.0,
         weights = [t.weight * (own if own != 1.0 and node_of and remote(t, node_of) else 1)
                    for t in trees]
         offset = 0
-        for tree, share in zip(trees, _shares(trees, slots, weights)):
+        for tree, share in zip(trees, slot_shares(trees, slots, weights)):
             if share:
                 out.setdefault(root, []).append((tree, list(range(offset, offset + share))))
             offset += share
@@ -67,58 +58,6 @@ def remote(tree: Tree, node_of: tuple[int, ...]) -> bool:
     rail constructions, sent down the root's own rail and back: its path is the longest)."""
     children = [v for v, p in tree.parent.items() if p == tree.root]
     return bool(children) and all(node_of[v] != node_of[tree.root] for v in children)
-
-
-RAMPS = ((), (0.25, 0.5), (1 / 3, 0.5, 0.75))  # a ramped pipeline's first (and last) stages, as
-# fractions of a full one, by ``Shape.ramp``: 1, steep (each stage twice the one before); 2,
-# gentle (1.5 times: where the ranks before and after the bottleneck are only a little faster
-# than it, dgx-h100:2 broadcast at 64 MiB, 211.6 us at 9 stages against 219.0 steep at 12)
-
-
-def ramp_fits(ramp: int, stages: int) -> bool:
-    """Whether ``stages`` stages take the ramp: its stages at each end and a full one between
-    (fewer are left uniform)."""
-    return stages >= 2 * len(RAMPS[int(ramp)]) + 1
-
-
-def _stages(share: int, stages: int, taper: float = 1.0, ramp: int = 0) -> list[int]:
-    """The pipeline stage of each of the ``share`` slots a tree carries. With ``taper`` < 1 the
-    stages shrink geometrically (each ``taper`` times the one before), so the last piece, whose
-    trip down the tree after the bottleneck is the pipeline's tail, is small while the stage
-    count (and so the per-message latency paid) stays low. With ``ramp`` (1 or 2, and at least
-    twice its stages plus one) the first and the last stages are the fractions ``RAMPS[ramp]``
-    of a full one: the first piece, which every relay waits for before it can send, is small,
-    and so is the last, which the ranks after the bottleneck pass on after it."""
-    s = min(stages, share)
-    ramps = RAMPS[int(ramp)]
-    ramped = bool(ramps) and ramp_fits(ramp, s)
-    if (taper >= 1.0 and not ramped) or s < 2:
-        return [i * s // share for i in range(share)]
-    weights = [taper**k for k in range(s)]
-    if ramped:
-        for k, f in enumerate(ramps):
-            weights[k] *= f
-            weights[s - 1 - k] *= f
-    total = sum(weights) if ramped else (1 - taper**s) / (1 - taper)
-    out: list[int] = []
-    acc = 0.0
-    for k in range(s):
-        acc += weights[k]
-        # the first k + 1 stages take round(share * acc / total) slots, at least one per stage
-        end = share if k == s - 1 else max(k + 1, min(share - (s - k - 1), round(share * acc / total)))
-        out.extend([k] * (end - len(out)))
-    return out
-
-
-def _up_stages(share: int, stages: int, taper: float = 1.0, ramp: int = 0) -> list[int]:
-    """Stages up a tree: tapered ones grow instead of shrinking (the time reverse of a
-    broadcast's), so the first piece, whose climb to the bottleneck is the pipeline's fill,
-    is the small one (a ramp is its own reverse)."""
-    down = _stages(share, stages, taper, ramp)
-    if taper >= 1.0:
-        return down
-    last = down[-1]
-    return [last - k for k in reversed(down)]
 
 
 class Shape(NamedTuple):
@@ -139,7 +78,7 @@ class Shape(NamedTuple):
     1.035x the bound with, 1.16x without). Not with an allreduce's pieces going down as their
     sums complete (the leaves' one message would wait for the last sum). ``ramp``: the first
     and last stages smaller, 1 steeply (a quarter and a half of a full one), 2 gently (a
-    third, a half and three quarters; ``RAMPS``, ``_stages``). ``own``
+    third, a half and three quarters; ``RAMPS``, ``down_stages``). ``own``
     (broadcast, reduce): the share of the trees whose root sends only to other nodes
     (``remote``: the root's own part of the rail constructions, whose path down the root's rail
     and back over the others is the longest) relative to their multiplicity, the rest spread
@@ -172,10 +111,8 @@ def build(problem: Problem, packing: Packing, slots: int, shape: Shape) -> Algor
     n = problem.topology.n_ranks
     C = slots
     if packing.exchange:
-        from .exchange import build as exchange_build
-
         assert packing.down is not None
-        return exchange_build(problem, list(packing.down.trees), C, _stages(C, shape.stages, shape.taper, shape.ramp))
+        return exchange_build(problem, list(packing.down.trees), C, down_stages(C, shape.stages, shape.taper, shape.ramp))
     if kind == "allgather":
         b, _ = builder(problem, C, "packing", "packing")
         _down(b, packing.down, C, shape, n, lambda r, q, j: ("output", q * C + j), {})
@@ -208,18 +145,6 @@ def build(problem: Problem, packing: Packing, slots: int, shape: Shape) -> Algor
     return b.build(coalesce=shape.coalesce)
 
 
-def _runs(starts: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
-    """(slot, start step) pairs in slot order -> (first slot, count, start) runs of
-    consecutive slots that start together (one transfer per run and tree arc)."""
-    out: list[list[int]] = []
-    for j, st in starts:
-        if out and out[-1][0] + out[-1][1] == j and out[-1][2] == st:
-            out[-1][1] += 1
-        else:
-            out.append([j, 1, st])
-    return [(a, b, c) for a, b, c in out]
-
-
 def _down(b, phase: Phase, C: int, shape: Shape, n: int, loc, ready: dict[tuple[int, int], int],
           offset: int = 0, node_of: tuple[int, ...] | None = None) -> None:
     """Copy every slot down its tree; slot j of root q may leave the root at step
@@ -229,7 +154,7 @@ def _down(b, phase: Phase, C: int, shape: Shape, n: int, loc, ready: dict[tuple[
     if phase.turns > 1 and not ready:
         for q, group, depths, stream, stage, _ in _turns(phase, C, shape, node_of):
             for tree, depth, mine in zip(group, depths, _taken(stream, stage, len(group))):
-                for j, count, start in _runs(mine):
+                for j, count, start in slot_runs(mine):
                     for v in tree.order[1:]:
                         par = tree.parent[v]
                         b.move_run(offset + start + depth[v] - 1, par, loc(par, q, j), v, loc(v, q, j), count, "copy")
@@ -237,7 +162,7 @@ def _down(b, phase: Phase, C: int, shape: Shape, n: int, loc, ready: dict[tuple[
     for q, carried in _assign(phase, C, shape.own, node_of).items():
         for tree, offsets in carried:
             depth = tree.depth()
-            base = _stages(len(offsets), shape.stages, shape.taper, shape.ramp)
+            base = down_stages(len(offsets), shape.stages, shape.taper, shape.ramp)
             leaves = root_leaves(tree) if shape.lead and not ready else set()
             for top, members in _groups(tree, shape.stagger and not ready):
                 if ready:
@@ -245,11 +170,11 @@ def _down(b, phase: Phase, C: int, shape: Shape, n: int, loc, ready: dict[tuple[
                 else:
                     starts = list(zip(offsets, _shift(base, _phase(shape, q, top, n))))
                 inner = [v for v in members if v not in leaves]
-                for j, count, start in _runs(starts):
+                for j, count, start in slot_runs(starts):
                     for v in inner:
                         par = tree.parent[v]
                         b.move_run(offset + start + depth[v] - 1, par, loc(par, q, j), v, loc(v, q, j), count, "copy")
-            for j, count, _ in _runs([(j, 0) for j in offsets]) if leaves else ():
+            for j, count, _ in slot_runs([(j, 0) for j in offsets]) if leaves else ():
                 for v in sorted(leaves):
                     b.move_run(offset, tree.root, loc(tree.root, q, j), v, loc(v, q, j), count, "copy")
 
@@ -273,7 +198,7 @@ def _up(b, phase: Phase, C: int, shape: Shape, n: int, loc, lead: bool | None = 
         for q, group, depths, stream, stage, lag in _turns(phase, C, shape, node_of, up=True):
             D = max(max(d.values()) for d in depths)
             for tree, depth, mine in zip(group, depths, _taken(stream, stage, len(group))):
-                for j, count, g in _runs(mine):
+                for j, count, g in slot_runs(mine):
                     for v in tree.order[1:]:
                         b.move_run(g + D - depth[v] + lag, v, loc(v, q, j), tree.parent[v], loc(tree.parent[v], q, j),
                                    count, "reduce")
@@ -285,12 +210,12 @@ def _up(b, phase: Phase, C: int, shape: Shape, n: int, loc, lead: bool | None = 
         deepest = max(max(d.values()) for d in depths)
         for (tree, offsets), depth in zip(carried, depths):
             D = deepest if aligned else max(depth.values())
-            base = _up_stages(len(offsets), shape.stages, shape.taper, shape.ramp)
+            base = up_stages(len(offsets), shape.stages, shape.taper, shape.ramp)
             leaves = root_leaves(tree) if lead else set()
             for top, members in _groups(tree, shape.stagger):
                 starts = list(zip(offsets, _shift(base, _phase(shape, q, top, n))))
                 inner = [v for v in members if v not in leaves]
-                for j, count, g in _runs(starts):
+                for j, count, g in slot_runs(starts):
                     for v in inner:
                         par = tree.parent[v]
                         b.move_run(g + D - depth[v], v, loc(v, q, j), par, loc(par, q, j), count, "reduce")
@@ -298,7 +223,7 @@ def _up(b, phase: Phase, C: int, shape: Shape, n: int, loc, lead: bool | None = 
                         key = (q, j + k)
                         done[key] = max(done.get(key, 0), g + D - 1)
             last = base[-1] + D - 1 if base else 0
-            for j, count, _ in _runs([(j, 0) for j in offsets]) if leaves else ():
+            for j, count, _ in slot_runs([(j, 0) for j in offsets]) if leaves else ():
                 for v in sorted(leaves):
                     b.move_run(last, v, loc(v, q, j), tree.root, loc(tree.root, q, j), count, "reduce")
                 for k in range(count):
@@ -323,7 +248,7 @@ def _turns(phase: Phase, C: int, shape: Shape, node_of, up: bool = False):
         for key, group in parts.items():
             stream = sorted(j for _, offsets in group for j in offsets)
             count = shape.stages * len(group)
-            stage = (_up_stages if up else _stages)(len(stream), count, shape.taper, shape.ramp)
+            stage = (up_stages if up else down_stages)(len(stream), count, shape.taper, shape.ramp)
             trees = [t for t, _ in group]
             lag = OWN_LAG * len(group) if up and key == "own" else 0
             yield q, trees, [t.depth() for t in trees], stream, stage, lag

@@ -16,8 +16,9 @@ import math
 from ccl.core import interrupt
 from ccl.core.collective import ROOTED_KINDS
 
-from .plan import Packing
-from .schedule import RAMPS, Shape, ramp_fits, root_leaves
+from .phases import Packing
+from .schedule import Shape, root_leaves
+from .stages import RAMPS, ramp_fits
 
 DEFAULT_STAGES = 4
 DEFAULT_SHAPE = Shape(DEFAULT_STAGES)

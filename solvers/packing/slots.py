@@ -11,7 +11,7 @@ import math
 
 from ccl.core.problem import Problem
 
-from .plan import Packing
+from .phases import Packing
 from .schedule import Shape
 from .search import DEFAULT_SHAPE
 

@@ -30,7 +30,8 @@ from ccl.core.problem import Problem
 
 from ..builders.common import pieces
 from . import routes
-from .plan import Packing, plans
+from .phases import Packing
+from .plan import plans
 from .schedule import Shape, build, remote
 from .search import DEFAULT_SHAPE, Costs, pick
 from .slots import MAX_TRANSFERS, per_share, slot_count, slot_transfers, stage_lanes

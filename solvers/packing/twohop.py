@@ -27,7 +27,7 @@ import numpy as np
 
 from ccl.core.topology import Topology
 
-from .plan import Phase
+from .phases import Phase
 from .stitch import physical_time
 from .trees import Tree
 

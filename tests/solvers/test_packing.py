@@ -230,7 +230,8 @@ def test_cli_synthesize_verify_simulate(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------- identical nodes, stitched
-from solvers.packing.plan import Packing, _meets, _stitched_phase, plans  # noqa: E402
+from solvers.packing.phases import Packing  # noqa: E402
+from solvers.packing.plan import _meets, _stitched_phase, plans  # noqa: E402
 from solvers.packing.stitch import node_topology, physical_time  # noqa: E402
 
 CLUSTERS = ["dgx-h100:3", "dgx-a100:2,fabric=leafspine", pytest.param("dgx2:2,fabric=rail", marks=pytest.mark.slow),
@@ -275,11 +276,12 @@ _TOPOLOGIES: dict = {}
 
 
 def test_a_shifted_stage_map_moves_every_boundary_into_the_next_stage() -> None:
-    from solvers.packing.schedule import _shift, _stages, _up_stages
+    from solvers.packing.schedule import _shift
+    from solvers.packing.stages import down_stages, up_stages
 
     for share, stages, taper in [(64, 16, 0.9), (40, 8, 1.0), (7, 3, 1.0), (12, 12, 1.0)]:
         for up in (False, True):
-            base = (_up_stages if up else _stages)(share, stages, taper)
+            base = (up_stages if up else down_stages)(share, stages, taper)
             for phi in (0.0, 0.25, 0.5, 0.99):
                 moved = _shift(base, phi)
                 assert len(moved) == share and moved[0] == 0
@@ -1022,7 +1024,7 @@ def test_slots_at_1024_ranks_keep_a_three_stage_pipeline_within_three_budgets() 
     most of the budget. Three slots (a pipeline of three stages) are kept within three times the
     budget, else two within twice it; beyond that one."""
     from solvers.packing import Shape
-    from solvers.packing.plan import Phase
+    from solvers.packing.phases import Phase
     from solvers.packing.slots import LEAST_STAGES, MAX_TRANSFERS, slot_count
     from solvers.packing.trees import Tree
 
@@ -1046,12 +1048,12 @@ def test_slots_at_1024_ranks_keep_a_three_stage_pipeline_within_three_budgets() 
 def test_a_ramped_stage_map_starts_and_ends_with_its_fractions_of_a_stage(ramp: int) -> None:
     """Steep (1): a quarter and a half of a full stage at each end; gentle (2): a third, a half
     and three quarters. ``True`` is the steep one (shapes written before the gentle one)."""
-    from solvers.packing.schedule import RAMPS, _stages, _up_stages
+    from solvers.packing.stages import RAMPS, down_stages, up_stages
 
     assert RAMPS[1] == (0.25, 0.5) and RAMPS[2] == (1 / 3, 0.5, 0.75)
     for share, stages, taper in [(768, 12, 1.0), (1000, 16, 0.95), (96, 7, 1.0), (576, 9, 1.0)]:
         for up in (False, True):
-            ramped = (_up_stages if up else _stages)(share, stages, taper, ramp)
+            ramped = (up_stages if up else down_stages)(share, stages, taper, ramp)
             assert len(ramped) == share and ramped[0] == 0 and max(ramped) == stages - 1
             assert all(b - a in (0, 1) for a, b in zip(ramped, ramped[1:]))  # in order, none empty
             sizes = [ramped.count(g) for g in range(stages)]
@@ -1061,9 +1063,9 @@ def test_a_ramped_stage_map_starts_and_ends_with_its_fractions_of_a_stage(ramp: 
                     assert abs(sizes[g] - f * full) <= 1 + (1 - taper) * stages * f * full, (sizes, g)
     # a ramp needs its stages at each end and a full one between; fewer are left as they are
     ends = len(RAMPS[ramp])
-    assert _stages(40 * ends, 2 * ends, 1.0, ramp) == _stages(40 * ends, 2 * ends, 1.0)
-    assert _stages(60 * ends, 2 * ends + 1, 1.0, ramp) != _stages(60 * ends, 2 * ends + 1, 1.0)
-    assert _stages(600, 9, 1.0, True) == _stages(600, 9, 1.0, 1)
+    assert down_stages(40 * ends, 2 * ends, 1.0, ramp) == down_stages(40 * ends, 2 * ends, 1.0)
+    assert down_stages(60 * ends, 2 * ends + 1, 1.0, ramp) != down_stages(60 * ends, 2 * ends + 1, 1.0)
+    assert down_stages(600, 9, 1.0, True) == down_stages(600, 9, 1.0, 1)
 
 
 def test_the_own_share_moves_slots_from_the_roots_remote_trees_to_the_others() -> None:
