@@ -40,7 +40,6 @@ from .core.errors import (
     VerificationError,
     Z3Error,
 )
-from .core.lower import lower
 from .core.problem import Problem, Request, Sketch, SynthesisResult
 from .core.program import Op, Program
 from .core.report import Report
@@ -102,6 +101,15 @@ __all__ = [
     "verify",
     "verify_program",
 ]
+
+
+def lower(algorithm: Algorithm, *, channels: int = 1, fuse: bool = True) -> Program:
+    """The Program that runs ``algorithm`` on point-to-point runtimes (``ccl.core.lower``: the
+    order, staging and dependency rules). ``channels`` spreads each pair's messages over that
+    many channels; ``fuse=False`` keeps every transfer its own message."""
+    from .core.lower import lower as run  # the lowering runs on numpy: loaded on first use
+
+    return run(algorithm, channels=channels, fuse=fuse)
 
 
 def topology(spec: str) -> Topology:

@@ -38,7 +38,9 @@ seconds); only steps whose local ops can conflict with each other are ordered in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from itertools import chain
+
+import numpy as np
 
 from . import validate
 from .algorithm import Algorithm
@@ -49,9 +51,6 @@ from .lower_ranks import Assembly, Runs
 from .lower_slots import Moves, unit_moves
 from .program import Program
 from .topology import Topology
-
-if TYPE_CHECKING:
-    import numpy as np
 
 
 def lower(algorithm: Algorithm, *, channels: int = 1, fuse: bool = True) -> Program:
@@ -94,10 +93,6 @@ def _lower(algorithm: Algorithm, channels: int, fuse: bool) -> Program:
 def _check_size_classes(coll: Collective) -> None:
     """Every chunk starts in slots of one size class, and every output slot needs chunks of
     its own class: otherwise no memory layout can hold the pieces."""
-    from itertools import chain
-
-    import numpy as np
-
     k = coll.chunk_factor
     if k == 1:
         return
@@ -132,8 +127,6 @@ def _fuse(mv: Moves, fuse: bool, topology: Topology) -> Runs:
     """Merge unit moves into runs; without ``fuse`` only moves of one transfer merge. With
     ``fuse``, the moves of one step over a link of L > 1 lanes are cut into L near-equal groups
     (in slot order) that never merge, so the link keeps a message per lane busy."""
-    import numpy as np
-
     if fuse:
         order = _move_order(mv, topology.n_ranks)
         group = _lane_groups(mv.step[order], mv.src[order], mv.dst[order], topology)
@@ -160,8 +153,6 @@ def _fuse(mv: Moves, fuse: bool, topology: Topology) -> Runs:
 def _move_order(mv: Moves, n: int) -> np.ndarray:
     """The moves sorted by (step, src, dst, src buffer, dst buffer, op, src slot, dst slot):
     two stable sorts of combined keys where they fit in 63 bits, a lexsort otherwise."""
-    import numpy as np
-
     if not len(mv.step):
         return np.zeros(0, dtype=np.int64)
     span = int(max(mv.src_index.max(), mv.dst_index.max())) + 1
@@ -177,8 +168,6 @@ def _move_order(mv: Moves, n: int) -> np.ndarray:
 def _lane_groups(step: np.ndarray, src: np.ndarray, dst: np.ndarray, topology: Topology) -> np.ndarray:
     """For moves sorted by (step, src, dst, ...): the lane group of each, 0 on single-lane links
     and local moves, position * lanes // moves within its (step, src, dst) on the others."""
-    import numpy as np
-
     group = np.zeros(len(step), dtype=np.int64)
     remote = src != dst
     if not np.any(remote):
@@ -208,8 +197,6 @@ def _lanes(topology: Topology, a: int, b: int) -> int:
 
 def _tag(runs: Runs, n: int, channels: int) -> None:
     """Tags: messages of a pair numbered in run order; channels round-robin within a step."""
-    import numpy as np
-
     net = np.flatnonzero(runs.src != runs.dst)
     if not len(net):
         return

@@ -8,14 +8,11 @@ one sort of every op's slot accesses (read after write, write after read, write 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import numpy as np
 
 from .collective import Collective
 from .lower_slots import INPUT, OUTPUT, SCRATCH
 from .program import KIND_CODE, OpTable
-
-if TYPE_CHECKING:
-    import numpy as np
 
 SEND, RECV, COPY, REDUCE = (KIND_CODE[k] for k in ("send", "recv", "copy", "reduce"))
 PROLOGUE, RECVS, SENDS, LOCAL = 0, 1, 2, 3  # sections of a rank's step, in list order
@@ -31,8 +28,6 @@ class Runs:
     ``tag`` and ``channel`` are set for messages (-1 and 0 for local runs)."""
 
     def __init__(self, **columns: np.ndarray) -> None:
-        import numpy as np
-
         self.step = columns["step"]
         self.src = columns["src"]
         self.src_buf = columns["src_buf"]
@@ -51,8 +46,6 @@ class Runs:
 
 def _expand(count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For items of ``count`` slots each: the item of every unit and its offset in the item."""
-    import numpy as np
-
     which = np.repeat(np.arange(len(count), dtype=np.int64), count)
     off = np.arange(len(which), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
     return which, off
@@ -64,8 +57,6 @@ class Assembly:
     then lets them go: the caller should keep no other reference."""
 
     def __init__(self, coll: Collective, scratch: list[list[int | None]], prologue: np.ndarray, runs: Runs) -> None:
-        import numpy as np
-
         self.coll = coll
         self.n = coll.n_ranks
         self.k = coll.chunk_factor
@@ -87,8 +78,6 @@ class Assembly:
         """(base id of every (rank, buffer), canonical id of every slot): per rank the input,
         output and scratch slots; an output slot aliasing an input slot is that slot (one
         memory in place, and the runtime's copy of it out of place)."""
-        import numpy as np
-
         sizes = np.zeros((self.n, 3), dtype=np.int64)
         sizes[:, 0] = [len(x) for x in self.coll.inputs]
         sizes[:, 1] = [len(x) for x in self.coll.outputs]
@@ -102,8 +91,6 @@ class Assembly:
 
     def _classes(self, rank: np.ndarray, buf: np.ndarray, index: np.ndarray) -> np.ndarray:
         """Size class of each slot (rank, buf, index)."""
-        import numpy as np
-
         out = index % self.k
         sc = np.flatnonzero(buf == SCRATCH)
         if len(sc):
@@ -115,8 +102,6 @@ class Assembly:
 
     # ------------------------------------------------------------------ build
     def build(self) -> tuple[OpTable, list[list[int | None]]]:
-        import numpy as np
-
         runs = self.runs
         net = runs.src != runs.dst
         big = int(runs.tag.max(initial=0)) + 1
@@ -146,8 +131,6 @@ class Assembly:
     def _staged(self, net: np.ndarray) -> np.ndarray:
         """Receives that land in staging: receive-reduces, and receives into a slot the rank
         still reads in the same step (by a send or a local op)."""
-        import numpy as np
-
         runs = self.runs
         staged = net & runs.reduce
         check = np.flatnonzero(net & ~runs.reduce)
@@ -205,8 +188,6 @@ class Assembly:
         """Per local run: whether its (rank, step) has a local run reading a slot that another
         local run or staged receive's apply of that rank writes in the same step (aliased
         output slots count as their input slots)."""
-        import numpy as np
-
         runs = self.runs
         base, canon = self._layout()
         total = int(base[-1]) + 1
@@ -242,8 +223,6 @@ class Assembly:
         """Staging bases: the j-th use of a layout (the size classes of the range) in a rank's
         step gets that layout's j-th range, allocated after the program's scratch slots when
         first needed."""
-        import numpy as np
-
         rank, step, pos, count = use["rank"], use["step"], use["pos"], use["count"]
         if not len(rank):
             return np.zeros(0, dtype=np.int64)
@@ -294,8 +273,6 @@ class Assembly:
 
     # ------------------------------------------------------------------ rows
     def _add(self, n_rows: int, **cols) -> None:
-        import numpy as np
-
         if not n_rows:
             return
         for name, dtype in _ROW.items():
@@ -305,8 +282,6 @@ class Assembly:
             self.rows[name].append(value.astype(dtype, copy=False))
 
     def _emit_prologue(self) -> None:
-        import numpy as np
-
         p = self.prologue
         if not len(p):
             return
@@ -318,8 +293,6 @@ class Assembly:
                   channel=0)
 
     def _emit_messages(self, net: np.ndarray, stage_of: np.ndarray, big: int) -> None:
-        import numpy as np
-
         runs = self.runs
         st = stage_of[net]
         staged = st >= 0
@@ -334,8 +307,6 @@ class Assembly:
     def _emit_applies(self, uses: np.ndarray, stage_of: np.ndarray, big: int, python: set) -> None:
         """The local op finishing each staged receive, in receive order (steps ordered in
         Python emit their own)."""
-        import numpy as np
-
         runs = self.runs
         if python:
             mine = np.array([(int(r), int(s)) not in python for r, s in zip(runs.dst[uses], runs.step[uses])],
@@ -348,8 +319,6 @@ class Assembly:
 
     def _emit_free(self, free: np.ndarray | None, big: int) -> None:
         """The local runs of steps that need no ordering, after the step's applies, in run order."""
-        import numpy as np
-
         if free is None or not len(free):
             return
         runs = self.runs
@@ -376,8 +345,6 @@ class Assembly:
                 rows.append((rank, step, n_snap + pos, kind, int(runs.dst_buf[i]), int(runs.dst_index[i]),
                              int(runs.count[i]), src_buf, src_index))
         if rows:
-            import numpy as np
-
             a = np.array(rows, dtype=np.int64)
             self._add(len(a), rank=a[:, 0], step=a[:, 1], section=LOCAL, sub=a[:, 2], kind=a[:, 3], buf=a[:, 4],
                       index=a[:, 5], count=a[:, 6], peer=-1, src_buf=a[:, 7], src_index=a[:, 8], tag=-1,
@@ -385,8 +352,6 @@ class Assembly:
 
     # ------------------------------------------------------------------ finish
     def _finish(self) -> tuple[OpTable, list[list[int | None]]]:
-        import numpy as np
-
         cols = {name: (np.concatenate(parts) if parts else np.zeros(0, dtype=dtype))
                 for (name, parts), dtype in zip(self.rows.items(), _ROW.values())}
         self.rows = {}
@@ -407,8 +372,6 @@ class Assembly:
         """Per-slot hazards (see module): a read waits for the last write of its slot; a write
         waits for the reads since that write, or for the write itself when nothing read it (the
         reads wait for it already)."""
-        import numpy as np
-
         kind, rank = cols["kind"], cols["rank"].astype(np.int64)
         n_ops = len(kind)
         if not n_ops:
@@ -496,8 +459,6 @@ class Assembly:
 
     def _compact(self, cols: dict[str, np.ndarray]) -> list[list[int | None]]:
         """Drop scratch slots no op uses, keeping the order (multi-slot ranges stay consecutive)."""
-        import numpy as np
-
         offs = np.zeros(self.n + 1, dtype=np.int64)
         np.cumsum([len(row) for row in self.scratch], out=offs[1:])
         used = np.zeros(int(offs[-1]), dtype=bool)
@@ -520,8 +481,6 @@ class Assembly:
 def _sort_rows(cols: dict[str, np.ndarray]) -> np.ndarray:
     """The order of the rows by (rank, step, section, sub): one argsort of a combined key when
     it fits in 63 bits, a lexsort otherwise."""
-    import numpy as np
-
     rank, step, section, sub = (cols[k] for k in ("rank", "step", "section", "sub"))
     if not len(rank):
         return np.zeros(0, dtype=np.int64)

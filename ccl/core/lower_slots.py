@@ -19,13 +19,12 @@ the longest chain through scratch).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from operator import itemgetter
+
+import numpy as np
 
 from .algorithm import Algorithm
 from .errors import CollectiveError
-
-if TYPE_CHECKING:
-    import numpy as np
 
 INPUT, OUTPUT, SCRATCH = 0, 1, 2
 _BUFFER = {"input": INPUT, "output": OUTPUT, "scratch": SCRATCH}
@@ -55,10 +54,6 @@ class Moves:
 
 def transfer_columns(algorithm: Algorithm) -> dict[str, np.ndarray]:
     """The transfers as numpy columns (buffers as codes 0 input, 1 output, 2 scratch)."""
-    from operator import itemgetter
-
-    import numpy as np
-
     ts = algorithm.transfers
     n = len(ts)
 
@@ -76,8 +71,6 @@ def transfer_columns(algorithm: Algorithm) -> dict[str, np.ndarray]:
 
 
 def unit_moves(algorithm: Algorithm) -> Moves:
-    import numpy as np
-
     coll = algorithm.collective
     n = coll.n_ranks
     k = coll.chunk_factor
@@ -152,8 +145,6 @@ def unit_moves(algorithm: Algorithm) -> Moves:
 def _prologue(keys, red_scratch, stride, step, rkey, src_redirected, wkey, wrote_input, reduce):
     """Prologue copies: a redirected input slot whose first touching step reads it or reduces
     into it keeps its starting value."""
-    import numpy as np
-
     touch_key = np.concatenate([rkey[src_redirected], wkey[wrote_input]])
     touch_step = np.concatenate([step[src_redirected], step[wrote_input]])
     needs = np.concatenate([np.ones(int(src_redirected.sum()), dtype=bool), reduce[wrote_input]])
@@ -168,8 +159,6 @@ def _prologue(keys, red_scratch, stride, step, rkey, src_redirected, wkey, wrote
 def _resolve_scratch_classes(vcls, step, src, sidx, dst, didx, reads, writes) -> None:
     """Fill the classes of values read from scratch: each read takes the class of the latest
     write to its slot in an earlier step (a chain through scratch, resolved by pointer jumping)."""
-    import numpy as np
-
     if not np.any(reads):
         return
     span = int(max(sidx[reads].max(initial=0), didx[writes].max(initial=0))) + 1
@@ -201,8 +190,6 @@ def _resolve_scratch_classes(vcls, step, src, sidx, dst, didx, reads, writes) ->
 def _versions(scratch, vcls, step, src, sidx, reads, dst, didx, writes, reduce):
     """Program slots of the algorithm's scratch slots: the first class a slot holds keeps it,
     other classes get version slots (appended per rank in order of first write)."""
-    import numpy as np
-
     if not np.any(writes):
         return sidx, didx
     span = int(max(sidx[reads].max(initial=0), didx[writes].max(initial=0))) + 1
@@ -244,8 +231,6 @@ def _versions(scratch, vcls, step, src, sidx, reads, dst, didx, writes, reduce):
 
 def _check_reduces(vcls, step, dst, didx, w_ids, w_slot, reduce) -> None:
     """A reduce into scratch adds to a value of its own class written in an earlier step."""
-    import numpy as np
-
     red = reduce[w_ids]
     if not np.any(red):
         return

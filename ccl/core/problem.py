@@ -11,6 +11,7 @@ from .algorithm import Algorithm
 from .collective import Collective
 from .errors import CollectiveError, InputError
 from .topology import Topology
+from .units import MAX_SECONDS, MAX_SIZE
 from .verify import VerificationResult
 
 SWITCH_POLICIES = ("fewest", "most")
@@ -96,14 +97,10 @@ class Request:
             if name != "chunks":
                 limits.STEPS.check(value, f"the request's {name}")
         if self.size is not None:
-            from .units import MAX_SIZE
-
             validate.integer(self.size, "size (bytes)", least=1, most=MAX_SIZE)
         if self.sketch is not None and not isinstance(self.sketch, Sketch):
             raise InputError(f"sketch must be a Sketch, got {type(self.sketch).__name__}")
         if self.time_limit is not None:
-            from .units import MAX_SECONDS
-
             limit = validate.number(self.time_limit, "time limit", positive=True)
             if limit > MAX_SECONDS:
                 raise InputError(f"time limit {self.time_limit!r} s is over the limit of {MAX_SECONDS} s")

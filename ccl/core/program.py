@@ -102,7 +102,7 @@ from .collective import Collective
 from .errors import CollectiveError
 from .topology import Topology
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # numpy is imported where it is used: `import ccl` (which exports Program) stays cheap
     import numpy as np
 
 SEND, RECV, COPY, REDUCE = "send", "recv", "copy", "reduce"

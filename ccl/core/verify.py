@@ -40,7 +40,7 @@ class VerificationResult:
     in_place: bool
 
 
-class _Chunks:
+class Chunks:
     """Group and bit of every chunk id, and the required value of every distinct output set."""
 
     def __init__(self, collective: Collective) -> None:
@@ -165,7 +165,7 @@ def _verify(algorithm: Algorithm, in_place: bool, by_range: bool = True) -> Veri
     compare the two)."""
     coll = algorithm.collective
     topo = algorithm.topology
-    chunks = _Chunks(coll)
+    chunks = Chunks(coll)
     n = coll.n_ranks
 
     # state[(rank, buffer)][index] = value, None before anything is written there. In place,
@@ -220,7 +220,7 @@ def _verify(algorithm: Algorithm, in_place: bool, by_range: bool = True) -> Veri
     else:
         def values_of(r: int, m: int) -> list:
             return state[(r, "output")][:m]
-    _check_outputs(coll, chunks, values_of, algorithm.n_steps - 1)
+    check_outputs(coll, chunks, values_of, algorithm.n_steps - 1)
     return VerificationResult(
         steps=algorithm.n_steps,
         transfers=len(transfers),
@@ -244,7 +244,7 @@ def _read_error(transfers, step: int, k: int, j: int) -> VerificationError:
     )
 
 
-def _range_step(state: dict, chunks: _Chunks, transfers, step: int, indices) -> bool:
+def _range_step(state: dict, chunks: Chunks, transfers, step: int, indices) -> bool:
     """One step, each transfer's slots as one slice: every read first (the state before the
     step), then the writes in transfer order (several reductions into one slot add up in that
     order, as slot by slot). False, with nothing changed, where the step holds an error past
@@ -288,7 +288,7 @@ def _range_step(state: dict, chunks: _Chunks, transfers, step: int, indices) -> 
     return True
 
 
-def _slot_step(state: dict, alias: dict, chunks: _Chunks, transfers, step: int, indices) -> None:
+def _slot_step(state: dict, alias: dict, chunks: Chunks, transfers, step: int, indices) -> None:
     """One step slot by slot: every read first (the state before the step), then the writes;
     several reductions into one slot add up, a copy and another write into one slot is an
     error."""
@@ -345,7 +345,7 @@ def _slot_step(state: dict, alias: dict, chunks: _Chunks, transfers, step: int, 
         state[dkey[:2]][dkey[2]] = current
 
 
-def _check_outputs(coll: Collective, chunks: _Chunks, values_of, last: int) -> None:
+def check_outputs(coll: Collective, chunks: Chunks, values_of, last: int) -> None:
     """Every output slot holds exactly its required sum; ``values_of(rank, m)`` reads the final
     state of the rank's output slots 0..m-1 (a list). Shared by the Algorithm and Program
     verifiers. A rank's slots are compared as one list first (in C: 1.5 million slots at 128

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from . import validate
 from .errors import VerificationError
 from .program import PROLOGUE, RECV, REDUCE, SEND, Op, Program
-from .verify import _check_outputs, _Chunks
+from .verify import Chunks, check_outputs
 
 Slot = tuple[str, int]
 
@@ -214,7 +214,7 @@ class _Execution:
     def __init__(self, program: Program, in_place: bool) -> None:
         self.program = program
         coll = program.collective
-        self.chunks = _Chunks(coll)
+        self.chunks = Chunks(coll)
         self.alias = [
             {j: a for j, a in enumerate(coll.aliases[r]) if a is not None} if in_place else {}
             for r in range(coll.n_ranks)
@@ -337,7 +337,7 @@ class _Execution:
             r, i = stuck[0]
             raise _fail("deadlock: " + "; ".join(parts) + more, r, ranks[r][i])
         coll = program.collective
-        _check_outputs(coll, self.chunks, lambda r, m: [self.state[r].get(self.mem(r, "output", j)) for j in range(m)],
+        check_outputs(coll, self.chunks, lambda r, m: [self.state[r].get(self.mem(r, "output", j)) for j in range(m)],
                        max(program.steps - 1, 0))
 
     def _match(self, key, sendq, recvq, complete) -> None:
