@@ -20,6 +20,7 @@ first use so ``import ccl`` stays cheap.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from .core import collective as collectives
@@ -250,7 +251,5 @@ def __getattr__(name: str) -> Any:
     """``ccl.torch`` (drop-in collectives for training code) is loaded on first use, so ``import
     ccl`` stays cheap and never imports torch."""
     if name == "torch":
-        import importlib
-
         return importlib.import_module(f"{__name__}.torch")
     raise AttributeError(f"module 'ccl' has no attribute {name!r}")

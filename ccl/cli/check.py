@@ -1,5 +1,5 @@
-"""``ccl check FILE.ccl``: parse, lower and verify a description; ``ccl synthesize FILE.ccl``
-runs its requests (the file half of ``ccl synthesize`` lives here).
+"""``ccl check FILE.ccl``: parse, lower and verify a description (``ccl synthesize FILE.ccl``,
+which runs its requests, is ``requests``).
 
 Both take ``--emit ast|problem|algorithm|program`` (``stages``) to print a stage instead of the
 summary: ``check`` prints the file's hand-written algorithms and their Programs, ``synthesize``

@@ -10,7 +10,9 @@ import sys
 from typing import Any
 
 from .. import compiler
+from ..compiler.groups import synthesize_groups
 from ..compiler.tuner import DEFAULT_SIZES, tune
+from ..core import interrupt
 from ..core.errors import EXIT_INTERRUPTED, InputError, Interrupted
 from ..core.schedule_set import set_to_json
 from ..core.serialize import algorithm_to_json, dumps, write_all
@@ -71,8 +73,6 @@ def synthesize_file(args: argparse.Namespace) -> int:
             bar.update(f"[{k + 1}/{len(requests)}] {request.name}: {request.problem.request.solver} ...",
                        k / len(requests))
             if request.groups is not None:
-                from ..compiler.groups import synthesize_groups
-
                 req = request.problem.request
                 results.append(synthesize_groups(request.problem.topology, request.problem.collective.kind,
                                                  request.groups, size=req.size, solver=req.solver, chunks=req.chunks,
@@ -84,8 +84,6 @@ def synthesize_file(args: argparse.Namespace) -> int:
     except (Interrupted, KeyboardInterrupt) as exc:
         # Ctrl-C: the requests finished and the interrupted one's best verified schedule (if
         # any) are written together (all of those or none); the rest are reported not run
-        from ..core import interrupt
-
         interrupt.acknowledge()
         stopped = f"request {requests[len(results)].name!r} stopped by Ctrl-C"
         best = getattr(exc, "best", None)
