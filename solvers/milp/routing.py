@@ -167,7 +167,7 @@ def hierarchical_tree(logical: LogicalTopology, c: Commodity, allowed: list[int]
     return _tree_from(logical, c, best)
 
 
-def _prune(logical: LogicalTopology, c: Commodity, chosen: list[int]) -> list[int]:
+def prune(logical: LogicalTopology, c: Commodity, chosen: list[int]) -> list[int]:
     """The links of ``chosen`` on the way from c's source to its destinations (a rank that
     received but forwards to no destination is dropped)."""
     into = {logical.links[e].dst: e for e in chosen}
@@ -315,7 +315,7 @@ def _route_milp(logical, reps, rotations, allowed, start_trees, expand, extras, 
     solved = solve(model, "routing MILP", backend, interrupt.left(deadline), verbose=verbose, start=start)
     if not solved.has_solution:
         return expand(start_trees), solved, extras
-    trees = {c.id: _prune(logical, c, [e for e in allowed[c.id] if (x[(c.id, e)].value() or 0) > 0.5]) for c in reps}
+    trees = {c.id: prune(logical, c, [e for e in allowed[c.id] if (x[(c.id, e)].value() or 0) > 0.5]) for c in reps}
     return expand(trees), solved, extras
 
 

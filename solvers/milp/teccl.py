@@ -34,7 +34,7 @@ from .commodities import Commodity, Routes, representatives, rotate
 from .logical import LogicalTopology
 from .lp import OutOfTime, Solved, long_sum, new_var, not_solved, progress, solve, tick
 from .ordering import list_schedule
-from .routing import _prune, allowed_links, heuristic_tree
+from .routing import allowed_links, heuristic_tree, prune
 
 MAX_EPOCHS = 40
 MAX_VARIABLES = 120_000  # send variables per model; beyond it the shortest paths alone are used
@@ -232,7 +232,7 @@ def _trees(logical, c, allowed, flows, lp):
                 first[dst] = (k, e)
         chosen = [e for _, e in first.values()]
         try:
-            return _prune(logical, c, chosen)
+            return prune(logical, c, chosen)
         except KeyError:
             return heuristic_tree(logical, c, allowed)
     used: dict[int, float] = {}

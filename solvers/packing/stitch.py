@@ -25,7 +25,7 @@ import math
 from ccl.core.topology import Link, Switch, Topology
 
 from ..builders.schedule import Router
-from .trees import Tree, merge_equal
+from .trees import Tree, merge_equal, topological_order
 
 
 def node_topology(topology: Topology) -> Topology | None:
@@ -163,7 +163,7 @@ def second_entry(topology: Topology, trees: list[Tree], offset: int, share: int,
             for v in moved:
                 parent[v] = second
         out.append(Tree(t.root, t.weight * (scale - share), dict(t.parent), list(t.order)))
-        out.append(Tree(t.root, t.weight * share, parent, _topological(t.root, parent)))
+        out.append(Tree(t.root, t.weight * share, parent, topological_order(t.root, parent)))
     return out
 
 
@@ -294,7 +294,7 @@ def rail_chains(topology: Topology, intra: dict[int, list[Tree]], root: int,
                         w = f * len(node_trees) + x
                         j = mates[w * len(mates) // ways if ways <= len(mates) else w % len(mates)]
                         parent.update({v: (root if v == j else j) for v in mates})
-                    out.append(Tree(root, t.weight * scale // totals[i], parent, _topological(root, parent)))
+                    out.append(Tree(root, t.weight * scale // totals[i], parent, topological_order(root, parent)))
     return merge_equal(out)
 
 
@@ -313,8 +313,8 @@ def rail_trees(m: int, fan: int = 1, spare: bool = False) -> list[dict[int, int]
     leaves of the other and every position forwards two halves at most, the chain's load; the
     root's node feeds both tops. With ``spare`` position m hangs as a leaf in both from a
     position that forwards nothing in one of them (checked for every m up to 256 by the tests).
-    Not ``phases.balanced_tree``: its middle split, shifted by one, leaves some positions inner
-    in both trees (m = 5, 8 to 13, ...), forwarding a part and a half. ``fan`` ``TWO_HOP``: m
+    Not ``templates.phases.balanced_tree``: its middle split, shifted by one, leaves some
+    positions inner in both trees (m = 5, 8 to 13, ...), forwarding a part and a half. ``fan`` ``TWO_HOP``: m
     trees (m - 1 with ``spare``), tree j taking position 0 -> j -> every other position, so
     every position is two hops from the root's node and a relay forwards (m - 1) / m of a part
     (one with ``spare``), a message to each other position per stage."""
@@ -359,14 +359,3 @@ def _binary_tree(size: int) -> dict[int, int]:
             parent[r + step] = r
             stack.append(r + step)
     return parent
-
-
-def _topological(root: int, parent: dict[int, int]) -> list[int]:
-    """The vertices in an order where every parent comes before its children."""
-    children: dict[int, list[int]] = {}
-    for v, p in parent.items():
-        children.setdefault(p, []).append(v)
-    order = [root]
-    for v in order:
-        order.extend(sorted(children.get(v, [])))
-    return order

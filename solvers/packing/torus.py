@@ -24,10 +24,10 @@ from ccl.core.topology import Topology
 from ..builders.grids import linked_grid
 from .trees import Tree
 
-__all__ = ["torus_trees"]
+__all__ = ["positions", "symmetries", "torus_trees"]
 
 
-def _positions(topology: Topology) -> tuple[list[tuple[int, ...]], dict[tuple[int, ...], int], int] | None:
+def positions(topology: Topology) -> tuple[list[tuple[int, ...]], dict[tuple[int, ...], int], int] | None:
     """(coordinates of every rank, rank of every coordinate vector, side) with coordinates
     that follow each line's ring, when the ranks form a torus of equal sides whose parallel lines
     are aligned; else None."""
@@ -76,7 +76,7 @@ def _base_tree(k: int, side: int) -> dict[tuple[int, ...], tuple[int, ...]]:
     return parent
 
 
-def _symmetries(k: int, side: int):
+def symmetries(k: int, side: int):
     """The 2k maps of coordinate vectors: shift the axes s times, then negate or not."""
     for s in range(k):
         for neg in (False, True):
@@ -89,7 +89,7 @@ def _symmetries(k: int, side: int):
 def torus_trees(topology: Topology, root: int | None = None) -> list[Tree] | None:
     """2k trees per root of weight 1 (of every root, or of ``root`` alone), or None when the
     ranks are not a torus of equal sides (every tree arc is checked to be a link)."""
-    found = _positions(topology)
+    found = positions(topology)
     if found is None:
         return None
     coords, index, side = found
@@ -98,7 +98,7 @@ def torus_trees(topology: Topology, root: int | None = None) -> list[Tree] | Non
     order_base = sorted(base, key=lambda c: sum(min(x, side - x) for x in c))  # parents first
     out: list[Tree] = []
     roots = range(topology.n_ranks) if root is None else [root]
-    for f in list(_symmetries(k, side)):
+    for f in list(symmetries(k, side)):
         image = {f(v): f(p) for v, p in base.items()}
         order = [f(v) for v in order_base]
         for r in roots:

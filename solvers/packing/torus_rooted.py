@@ -5,7 +5,7 @@ a SAT search finds them.
 On a k-dimensional torus of side p (k >= 2, every link alike) the root sends through its 2k
 out-links, so the broadcast's rate is the bound's when 2k trees of weight 1 share no arc. The
 2k maps that shift the axes (coordinate j becomes j + 1) and negate or not fix the root and
-permute the 2k directions regularly (``torus._symmetries``). Take a base tree T and its images
+permute the 2k directions regularly (``torus.symmetries``). Take a base tree T and its images
 g(T): they share no arc exactly when, at every rank w but the root, the in-arcs the images take
 are the 2k different ones, that is when the directions g(dir_T(g^-1 w)), over the maps g, are
 all different (dir_T(v): the direction of the arc from v's parent to v in T). The whole packing
@@ -28,9 +28,8 @@ from functools import lru_cache
 
 from ccl.core.topology import Topology
 
-from .stitch import _topological
-from .torus import _positions, _symmetries
-from .trees import Tree
+from .torus import positions, symmetries
+from .trees import Tree, topological_order
 
 __all__ = ["rooted_torus_trees", "base_directions", "least_depth"]
 
@@ -59,7 +58,7 @@ def _step_back(c: tuple[int, ...], d: tuple[int, int], side: int) -> tuple[int, 
 def _maps(k: int, side: int):
     """The symmetries as (map of coordinates, map of directions, inverse map of coordinates)."""
     dirs = _directions(k)
-    for s, f in enumerate(_symmetries(k, side)):
+    for s, f in enumerate(symmetries(k, side)):
         shift, neg = divmod(s, 2)
 
         def fd(d: int, shift: int = shift, neg: int = neg) -> int:
@@ -120,7 +119,7 @@ def rooted_torus_trees(topology: Topology, root: int, reverse: bool = False) -> 
     sides and at least two dimensions, have more than ``UP_TO`` ranks, no base tree is found
     within ``EXTRA_DEPTH`` levels of the least depth, or a tree arc is not a link (the reversed
     arc with ``reverse``)."""
-    found = _positions(topology)
+    found = positions(topology)
     if found is None or topology.n_ranks > UP_TO:
         return None
     coords, index, side = found
@@ -149,5 +148,5 @@ def rooted_torus_trees(topology: Topology, root: int, reverse: bool = False) -> 
         for v, p in parent.items():
             if (links.link(v, p) if reverse else links.link(p, v)) is None:
                 return None
-        out.append(Tree(root, 1, parent, _topological(root, parent)))
+        out.append(Tree(root, 1, parent, topological_order(root, parent)))
     return out

@@ -121,6 +121,17 @@ def merge_equal(trees: list[Tree]) -> list[Tree]:
     return list(merged.values())
 
 
+def topological_order(root: int, parent: dict[int, int]) -> list[int]:
+    """The vertices in an order where every parent comes before its children."""
+    children: dict[int, list[int]] = {}
+    for v, p in parent.items():
+        children.setdefault(p, []).append(v)
+    order = [root]
+    for v in order:
+        order.extend(sorted(children.get(v, [])))
+    return order
+
+
 def _extension(n: int, residual: dict[tuple[int, int], int], active: list[Tree], tree: Tree,
                x: int, y: int, big: int) -> int:
     """The multiplicity with which ``tree`` may take arc x -> y."""

@@ -232,7 +232,7 @@ class Search:
                     break
                 best = Point(steps, decision.algorithm.total_rounds, chunks, decision.algorithm, 0.0)
         except OutOfTime:
-            raise _Partial(best) from None
+            raise Partial(best) from None
         return Point(best.steps, best.rounds, chunks, best.algorithm, time.monotonic() - t0)
 
     def least_steps(self, chunks: int, rounds: int | None = None) -> Point:
@@ -315,7 +315,7 @@ class Search:
         return None
 
 
-class _Partial(OutOfTime):
+class Partial(OutOfTime):
     """Out of time in a descent, with the best schedule found so far."""
 
     def __init__(self, best: Point) -> None:

@@ -68,7 +68,7 @@ def _check_model_size(topology: Topology, collective: Collective, chunks: int, s
 
 
 def synthesize(problem: Problem) -> Algorithm:
-    from .search import OutOfTime, _Partial
+    from .search import OutOfTime, Partial
 
     req = problem.request
     C = req.chunks
@@ -82,7 +82,7 @@ def synthesize(problem: Problem) -> Algorithm:
                 point = search.least_rounds(req.steps, C)
             else:
                 point = search.least_steps(C, req.rounds)
-    except _Partial as exc:
+    except Partial as exc:
         best = exc.best
         floor = search.min_rounds(best.steps, C) if hasattr(search, "min_rounds") else best.rounds
         what = (f"a schedule with {best.steps} steps and {best.rounds} rounds whose rounds are not proven fewest "
