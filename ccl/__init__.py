@@ -49,6 +49,7 @@ from .core.schedule_set import load_set as _load_set
 from .core.serialize import load_algorithm as _load
 from .core.serialize import save_algorithm as _save
 from .core.topology import Link, SharedLimit, Switch, Topology
+from .core.units import parse_size
 from .core.verify import VerificationResult, verify
 from .core.verify_program import ProgramVerification, verify_program
 
@@ -155,7 +156,6 @@ def simulate(schedule: Algorithm | SynthesisResult | Program, size: int | str, *
     (``channels``, ``fuse``) and the simulator's (``mode``, ``slices``, ``in_place``,
     ``overlap_latency``, ``local_bandwidth``; see ``backends.sim``)."""
     from .compiler import simulate as run
-    from .core.units import parse_size
 
     validate.instance(schedule, (Algorithm, SynthesisResult, Program), "ccl.simulate's schedule")
     validate.options(options, SIMULATE_OPTIONS, "ccl.simulate")

@@ -1,5 +1,8 @@
-"""The dependency rule of DESIGN.md, checked on every import statement of every module
-(function-local ones included, relative ones resolved):
+"""The import graph, drawn from the source: the dependency rule of DESIGN.md, no circle, and
+function-local imports only where they defer a heavy library.
+
+The dependency rule is checked on every import statement of every module (function-local ones
+and typing-only ones included, relative ones resolved):
 
 ==============================================  ==============================================
 package                                         may import (of ours)
@@ -15,6 +18,14 @@ the driver (``ccl.compiler``, ``ccl.cli``,     everything
 ``ccl.torch``: the training job's entry point,
 loaded on first use)
 ==============================================  ==============================================
+
+The graph of the imports that run (module-level and function-local; ``if TYPE_CHECKING``
+blocks left out) has no circle. A function-local import must defer something heavy: a
+library in ``HEAVY``, or a module of ours that loads one when imported (z3, PuLP/HiGHS,
+torch, matplotlib, numpy, scipy, networkx, lark: ``import ccl``, ``import topologies`` and
+``import solvers.smt`` stay cheap, and torch loads only to run), a name a package serves
+lazily (its module ``__getattr__``), the driver from the public face ``ccl``, or one of the
+few standard-library imports in ``LOCAL_STDLIB`` with its reason.
 """
 
 from __future__ import annotations
@@ -129,3 +140,148 @@ def test_the_checker_catches_local_relative_and_aliased_imports(tmp_path):
     face = tmp_path / "y.py"
     face.write_text("def f():\n    from .compiler import synthesize\n")
     assert not violations(face, "ccl")
+
+
+# ---------------------------------------------------------------------- the graph
+HEAVY = {"z3", "pulp", "highspy", "torch", "matplotlib", "numpy", "scipy", "networkx", "lark"}
+LOCAL_STDLIB = {
+    ("ccl.core.limits", "resource"): "POSIX only: elsewhere the address-space limit is unknown",
+    ("backends.torch.script", "signal"): "script.py is copied into generated scripts, whose imports are fixed",
+}
+MAX_LOCAL_IMPORTS = 200
+MODULES = {module_name(p): p for p in FILES}
+
+
+def runtime_imports(path: Path, module: str) -> list[tuple[str, int, bool]]:
+    """(imported module, line, inside a function) for every import that runs (typing-only
+    blocks left out), libraries included; ``from package import name`` counts as an import
+    of ``package.name`` when that is a module of ours, else of ``package``."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: list[tuple[str, int, bool]] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.Import):
+                found.extend((alias.name, child.lineno, in_function) for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = package.split(".")
+                    base = base[:len(base) - (child.level - 1)]
+                    target = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    target = child.module or ""
+                for alias in child.names:
+                    sub = f"{target}.{alias.name}"
+                    found.append((sub if sub in MODULES else target, child.lineno, in_function))
+            visit(child, inner)
+
+    visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)), False)
+    return found
+
+
+GRAPH = {m: runtime_imports(p, m) for m, p in MODULES.items()}
+
+
+def circles() -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    edges = {m: sorted({t for t, _, _ in GRAPH[m] if t in MODULES and t != m}) for m in MODULES}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(MODULES):
+        if v not in index:
+            connect(v)
+    return out
+
+
+def test_no_import_circle():
+    assert circles() == []
+
+
+def loads_heavy(module: str, seen: set[str] | None = None) -> bool:
+    """Importing ``module`` (with the packages above it) loads a library of ``HEAVY``."""
+    seen = set() if seen is None else seen
+    if module in seen:
+        return False
+    seen.add(module)
+    parents = [".".join(module.split(".")[:k]) for k in range(1, module.count(".") + 1)]
+    for target, _, local in GRAPH[module]:
+        if local:
+            continue
+        if target.split(".")[0] in HEAVY:
+            return True
+        if target in MODULES and loads_heavy(target, seen):
+            return True
+    return any(p in MODULES and loads_heavy(p, seen) for p in parents)
+
+
+def serves_lazily(module: str) -> bool:
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    return any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body)
+
+
+def unjustified_local_imports() -> list[str]:
+    out = []
+    for module, found in GRAPH.items():
+        for target, line, local in found:
+            if not local or target.split(".")[0] in HEAVY or (module, target) in LOCAL_STDLIB:
+                continue
+            if target in MODULES and (loads_heavy(target) or serves_lazily(target)):
+                continue
+            if module == "ccl" and area(target) == "driver":
+                continue
+            where = MODULES[module]
+            where = where.relative_to(ROOT) if where.is_relative_to(ROOT) else where.name
+            out.append(f"{where}:{line}: a function-local import of {target} defers "
+                       "nothing heavy: import it at module level")
+    return out
+
+
+def test_function_local_imports_defer_something_heavy():
+    assert unjustified_local_imports() == []
+    count = sum(local for found in GRAPH.values() for _, _, local in found)
+    assert count <= MAX_LOCAL_IMPORTS
+
+
+def test_the_graph_checks_catch_what_they_are_for(tmp_path, monkeypatch):
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("import json\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x.b\n"
+                 "def f():\n    import z3\n    from . import b\n")
+    b.write_text("def g():\n    import json\n    from .a import f\n")
+    monkeypatch.setitem(MODULES, "x.a", a)
+    monkeypatch.setitem(MODULES, "x.b", b)
+    monkeypatch.setitem(GRAPH, "x.a", runtime_imports(a, "x.a"))
+    monkeypatch.setitem(GRAPH, "x.b", runtime_imports(b, "x.b"))
+    assert ("x.b", 7, True) in GRAPH["x.a"] and all(t != "x.b" or local for t, _, local in GRAPH["x.a"])
+    assert ["x.a", "x.b"] in circles()  # the typing-only import is no edge; the local ones are
+    found = unjustified_local_imports()
+    assert any("a.py:7" in f and "x.b" in f for f in found)  # x.b loads nothing heavy
+    assert any("b.py:2" in f and "json" in f for f in found)  # the standard library is never lazy
+    assert not any("a.py:6" in f for f in found)  # z3 is

@@ -28,6 +28,7 @@ building count against the limit) or from now.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import threading
 import time
@@ -222,8 +223,6 @@ def _handler(signum: int, frame: object) -> None:
 
 
 def _watch(read_fd: int, done: threading.Event) -> None:
-    import select
-
     while not done.is_set():
         # the main thread's handler may drain the byte first: poll, so the watchdog still runs
         timeout = 0.25 if _first_at is None else 0.05

@@ -153,7 +153,7 @@ def memory_available() -> int | None:
     when neither is known."""
     budgets = []
     try:
-        import resource
+        import resource  # POSIX only: elsewhere the address-space limit is unknown
 
         soft, _ = resource.getrlimit(resource.RLIMIT_AS)
         if soft != resource.RLIM_INFINITY:
