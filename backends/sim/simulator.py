@@ -60,9 +60,11 @@ from .trace import chrome_trace, write_trace
 MODES = ("dependency", "step")
 
 
-EFFORT_OP_US = 4.0  # per op instance: dgx-h100:16 allgather, 353,024 ops, no limit binding, 1.5 s
-EFFORT_RATE_US = 3.5  # per fair rate: dgx2:2 reduce over the turned rails, 16 stages, 1.9 million rates
-# in 6.3 s and, staggered, 9.3 million in 36 s (the NVSwitch ports couple a node's flows)
+# A simulation's effort, in microseconds of one reference machine: per op instance, and per fair
+# rate computed (where shared limits couple many flows, as a node's NVSwitch ports do, rates
+# dominate). Fitted once on large cases; a count of work, so the same on any machine.
+EFFORT_OP_US = 4.0
+EFFORT_RATE_US = 3.5
 
 
 @dataclass

@@ -52,7 +52,9 @@ class SimulationJudge:
         return self.channels, self.fuse, self._fastest[2]
 
 
-LOWER_OP_US = 2.0  # lowering, per op (dgx-h100:16 allgather: 353,024 ops in 1.3 s; dgx2:2 reduce 144,397 in 0.14 s)
+# The lowering's cost per op, in microseconds of the reference machine the simulator's effort
+# constants were measured on (a count of work, not the clock of the machine running now).
+LOWER_OP_US = 2.0
 
 
 def size_in_bytes(size: int | float | str) -> float:
