@@ -373,4 +373,3 @@ class File(Node):
     body: tuple[Stmt, ...]
 
 
-DEFINITIONS = (TopologyDef, CollectiveDef, AlgorithmDef, FabricDef)

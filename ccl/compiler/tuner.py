@@ -100,7 +100,6 @@ class TuneResult:
     schedule_set: ScheduleSet
     seconds: float
     cached: bool
-    cache_key: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         s = self.schedule_set
