@@ -371,5 +371,3 @@ class Rounds(Stmt):
 class File(Node):
     path: str
     body: tuple[Stmt, ...]
-
-
