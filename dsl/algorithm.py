@@ -185,4 +185,3 @@ def verify_algorithm(item: HandWritten, *, in_place: bool = False) -> Verificati
             rank=exc.rank, step=exc.step, buffer=exc.buffer, index=exc.index, transfer=exc.transfer,
             expected=exc.expected, found=exc.found,
         ) from None
-

@@ -566,4 +566,3 @@ def _signature(head: ast.Expr) -> tuple[str, tuple[ast.Param, ...]]:
     for kw in head.kwargs:
         params.append(ast.Param(kw.span, kw.name, kw.value))
     return head.func.id, tuple(params)
-

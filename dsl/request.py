@@ -200,4 +200,3 @@ def _groups(value: Any, topo: Any, span: Span) -> str:
         return parse_groups(text, topo).spec
     except InputError as exc:
         raise DslError(exc.message, span) from None
-

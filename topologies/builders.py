@@ -111,4 +111,3 @@ def dgx_h100(n_nodes: int = 1, *, fabric: str | None = None, nic_bandwidth: floa
          oversubscription: float | None = None, nodes_per_leaf: int | None = None) -> Topology:
     """8 H100s on NVSwitch (450 GB/s per GPU); 8 x 400 Gb/s NICs, one per GPU (default fabric: rail)."""
     return _cluster("dgx_h100", n_nodes, fabric, nic_bandwidth, oversubscription, nodes_per_leaf)
-

@@ -444,4 +444,3 @@ def _build(program: Program, ranks: list[list[_XOp]], tgt: Target, name: str, pr
     return Algo(name=name, proto=proto, nchannels=program.channels * spread, nchunksperloop=nchunks, ngpus=n,
                 coll=tgt.coll[coll.kind], inplace=int(in_place), outofplace=int(out_of_place),
                 min_bytes=min_bytes, max_bytes=max_bytes, gpus=tuple(gpus))
-

@@ -535,4 +535,3 @@ class Engine:
                 advance_fluid(t)
                 reschedule()
         return max(latest[0], max((t for _, t in ready), default=0.0))
-

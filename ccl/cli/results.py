@@ -90,4 +90,3 @@ def summary(result: Any, label: str, where: str) -> str:
         text += (f"\n  simulated {details['simulated_us']:.4g} us at {details['size']} bytes, lower bound "
                  f"{details['bound_us']:.4g} us (ratio {details['simulated_us'] / details['bound_us']:.3f})")
     return text
-

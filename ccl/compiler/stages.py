@@ -145,4 +145,3 @@ def synthesize(problem: Problem, *, judge: CostJudge | None = None) -> Synthesis
     lowered = getattr(judge, "lowered", None)
     return SynthesisResult(algorithm, status, seconds, gap, checked, details,
                            lowered=lowered(algorithm) if lowered is not None else None)
-

@@ -223,4 +223,3 @@ def parse_json(text: str, name: str) -> Any:
 def read_input_json(path: str | os.PathLike[str]) -> Any:
     """A JSON file read through ``read_input_text`` and ``parse_json``."""
     return parse_json(read_input_text(path, "JSON file"), os.fsdecode(path))
-
