@@ -2,11 +2,12 @@
 
     parse -> problem -> synthesize (and verify) -> program (lower and verify) -> backends
 
-``stages`` holds the stages, ``timing`` the simulator with the bound and NCCL's models added
-(and the cost judge solvers receive), ``compare`` every solver side by side, ``runtimes`` the
-torch backend. This package and ``ccl.cli`` are the only parts of ``ccl`` that import
-``topologies``, ``solvers``, ``dsl`` and ``backends``, and they do so inside functions so
-``import ccl`` stays cheap.
+``stages`` holds the stages up to synthesis, ``lowering`` the program stage, ``timing`` the
+simulator with the bound and NCCL's models added (and the cost judge solvers receive),
+``loader`` the one schedule loader, ``compare`` every solver side by side, ``tuner`` the best
+schedule per size, ``runtimes`` the torch backend. This package, ``ccl.cli`` and ``ccl.torch``
+are the only parts of ``ccl`` that import ``topologies``, ``solvers``, ``dsl`` and ``backends``;
+the public face (``ccl``) loads them on first use, so ``import ccl`` stays cheap.
 """
 
 from __future__ import annotations
