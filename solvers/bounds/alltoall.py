@@ -26,6 +26,7 @@ of one limit counts once against it, so adding them to the LP could overstate th
 from __future__ import annotations
 
 import numpy as np
+from scipy.sparse import coo_matrix
 
 from ccl.core.topology import Topology
 
@@ -117,8 +118,7 @@ def concurrent_flow_time(topology: Topology) -> float | None:
     """The LP optimum: least T (us per byte-per-pair, times 1e3) such that one unit per ordered
     pair fits through capacities x T; in units of 1/(GB/s) per unit. None when the LP is larger
     than ``LP_LIMIT`` variables or the solver fails."""
-    from scipy.optimize import linprog
-    from scipy.sparse import coo_matrix
+    from scipy.optimize import linprog  # slow to import: loaded when an LP is solved
 
     n, V = topology.n_ranks, topology.n_vertices
     if n < 2:

@@ -54,6 +54,7 @@ from ccl.core.collective import Collective
 from ccl.core.errors import CollectiveError
 from ccl.core.topology import Topology
 
+from .alltoall import alltoall_cut, concurrent_flow_time
 from .cuts import cut_ratio, global_min_cut, root_min_cut
 from .lanes import RootLanes, lane_bound, root_lanes
 from .latency import latency_bound
@@ -225,8 +226,6 @@ def _model(topology: Topology, collective: Collective) -> _Model:
         per_byte.append(("cut", 1.0 / mincut / 1e3 if mincut > 0 else math.inf, cut_onsets(topology, witness, False)))
         method = "max(one-way gossip volume over ranks and nodes, minimum cut); not exact in general"
     elif kind == "alltoall":
-        from .alltoall import alltoall_cut, concurrent_flow_time
-
         ratio, witness, enumerated = alltoall_cut(topology)
         # m = size / n bytes per ordered pair
         per_byte.append(("cut", ratio / n / 1e3, cut_onsets(topology, witness, False)))

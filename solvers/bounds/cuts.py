@@ -33,6 +33,8 @@ from scipy.sparse.csgraph import maximum_flow
 from ccl.core.errors import CollectiveError
 from ccl.core.topology import Topology
 
+from ..builders import symmetry
+
 MICRO = 10**6  # finest bandwidth unit of the cut: 1e-6 GB/s
 
 
@@ -110,9 +112,7 @@ def cut_ratio(topology: Topology, unit: str = "lanes", *, reverse: bool = False,
         return CutBound(Fraction(0), frozenset(), out_unit)
     caps, size = _capacities(topology, unit, reverse)
     if sinks is None:
-        from ..builders.symmetry import rank_orbits
-
-        targets = [orbit[0] for orbit in rank_orbits(topology)]
+        targets = [orbit[0] for orbit in symmetry.rank_orbits(topology)]
         all_targets = list(range(n))
     else:
         targets = sorted(set(sinks))

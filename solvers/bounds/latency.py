@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import dijkstra
 
 from ccl.core.collective import Collective
 from ccl.core.errors import CollectiveError
@@ -31,8 +32,6 @@ def _flat_matrices(topology: Topology) -> tuple[csr_matrix, csr_matrix]:
 
 def latency_bound(topology: Topology, collective: Collective) -> tuple[float, tuple[int, int] | None, int]:
     """(alpha-weighted distance of the farthest needed pair, that pair, hop bound)."""
-    from scipy.sparse.csgraph import dijkstra
-
     n = topology.n_ranks
     kind = collective.kind
     if n < 2:

@@ -19,10 +19,13 @@ a node's NIC cut on dgx-h100:16.
 
 from __future__ import annotations
 
+import heapq
 import math
 import weakref
 
 from ccl.core.topology import Topology
+
+from ..builders import symmetry
 
 # A message's bytes move only once its route's latency has passed (the lane is held meanwhile;
 # with overlapping latencies they land that long after they moved): a byte crossing link e
@@ -38,8 +41,6 @@ Onsets = tuple[tuple[float, float], ...]
 def _latency_floor(topology: Topology, forward: bool, ends: tuple[int, ...] | None = None) -> list[float]:
     """The least latency from any of ``ends`` (default: every rank) to each vertex over the
     topology's links (``forward``), or from each vertex to any of them; cached per topology."""
-    import heapq
-
     cache = _FLOORS.setdefault(topology, {})
     key = (forward, ends)
     if key in cache:
@@ -116,10 +117,8 @@ def rank_separation(topology: Topology) -> float:
     the topology's rank symmetries is enough."""
     if topology in _SEPARATION:
         return _SEPARATION[topology]
-    from ..builders.symmetry import rank_orbits
-
     best = math.inf
-    for orbit in rank_orbits(topology):
+    for orbit in symmetry.rank_orbits(topology):
         s = orbit[0]
         for t in topology.routes_from(s):
             best = min(best, topology.flat_link(s, t).latency)  # type: ignore[union-attr]

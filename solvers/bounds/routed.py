@@ -18,9 +18,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.sparse import csr_matrix
 
 from ccl.core.topology import Topology
 
+from ..builders import symmetry
 from .onsets import Onsets
 
 
@@ -30,10 +32,8 @@ def routed_delivery(topology: Topology, reverse: bool) -> tuple[float, frozenset
     cut bound already counts)."""
     if not topology.switches or topology.n_ranks < 2:
         return None
-    from ..builders.symmetry import rank_orbits
-
     n = topology.n_ranks
-    candidates: list[frozenset[int]] = [frozenset([orbit[0]]) for orbit in rank_orbits(topology)]
+    candidates: list[frozenset[int]] = [frozenset([orbit[0]]) for orbit in symmetry.rank_orbits(topology)]
     first_node = topology.node_of[0] if topology.node_of else None
     for k, sw in enumerate(topology.switches):
         if first_node is not None and sw.node not in (None, first_node):
@@ -61,7 +61,7 @@ def routed_capacity(topology: Topology, pairs: list[tuple[int, int]]) -> tuple[f
     """The most GB/s the fixed routes of ``pairs`` of ranks can carry together under every
     physical link's capacity (an LP), and the least latency of those routes; None when the LP
     fails or no pair has a route."""
-    from scipy.optimize import linprog
+    from scipy.optimize import linprog  # slow to import: loaded when an LP is solved
 
     hops: dict[tuple[int, int], int] = {}
     rows: list[int] = []
@@ -77,8 +77,6 @@ def routed_capacity(topology: Topology, pairs: list[tuple[int, int]]) -> tuple[f
         onset = min(onset, latency)
     if not hops:
         return None
-    from scipy.sparse import csr_matrix
-
     caps = np.array([topology.link(*hop).capacity for hop in hops], dtype=float)  # type: ignore[union-attr]
     A = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(hops), len(paths)))
     result = linprog(-np.ones(len(paths)), A_ub=A, b_ub=caps, bounds=(0, None), method="highs")

@@ -21,6 +21,7 @@ result. With no solution in time, stage 2's schedule stands with one hop per tra
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from ccl.core import interrupt
@@ -44,8 +45,6 @@ def merge(logical: LogicalTopology, plan: Plan, mergeable: Callable[[int, int], 
           time_limit: float, *, verbose: bool = True) -> tuple[list[Batch], float, Solved | None]:
     """Batches of hops and their makespan; falls back to one hop per batch (also when the
     ``time_limit`` seconds, building the model included, run out or Ctrl-C comes)."""
-    import time
-
     deadline = time.monotonic() + time_limit
     t0 = time.perf_counter()
     try:
@@ -58,7 +57,7 @@ def merge(logical: LogicalTopology, plan: Plan, mergeable: Callable[[int, int], 
 
 def _merge(logical: LogicalTopology, plan: Plan, mergeable: Callable[[int, int], bool], backend: str,
            deadline: float, *, verbose: bool = True) -> tuple[list[Batch], float, Solved | None]:
-    import pulp
+    import pulp  # slow to import: loaded when a model is built
 
     hops = plan.hops
     pairs = []

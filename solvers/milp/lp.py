@@ -12,12 +12,20 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from ccl.core import interrupt
-from ccl.core.errors import InputError
+from ccl.core.errors import CclError, InputError
+
+# pulp and highspy are imported where a model is built or solved: they are slow to import, and
+# importing the MILP solvers' modules stays cheap.
 
 BACKENDS = ("highs", "cbc")
 MIN_SOLVE_SECONDS = 0.05  # with less time than this left, a model is not handed to a solver
@@ -113,8 +121,6 @@ def _interrupt_children() -> None:
     """Pass Ctrl-C on to this process's children (the CBC binary PuLP runs; a terminal's Ctrl-C
     reaches them anyway, ``kill -INT`` of ccl alone does not), and kill those still running half
     a second later. Linux's /proc lists them."""
-    import signal
-
     pid = os.getpid()
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as fh:
@@ -129,15 +135,11 @@ def _interrupt_children() -> None:
                 pass
 
     send(signal.SIGINT)
-    import threading
-
     threading.Timer(0.5, send, (signal.SIGKILL,)).start()  # CBC may not stop at once on SIGINT
 
 
 def _cbc_path() -> str:
     """The CBC binary: one on PATH, else the one PuLP ships."""
-    import shutil
-
     found = shutil.which("cbc")
     if found:
         return found
@@ -150,8 +152,6 @@ def _run_unless_interrupted(h) -> bool:
     """Run HiGHS in a worker thread; False when Ctrl-C came and HiGHS did not stop within
     ``ABANDON_AFTER`` seconds (its presolve calls no interrupt callback: a large MILP's can take
     seconds). The abandoned run ends at its time limit or with the process, which is ending."""
-    import threading
-
     done = threading.Event()
 
     def work() -> None:
@@ -175,7 +175,6 @@ def _solve_highs(model, variables, n_int: int, deadline: float, warm: bool):
     PuLP status, PuLP solution status); found is None when the deadline passed before HiGHS
     could start."""
     import highspy
-    import numpy as np
     import pulp
 
     inf = highspy.kHighsInf
@@ -287,8 +286,6 @@ def solve(model, name: str, backend: str, time_limit: float, *, verbose: bool = 
         except pulp.PulpSolverError as exc:  # the solver binary failed: report, do not crash
             if interrupt.requested():  # killed on Ctrl-C (``_interrupt_children``)
                 return not_solved(name, time.perf_counter() - t0, verbose=verbose)
-            from ccl.core.errors import CclError
-
             raise CclError(f"{name}: MILP solver {backend} failed: {exc}") from None
         status_code = model.status
         sol = getattr(model, "sol_status", None)

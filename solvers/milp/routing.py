@@ -23,6 +23,8 @@ from) are the routes.
 
 from __future__ import annotations
 
+import time
+
 from ccl.core import interrupt
 from ccl.core.collector import gc_paused
 from ccl.core.errors import InfeasibleError
@@ -188,9 +190,6 @@ def route(logical: LogicalTopology, items: list[Commodity], backend: str, time_l
     """Solve the routing MILP (see module docstring) within ``time_limit`` seconds, building it
     included; returns the routes and the solve record (None when the model was trivial). Out of
     time (or on Ctrl-C) the best heuristic's routes."""
-    import time
-
-
     deadline = time.monotonic() + time_limit
     n = logical.n
     reps, rotations, key = representatives(logical, items)
@@ -221,7 +220,7 @@ def route(logical: LogicalTopology, items: list[Commodity], backend: str, time_l
 def _route_milp(logical, reps, rotations, allowed, start_trees, expand, extras, backend, deadline, verbose):
     """Build and solve the routing MILP by ``deadline``, warm-started from ``start_trees``;
     raises OutOfTime when the deadline passes (or Ctrl-C comes) while it is built."""
-    import pulp
+    import pulp  # slow to import: loaded when a model is built
 
     n = logical.n
     model = pulp.LpProblem("routing", pulp.LpMinimize)

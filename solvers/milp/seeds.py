@@ -10,6 +10,8 @@ collective differently, or that use links the sketch removed, give no routes.
 
 from __future__ import annotations
 
+import solvers
+from ccl.core.collective import builtin
 from ccl.core.errors import InfeasibleError, InputError
 from ccl.core.problem import Problem, Request
 
@@ -25,8 +27,6 @@ TEMPLATES = {
 
 def template_routes(problem: Problem, logical: LogicalTopology, items: list[Commodity], kind: str, pieces: int,
                     root: int = 0) -> list[tuple[str, Routes]]:
-    import solvers
-
     by_key: dict[tuple, Commodity] = {}
     for c in items:
         by_key[(c.source, c.dests[0] if kind == "alltoall" else None, c.piece)] = c
@@ -68,8 +68,6 @@ def template_routes(problem: Problem, logical: LogicalTopology, items: list[Comm
 
 
 def _collective(problem: Problem, kind: str, root: int):
-    from ccl.core.collective import builtin
-
     return builtin(kind, problem.topology.n_ranks, root if kind == "broadcast" else None)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+import solvers
 from ccl.core import interrupt
 from ccl.core.algorithm import Algorithm, Transfer
 from ccl.core.collective import Collective
@@ -28,6 +29,8 @@ from ccl.core.errors import CclError, CollectiveError, InputError, Interrupted, 
 from ccl.core.judge import CostJudge
 from ccl.core.problem import Problem, Request
 
+from .. import Solution
+from ..bounds.call import lower_bound
 from ..builders.common import collective_for, pieces
 from .commodities import Commodity, Routes, commodities
 from .contiguity import merge
@@ -37,6 +40,7 @@ from .lp import BACKENDS, Solved, progress
 from .ordering import Plan, build_hops, list_schedule
 from .routing import route
 from .seeds import template_routes
+from .teccl import route_time_expanded
 
 KINDS = ("allgather", "alltoall", "reducescatter", "allreduce", "broadcast")
 DEFAULT_SIZE = 1 << 20
@@ -121,9 +125,8 @@ def _synthesize(problem: Problem, judge: CostJudge) -> Algorithm:
     P = probe.chunk_partition or pieces(problem)
     coll = collective_for(problem, n * P if kind == "allreduce" else P)
     run = _Run(problem, coll, judge)
-    from ..bounds.call import lower_bound
-
-    # the report's bound, first: its cost (scipy's import, the first time) is inside the deadline
+    # the report's bound, first: its cost (scipy.optimize's import, the first time) is inside
+    # the deadline
     run.bound_us = lower_bound(problem.topology, problem.collective, run.size).bound_us
     slot_bytes = run.size / max(coll.max_input_slots, coll.max_output_slots, 1)
     progress(f"{run.variant}: {kind} on {problem.topology.name}, {slot_bytes:.6g} bytes per slot, "
@@ -149,8 +152,6 @@ def _synthesize(problem: Problem, judge: CostJudge) -> Algorithm:
         gaps = [s.gap for s in run.solves if s.gap is not None]
         raise SolverTimeout("a MILP reached its time limit before proving optimality",
                             best=algorithm, gap=max(gaps) if gaps else None, details=details)
-    from .. import Solution
-
     return Solution(algorithm, details)
 
 
@@ -162,8 +163,6 @@ def _against_templates(run: _Run, algorithm: Algorithm) -> tuple[Algorithm, str,
     """The MILP pipeline's schedule, or a template's whole schedule when that simulates faster
     at the target size (templates may chunk finer than the pipeline, e.g. multi-ring's halves).
     Skipped when the user gives a sketch: a template does not follow one."""
-    import solvers
-
     problem = run.problem
     best_us, best, chosen = run.time_of(algorithm), algorithm, "MILP pipeline"
     if problem.request.sketch is not None:
@@ -219,8 +218,6 @@ def _schedule(run: _Run, logical: LogicalTopology, items: list[Commodity], seeds
     ``final_slot`` gives where a commodity sits on a rank in the emitted schedule (or builds that
     function from a plan, for relays' scratch); ``build`` turns a plan into transfers."""
     if run.variant == "teccl":
-        from .teccl import route_time_expanded
-
         multicast = any(len(c.dests) > 1 for c in items)
         routes, solved, extras = route_time_expanded(logical, items, run.backend, run.budget(0.6), lp=not multicast)
     else:

@@ -26,6 +26,7 @@ representative commodities, as in the routing MILP.
 from __future__ import annotations
 
 import math
+import time
 
 from ccl.core import interrupt
 from ccl.core.collector import gc_paused
@@ -52,8 +53,6 @@ def epoch_length(logical: LogicalTopology, estimate: float) -> float:
 
 def route_time_expanded(logical: LogicalTopology, items: list[Commodity], backend: str, time_limit: float,
                         *, lp: bool, verbose: bool = True) -> tuple[Routes, Solved | None, list[tuple[str, Routes]]]:
-    import time
-
     deadline = time.monotonic() + time_limit  # everything below, the model building included
     n = logical.n
     reps, rotations, key = representatives(logical, items)
@@ -133,7 +132,7 @@ def _estimate(logical, items, reps, rotations, k_rot, key, trees) -> float:
 def _solve(logical, reps, rotations, allowed, earliest, delta, cap, per_epoch, K, backend, deadline, lp, verbose):
     """Build and solve the model with K epochs by ``deadline`` (``time.monotonic()``); raises
     OutOfTime when it passes (or Ctrl-C comes) while the model is built."""
-    import pulp
+    import pulp  # slow to import: loaded when a model is built
 
     model = pulp.LpProblem("time_expanded", pulp.LpMaximize)
     cat = "Continuous" if lp else "Binary"

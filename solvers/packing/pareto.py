@@ -18,6 +18,8 @@ from ccl.core.algorithm import Algorithm
 from ccl.core.judge import CostJudge
 from ccl.core.problem import Problem
 
+from . import synthesize
+
 CROSSOVER_STEPS = 6  # bisection steps in log size between two sweep sizes (16x apart: within 5%)
 
 
@@ -49,8 +51,6 @@ def frontier(problem: Problem, judge: CostJudge, sizes: Sequence[float],
              progress: Callable[[str], None] | None = None) -> list[Member]:
     """The schedules that win some size of ``sizes`` (bytes), smallest sizes first, with the
     size ranges where each is the fastest of the set."""
-    from . import synthesize
-
     sweep = sorted(set(int(s) for s in sizes))
     members: list[Member] = []
     for size in sweep:

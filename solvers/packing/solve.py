@@ -20,6 +20,7 @@ per root and every shape tried.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from ccl.core import interrupt
@@ -28,6 +29,7 @@ from ccl.core.errors import Interrupted, SolverTimeout
 from ccl.core.judge import CostJudge, effort_us
 from ccl.core.problem import Problem
 
+from .. import Solution
 from ..builders.common import pieces
 from . import routes
 from .phases import Packing
@@ -61,8 +63,6 @@ class Budget:
             raise interrupt.Abandon
 
     def region(self):
-        import contextlib
-
         @contextlib.contextmanager
         def inside():
             self._inside += 1
@@ -245,8 +245,6 @@ def synthesize_routes(problem: Problem, judge: CostJudge | None, progress, start
 def _finish(problem: Problem, alg, details: dict, budget: Budget):
     """The Solution; SolverTimeout carrying it when the time limit cut the planning or the
     search short; Interrupted carrying it on Ctrl-C."""
-    from solvers import Solution
-
     if interrupt.requested():
         budget.cut = "Ctrl-C"
     if budget.cut == "Ctrl-C":

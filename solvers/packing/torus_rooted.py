@@ -77,7 +77,7 @@ def base_directions(k: int, side: int, depth: int) -> dict[tuple[int, ...], int]
     """A base tree of at most ``depth`` levels whose images share no arc, as the direction
     (an index into ``(axis, sign)`` pairs, axis-major) of the arc into every coordinate vector
     but the origin; None when there is none (unsat)."""
-    import z3
+    import z3  # slow to import: loaded when a base tree is searched for
 
     dirs = _directions(k)
     nd = len(dirs)

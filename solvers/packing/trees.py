@@ -174,8 +174,7 @@ def pack_shallow(n: int, caps: dict[tuple[int, int], int], root: int, q: int, de
     reaches at level l - 1, at level 1 only the root's arcs; an arc carries at most its
     capacity of trees. Trees are interchangeable, so they are ordered (by the summed index of
     the root arcs each takes) to cut the symmetry."""
-    import scipy.sparse as sp
-    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.optimize import Bounds, LinearConstraint, milp  # slow to import: loaded when used
 
     arcs = sorted((a, b) for (a, b), c in caps.items() if c > 0 and a != b and b != root and a < n and b < n)
     if q < 1 or depth < 1 or not arcs:
@@ -235,7 +234,7 @@ def pack_shallow(n: int, caps: dict[tuple[int, int], int], root: int, q: int, de
     cost = np.zeros(nv)
     for (_, _, lv), c in index.items():
         cost[c] = lv
-    matrix = sp.csr_matrix((vals, (rows, cols)), shape=(len(lo), nv))
+    matrix = csr_matrix((vals, (rows, cols)), shape=(len(lo), nv))
     result = milp(cost, integrality=np.ones(nv), bounds=Bounds(0, 1),
                   constraints=LinearConstraint(matrix, lo, hi), options={"node_limit": node_limit})
     if result.x is None or result.status not in (0, 1):

@@ -31,6 +31,8 @@ from .phases import Phase
 from .stitch import physical_time
 from .trees import Tree
 
+# scipy.optimize is imported where an LP is solved: it is slow to import.
+
 DENOMINATOR = 60  # weights per root: divisible by 5 and 6 lanes, and fine enough for the rates
 UP_TO = 16  # ranks: n^2 trees per phase
 

@@ -14,6 +14,7 @@ a composition is the sum of the phases' bounds.
 from __future__ import annotations
 
 import math
+import time
 from fractions import Fraction
 
 from ccl.core import interrupt
@@ -115,8 +116,6 @@ class ComposedSearch:
 
     def pareto(self, max_chunks: int) -> Frontier:
         """The frontier of compositions: for each S, the least (R1 + R2) / C over splits and C."""
-        import time
-
         start = time.monotonic()
         bound, name = self.rounds_bound()
         frontier = Frontier([], self.step_bound(), bound, name, max_chunks, checks=self.checks)

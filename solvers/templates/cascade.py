@@ -60,6 +60,7 @@ from typing import NamedTuple
 from ccl.core.errors import CollectiveError, InputError
 from ccl.core.problem import Problem
 
+from .. import Solution
 from ..builders.common import builder, pieces
 from ..builders.grids import Grid, linked_grid, node_grid
 from ..builders.schedule import ScheduleBuilder, Slot
@@ -82,8 +83,6 @@ class Lane(NamedTuple):
 
 def synthesize(problem: Problem):
     """The schedule, with the grid, the lanes and the pipeline stages as details."""
-    from solvers import Solution
-
     name = problem.request.solver
     stages = _pipeline(problem, name)
     grid = _grid(problem, name)
