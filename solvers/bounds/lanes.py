@@ -6,8 +6,8 @@ When the root's lanes are the cut, they must keep delivering until the end, yet 
 they deliver late still has to reach (or, for reduce, come from) every other rank. Averaged
 over the first tau microseconds of the call, a lane that delivers in few large messages leaves
 long stretches with nothing new landed, and one that delivers in many pays a latency per
-message; the least of the two costs over every lane, in closed form, raises the bound: amd8
-broadcast at 64 MiB 188.1 us against the cut's 178.5. Topologies without switches only (with
+message; the least of the two costs over every lane, in closed form, raises the bound where the
+root's few lanes are the cut (amd8's broadcast and reduce). Topologies without switches only (with
 them the flattened links into the ranks overstate what they can receive, and the term gives
 nothing).
 """

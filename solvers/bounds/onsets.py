@@ -5,16 +5,15 @@ overlapping latencies it lands that long after moving them. So each bandwidth bo
 its cut's capacity only from each link's onset, the least latency of a rank-to-rank route
 through it (``link_onsets``): a cut whose links all start at alpha gives alpha + V / C, and a
 cut with links of several latencies needs the least T with sum_e c_e (T - alpha_e)+ >= V
-(``onset_time``). On dgx-h100:16 the NIC cut of an allgather starts 2.6 us late (1.7% of the
-bound at 64 MiB). The LP and the per-rank volume start at the least latency of any link
-(``first_onset``).
+(``onset_time``): a cut through NICs starts a NIC route's latency late. The LP and the per-rank
+volume start at the least latency of any link (``first_onset``).
 
 The cut bounds of allgather, reducescatter, broadcast and reduce also count the far side's
 last (first) hop: with k ranks beyond the cut, a byte landing there less than tau (the least
 rank-to-rank latency) before the end serves only its own rank, and one leaving the
 contributing side before tau sums only its sender's contribution, so each link's capacity
-counts 1/k from its onset and the rest from tau later (``far_side``): 7/8 x 0.7 us more for
-a node's NIC cut on dgx-h100:16.
+counts 1/k from its onset and the rest from tau later (``far_side``): (k - 1)/k x tau more for
+a node's NIC cut with k ranks behind it.
 """
 
 from __future__ import annotations
@@ -107,8 +106,8 @@ def cut_onsets(topology: Topology, witness: frozenset[int], reverse: bool, origi
 # c_e (T - alpha_e)+ in all, the rest at credit 1/k:
 #     sum_e c_e [(T - alpha_e)+ / k + (1 - 1/k) (T - alpha_e - tau)+] >= V,
 # an onset list with each link's share split between alpha_e and alpha_e + tau
-# (``far_side``). On dgx-h100:16 (k = 8 ranks behind a node's NICs, tau = 0.7 us over the
-# NVSwitch) an allgather's or reducescatter's NIC cut ends 7/8 x 0.7 us later.
+# (``far_side``). A node's NIC cut with k ranks behind it (tau: a route inside the node) ends
+# (k - 1)/k x tau later than the cut alone would.
 
 
 def rank_separation(topology: Topology) -> float:

@@ -4,9 +4,9 @@ A schedule often sends a peer, in one step, several pieces that lie apart in its
 relay forwarding what it received from many roots (a node's NVSwitch star after the NIC
 rails), or a leaf sending the partial sums of many roots up a reduce tree. The lowering fuses
 only pieces that are consecutive on both sides, so each of the others is a message of its own,
-and in the alpha-beta model every message holds its lane for the link's latency: on an
-NVSwitch port shared by seven pairs, sixteen 64 KiB messages per pair and step cost about a
-third of the port's bandwidth.
+and in the alpha-beta model every message holds its lane for the link's latency: on a port
+shared by many pairs, many small messages per pair and step cost a large share of the port's
+bandwidth.
 
 ``coalesce(algorithm)`` sends every such group through scratch instead:
 

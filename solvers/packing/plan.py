@@ -285,9 +285,9 @@ def _phase(topology: Topology, reverse: bool, root: int | None,
 LEVELS_RANKS = 64
 
 
-SHALLOW_SIZE = 6000  # trees x arcs x levels up to which the depth-bounded MILP is tried (torus:4x4x2:
-# 5 x 160 x 6 in 0.3 s, depth 6 where the greedy packing is 11 deep: broadcast at 64 MiB 1.238x the
-# bound -> 1.16x; amd8 at depth 3, 38 x 56 x 3, did not end in 5 minutes)
+SHALLOW_SIZE = 6000  # trees x arcs x levels up to which the depth-bounded MILP is tried (on small
+# tori it finds trees about half as deep as the greedy packing's, which pipelines pay for; much
+# larger models, amd8's many lanes among them, do not end in reasonable time)
 
 
 def _shallowest(n: int, caps: dict[tuple[int, int], int], root: int, q: int, trees: list[Tree]) -> list[Tree]:
@@ -333,30 +333,23 @@ def _depth_key(trees: list[Tree]) -> tuple[int, Fraction]:
 
 ROOTED_FLAT_LIMIT = 80  # vertices up to which broadcast and reduce on one node pack the whole graph
 # (it wins there: no rails); on several nodes up to ``FLAT_LIMIT`` vertices, or when no rail
-# construction meets the bound. Above that the rails won at every size: broadcast and reduce at
-# 64 KiB, 1 MiB, 64 MiB and 1 GiB took the same time without the whole-graph trees on dgx2:2,
-# dgx-a100:4 and dgx-h100:4, whose plans they took 40 s, 11 s and 11 s of (dgx-h100:8: 69 s,
-# and 1.3x slower than the rail trees); below it they can win by a little (ndv2:2 broadcast at
-# 1 MiB: 141.4 us with them, 143.6 without)
+# construction meets the bound. Above that the rails were as fast at every size, and the
+# whole-graph trees took most of the planning time (and were slower on the largest nodes); below
+# it they can win by a little
 RAIL_TURNS = 6  # crossing trees per part of the turned rail chains (``stitch.rail_chains``, at most
-# one per local index). At 64 MiB, the best of a grid of shapes with 4, 6 and 8 turns (a reduce's
-# own part a cycle of turns late, ``schedule._up``; the plain rails 212 us on the first):
-# dgx-h100:2 broadcast 200.9, 195.2, 195.9 us, reduce 193.1, 192.3, 194.3; dgx-h100:4 broadcast
-# 229.4, 224.4, 225.4, reduce 226.1, 222.8, 222.6; dgx-a100:2 broadcast 379.5, 371.7, 370.9,
-# reduce 370.0, 364.2, 360.3
+# one per local index): of 4, 6 and 8 turns, 6 was the fastest or close to it for broadcast and
+# reduce on the multi-node machines tried, all faster than the plain rails
 TURNS_NODES = 4  # nodes up to which they are planned: each turn adds trees, and judging them at
-# 1 GiB took dgx-h100:4 broadcast 135 s with 4 turns, 34 s without (235.9 us at 64 MiB against 250.7)
+# large sizes costs several times the search's time without them
 CHAIN_NODES = 8  # nodes from which the rails' plain chains (as many NIC hops as nodes) are not
 # planned: the binary rail trees carry the same load log2 deep, and judging the chains took the
-# search's budget (dgx-h100:16 broadcast at 256 MiB: 1,043 us at best against 964 for the trees
-# before refining; dgx-h100:128 at 1 GiB 5.2x the bound against 1.57x)
+# search's budget while they were slower than the trees
 TWO_HOP_NODES = 16  # nodes up to which the rail trees two NIC hops deep are planned (from 4: on
 # fewer they are the chain): every relay NIC sends a stage to each other node, a message each,
-# and there are a part's node count of trees to judge (dgx-h100:8 broadcast at 64 MiB: 230.4 us
-# against 266 over the binary rail trees; dgx-h100:16 at 256 MiB 808.7 us at 24 stages against
-# 886.1; dgx-h100:4 215.1 against 224.8 over the turns)
+# and there are a part's node count of trees to judge; up to it they beat the binary rail trees
+# and the turns
 FLAT_LIMIT = 48  # vertices up to which the whole graph is packed too when stitching misses the bound
-# (dgx-h100:2 has 43: 5 s per phase; dgx2:2 has 51: 1 min per phase, and its packed trees,
+# (dgx-h100:2 has 43; dgx2:2 has 51, takes far longer to pack per phase, and its packed trees,
 # routed as the flattened topology routes them, are slower than the stitched ones)
 
 
@@ -402,7 +395,7 @@ def _second_entries(topology: Topology, best: tuple[float, list[Tree]], reverse:
     """The stitched trees with the share of every part that enters each other node a second
     time (``stitch.second_entry``) that runs fastest on the physical links, for the partner
     offsets 1 and half a node; ``best`` unless that is ``SECOND_GAIN`` faster (twice the trees
-    cost more to judge and pipeline: dgx2:2 gains 0.4% and runs slower). The busiest link's time
+    cost more to judge and pipeline: a small gain in rate can run slower). The busiest link's time
     is convex in the share (a maximum of linear loads), so a ternary search over 64ths finds it."""
     m = len(topology.node_ranks[0])
     plain, start = best[1], best[0]

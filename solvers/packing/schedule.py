@@ -74,15 +74,15 @@ class Shape(NamedTuple):
     from the start, and nothing waits on it below them), at the last up a tree (their
     contributions are ready from the start and only the root's sum waits on them), so a port
     serving leaves and forwarding pipelined pieces fills the time the forwarded pieces are not
-    there yet with the leaves' (dgx-h100:2 allgather at 1 GiB, the root's own node a leaf star:
-    1.035x the bound with, 1.16x without). Not with an allreduce's pieces going down as their
-    sums complete (the leaves' one message would wait for the last sum). ``ramp``: the first
+    there yet with the leaves' (a root's own node a leaf star, as on two NVSwitch nodes). Not
+    with an allreduce's pieces going down as their sums complete (the leaves' one message
+    would wait for the last sum). ``ramp``: the first
     and last stages smaller, 1 steeply (a quarter and a half of a full one), 2 gently (a
     third, a half and three quarters; ``RAMPS``, ``down_stages``). ``own``
     (broadcast, reduce): the share of the trees whose root sends only to other nodes
     (``remote``: the root's own part of the rail constructions, whose path down the root's rail
     and back over the others is the longest) relative to their multiplicity, the rest spread
-    over the other trees (dgx-a100:2 broadcast at 64 MiB: 0.9 and ramped, 388 us against 414)."""
+    over the other trees (a lighter own part lets its longer path end with the others')."""
 
     stages: int
     taper: float = 1.0
@@ -189,9 +189,9 @@ def _up(b, phase: Phase, C: int, shape: Shape, n: int, loc, lead: bool | None = 
     becomes ready together (shifting the last stages instead, the time reverse, left the pairs
     in step from the second stage on). With ``aligned`` (reduce) every tree of a root counts
     its steps from the deepest one's, so all of them bring stage i to the root at the same
-    step: the time reverse of a broadcast, whose trees all leave the root together (amd8
-    reduce at 64 MiB, trees 2 to 4 deep: 211.7 us, the broadcast's time, against 219.2 with
-    each tree's leaves starting at once)."""
+    step: the time reverse of a broadcast, whose trees all leave the root together (trees of
+    different depths whose leaves all start at once would bring their stages to the root at
+    different steps, slower than the broadcast)."""
     done: dict[tuple[int, int], int] = {}
     lead = shape.lead if lead is None else lead
     if phase.turns > 1:
@@ -258,7 +258,7 @@ OWN_LAG = 1  # cycles of turns a reduce's own part goes up behind the other part
 # the far node its ranks wait for the root's node-mates' pieces, which cross the rails' idle
 # direction all at once (a NIC fair-shared by L - 1 senders), and a pair's messages go in list
 # order, so a piece of it placed with the other parts' would hold theirs up behind it on the far
-# node's pairs (dgx-h100:2 reduce at 64 MiB, 4 turns: 193.1 us at best, 199.7 in step)
+# node's pairs
 
 
 def _taken(stream: list[int], stage: list[int], t: int) -> list[list[tuple[int, int]]]:

@@ -24,10 +24,11 @@ DEFAULT_STAGES = 4
 DEFAULT_SHAPE = Shape(DEFAULT_STAGES)
 STAGGER_STAGES = 64  # the most stages a staggered shape is judged with
 RUNNER_UP = 0.05  # the second construction is refined too when its best uniform time is this close
-SEARCH_WORK = 2_500_000  # transfers the judgements of one search may cost in all (about 20 us each to
-# build, lower and simulate here: the search at 128 ranks stays within a minute; a judgement whose
-# simulation costs more counts as more, ``Costs``); the first judgement of the first construction
-# always runs, and on small machines everything fits
+SEARCH_WORK = 2_500_000  # transfers the judgements of one search may cost in all (``US_PER_TRANSFER``
+# each to build, lower and simulate: sized so that the search at 128 ranks stays within about a
+# minute, benchmarks/results/scale.md; a judgement whose simulation costs more counts as more,
+# ``Costs``); the first judgement of the first construction always runs, and on small machines
+# everything fits
 
 
 def _has_root_leaves(packing: Packing) -> bool:
@@ -66,12 +67,11 @@ class Costs:
     judge's effort (``ccl.core.judge.effort_us``, from counts) in ``US_PER_TRANSFER``, never less
     than the estimate. Shapes not judged yet are estimated times the most a judgement of the
     same construction and kind of shape (staggered or not, coalesced or not) cost over its
-    estimate: the kinds differ most (dgx-h100:16 broadcast at 256 MiB over the two-hop rail
-    trees: 3.4 million fair rates at 16 stages, 0.1 million at 24 coalesced, whose messages
-    carry many pieces each), so a kind not judged yet has its plain estimate. So a search whose simulations are slow (the fair shares
-    of many flows under the NVSwitch ports and the NICs: dgx2:2 reduce over the turned rails
-    spent 36 s simulating one staggered shape of 51,621 transfers) ends within the budget's
-    time instead of its transfers'. Deterministic: counts, not the clock."""
+    estimate: the kinds differ most (a coalesced shape's messages carry many pieces each, and
+    simulating it computes far fewer fair rates than an uncoalesced one), so a kind not judged
+    yet has its plain estimate. So a search whose simulations are slow (the fair shares of many
+    flows under the NVSwitch ports and the NICs) ends within the budget's time instead of its
+    transfers'. Deterministic: counts, not the clock."""
 
     def __init__(self, estimate) -> None:
         self.estimate = estimate
@@ -96,13 +96,13 @@ class Costs:
 
 
 US_PER_TRANSFER = 20.0  # what ``SEARCH_WORK`` assumes a transfer costs to build, lower and simulate
-BUILD_SHARE = 0.45  # of which building it (dgx-h100:16 allgather, 307,072 transfers in 2.7 s)
+BUILD_SHARE = 0.45  # of which building it
 
 
 LEAD_KINDS = ("allgather", "broadcast", "reducescatter", "reduce")  # where a uniform shape may lead with leaves
 CLIMB_GAIN = 0.002  # a stage count doubled or halved must gain this much for the climb to go on (the
-# curve is flat near its minimum, and long pipelines cost the most to judge: dgx2:2 reducescatter at
-# 1 GiB gained 0.02% from 32 to 64 stages, then spent 100 s judging 128)
+# curve is flat near its minimum, and long pipelines cost the most to judge: a step that gains
+# almost nothing would buy the next, dearest judgement)
 
 
 def _search(evaluate, longest: int = 16, seen: dict | None = None, work=None, spent: list[int] | None = None,
@@ -144,13 +144,11 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
     64 ranks; at 128 the first few):
 
     0. when the best uniform shape has 8 or more stages, 3/2 and 3/4 of its count (see 5.):
-       first when it is the longest the climb may reach (then 3/2 of it too: dgx-h100:128
-       broadcast at 1 GiB, 1.41x the bound at 24 stages, 1.57x at 16; and 3/4 only when 3/2
-       does not gain, as the climb goes one way), else (``variants``)
-       after the first seed of 1. (dgx-h100:16 broadcast at 256 MiB: 860.6 us staggered and
-       coalesced, 884.5 at the best count between; where simulations are slow the budget ends
-       after a few); when it has one, the same coalesced (small sizes: a rank's pieces for one
-       peer in one message);
+       first when it is the longest the climb may reach (then 3/2 of it too: on the largest
+       machines the best count lies beyond the climb's longest; and 3/4 only when 3/2 does not
+       gain, as the climb goes one way), else (``variants``) after the first seed of 1. (which
+       gains more, and where simulations are slow the budget ends after a few); when it has
+       one, the same coalesced (small sizes: a rank's pieces for one peer in one message);
     1. (``variants``) at twice the best stage count (up to 16; the count itself above): staggered and coalesced (and, for
        allreduce, sequential) with stages tapered by 0.95, whose stage count is then climbed
        (2.), then the same untapered, coalesced alone (and for allreduce staggered and
@@ -161,16 +159,14 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
        allgather half follows its reducescatter half keeps each half's pipeline in its own
        stagger; with ``leaves`` (the trees' roots have leaf children) an allreduce's seeds
        also have its sequential halves tapered with leaves first, each half then as the
-       reducescatter and the allgather are fastest alone (dgx-h100:4 at 64 MiB: 280.2 us,
-       301.8 the best without; judged after the first seed's climb, as at 128 ranks it is
-       slower and the budget ends before it: dgx-h100:16, 344.7 against 336.0);
+       reducescatter and the allgather are fastest alone (judged after the first seed's climb:
+       at 128 ranks it is the slower of the two, and the budget ends before it);
     2. the best so far with its stage count doubled or halved while that pays (at most
        ``STAGGER_STAGES`` when staggered);
     3. tapered stages (when the best has 8 or more: bandwidth binds), 0.95 of the one before:
        the last pieces small, whose trip after the bottleneck is the pipeline's tail (up a tree
        the first ones, whose climb to it is the fill); then 5. (at 128 ranks the budget may
-       not reach the other seeds: a reducescatter on dgx-h100:16 at 64 MiB takes 168.1 us at
-       24 stages against 168.6 at 16);
+       not reach the other seeds);
     4. the other seeds of 1., and 2. again;
     5. 3/2 and 3/4 of the best stage count (the time is flat near its minimum, but a power of
        two can be a tenth off), up to 3/2 of ``longest`` (0. stays within it);
@@ -178,24 +174,21 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
     7. the best with the root's leaf children served the other way (``Shape.lead``: in one
        message, or pipelined like the rest), where that applies;
     8. the best unstaggered shape coalesced the other way (the steps before can leave a uniform
-       best whose coalesced twin was never judged: amd8 reduce at 64 MiB, 222.9 us uniform at
-       18 stages, 219.2 coalesced);
+       best whose coalesced twin was never judged);
     9. broadcast and reduce: the best with each other ramp (``Shape.ramp``: none, steep,
        gentle), and with ``own`` (the construction has trees whose root sends only to other
        nodes: the root's own part of the rail constructions) the best with that part's share at
        each of ``OWN_SHARES``, with each ramp; the stage count of the winner climbed, then 3/2
-       and 3/4 of it (a gentle ramp's pieces grow over three stages, and fewer stages pay:
-       dgx-h100:2 broadcast at 64 MiB, 211.6 us at 9 stages, 219.0 steep at 12). The own part
-       goes down the root's rail and back over the other rails, a longer path than the others',
-       and a ramp helps only once that path is no longer the last to finish (dgx-a100:2
-       broadcast at 64 MiB: 414 us uniform at 12 stages, 422 ramped, 406 with the own part at
-       0.9, 388 both).
+       and 3/4 of it (a gentle ramp's pieces grow over three stages, and fewer stages then
+       pay). The own part goes down the root's rail and back over the other rails, a longer
+       path than the others', and a ramp helps only once that path is no longer the last to
+       finish: the two are judged together.
    10. broadcast and reduce: a polish. The winner's neighbours, a stage more and a stage fewer,
        and with ``own`` its own part's share ``OWN_STEP`` lighter and heavier (each pair of
        those), then the same around the new winner while one wins, ``POLISH_ROUNDS`` moves
        at most. Times over stage counts and shares are not smooth where a ramp and the own
-       part's longer path meet (dgx-a100:2 broadcast at 64 MiB: 391.5 us at 16 stages ramped
-       with the share at 0.9, the best of 9.; 387.4 at 12 stages and 0.85, found in four moves).
+       part's longer path meet: the best of 9. can lie a few stages and share steps away from
+       a faster shape.
 
     The seeds of 1. serve the root's leaf children as the best uniform shape does."""
 
@@ -228,7 +221,7 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
     def thirds(beyond: bool = True, one_side: bool = False) -> None:
         """3/2 and 3/4 of the best stage count (between the powers of two); with ``beyond`` up to
         3/2 of the longest the climb may reach (not for uniform shapes, whose long pipelines
-        cost the most to simulate: 24 s for 24 stages of a reducescatter on dgx-h100:16); with
+        cost the most to simulate); with
         ``one_side``, 3/4 only where 3/2 does not gain (the climb's rule: the other side of
         the curve's minimum is worse)."""
         top = best()
@@ -241,8 +234,8 @@ def _refine(evaluate, seen: dict, longest: int = 16, kind: str = "allgather", wo
 
     capped = best().stages >= longest  # the climb stopped at its longest pipeline: longer ones first
     if best().stages >= 8 and (not variants or capped):  # the uniform optimum between powers of two
-        thirds(beyond=capped, one_side=capped)  # capped: the climb went up all the way (dgx-h100:16
-        # allgather at 1 GiB: 24 stages gained, 12 cost 5.6 s more of a search over the minute)
+        thirds(beyond=capped, one_side=capped)  # capped: the climb went up all the way, so the
+        # longer count may gain, and the shorter one is judged only when it does not
     top = best()
     if variants and top.stages == 1 and affordable(top._replace(coalesce=True)):
         ev(top._replace(coalesce=True))  # small sizes: one message per pair and step
@@ -333,9 +326,9 @@ def pick(candidates: list, size: float, progress, *, name, rate, evaluate, longe
        ``RUNNER_UP`` of the leader's (or below it).
 
     On small machines everything fits and the order does not matter; at scale, or where the
-    simulations are slow, the budget goes to the construction that leads first (dgx-h100:16
-    broadcast at 256 MiB: the two other rail trees' climbs, 2x and 1.6x slower at 4 stages,
-    used it all before the leader's finer shapes). ``work(candidate, shape)``: the transfers a judgement builds (estimated), which
+    simulations are slow, the budget goes to the construction that leads first (the climbs of
+    slower constructions would otherwise use it all before the leader's finer shapes).
+    ``work(candidate, shape)``: the transfers a judgement builds (estimated), which
     bounds the refinement; ``variants``: whether staggered, coalesced, sequential and ramped
     shapes exist (trees; not routes); ``own(candidate)``: whether its root's own part can be
     made lighter (``Shape.own``). Returns (the winner's index and shape, or None when nothing was
@@ -416,9 +409,8 @@ def pick(candidates: list, size: float, progress, *, name, rate, evaluate, longe
                 break
             if not skipped(index):
                 climb(index)
-        # the finer shapes can reorder constructions whose uniform bests are close (dgx-h100:8
-        # broadcast at 256 MiB, the chains led the rail trees uniform, 924 us against 941, and
-        # the trees coalesced took 866)
+        # the finer shapes can reorder constructions whose uniform bests are close (a runner-up
+        # coalesced can beat the leader)
         close = sorted((uniform(index), index) for index in others
                        if uniform(index) <= uniform(leader) * (1 + RUNNER_UP))
         if close and not stopped():

@@ -25,13 +25,12 @@ def slot_count(packing: Packing, base: int, n: int, shape: Shape = DEFAULT_SHAPE
     of one stage travel as one transfer per arc, so the budget bounds the stages (twice as many
     runs when staggered: a branch's shifted boundaries split a stage in two), not the slots,
     which are bounded by ``MAX_BUFFER_SLOTS`` per rank instead (``ROOTED_SLOTS`` for the one
-    part of a broadcast or reduce); when even one slot per stage is
-    over budget, the slots are (every slot may then be a transfer of its own), though never
-    below one per tree, nor below three within three times the budget, else two within twice
-    it (``LEAST_STAGES``: a pipeline of three or two stages; dgx-h100:128 allgather at 1 GiB
-    takes 1.30x the bound with three, 3.1 million transfers, synthesized in 133 s with 5.0 GB;
-    1.43x with two; 1.82x with one; four would take 7.5 GB to judge; a tree without a slot
-    idles its links: torus:8x8x8's six trees per root on four slots took 1.5x the bound)."""
+    part of a broadcast or reduce); when even one slot per stage is over budget (the largest
+    machines), the slots are (every slot may then be a transfer of its own), though never below
+    one per tree (a tree without a slot idles its links), nor below three within three times the
+    budget, else two within twice it (``LEAST_STAGES``: a pipeline of three stages comes much
+    closer to the bound than two or one, and four would take too much memory to judge;
+    benchmarks/results/scale.md)."""
     per_slot = slot_transfers(packing, n)
     want = packing.trees_per_root() * per_share(shape, lanes)
     if per_slot * _runs_per_tree(packing, shape) <= MAX_TRANSFERS:
@@ -56,9 +55,8 @@ LEAST_STAGES = (3, 2)  # the pipelines kept over budget: three stages within thr
 # (``slot_count``)
 MAX_BUFFER_SLOTS = 1 << 15  # slots of all parts together in a rank's buffer
 ROOTED_SLOTS = 1 << 12  # slots of a broadcast's or reduce's one part, whatever the rank count (a
-# rank's share of the all-parts budget left dgx-h100:16's 16 rail trees one slot per stage at 16
-# stages: broadcast at 256 MiB 1.44x the bound, 1.32x with 48; amd8 at 64 MiB, 30 lanes, was
-# 0.5% slower with 5,400 slots than with 4,096 and took 7x the time to synthesize)
+# rank's share of the all-parts budget would leave many rail trees one slot per stage; more slots
+# than this cost synthesis time and gain nothing)
 
 
 def per_share(shape: Shape, lanes: int) -> int:
@@ -66,11 +64,10 @@ def per_share(shape: Shape, lanes: int) -> int:
     takes one lane, and the lowering cuts a pair's slots of a step into one message per lane:
     a stage of one slot would leave the others idle), four when staggered (a boundary moves by
     whole slots; tapered too: four follow the geometric sizes closely enough there, and the
-    lowering's work grows with the slots) and eight when only tapered (the stages follow the
-    geometric sizes closely: dgx-h100:16 allgather at 1 GiB, 16 stages, 1.048x the bound with 8
-    per stage, 1.054x with 4; ramped too, for its quarter stages, and with the own part's share
-    changed, which the slots follow). Uniform
-    stages are a multiple of ``lanes`` slots each, so every lane of a link gets the same bytes:
+    lowering's work grows with the slots) and eight when only tapered (the stages then follow the
+    geometric sizes more closely than with four; ramped too, for its quarter stages, and with the
+    own part's share changed, which the slots follow). Uniform stages are a multiple of
+    ``lanes`` slots each, so every lane of a link gets the same bytes:
     8 slots over 5 lanes would go as 2, 2, 2, 1, 1 and take 1.25x the time of 8/5 per lane."""
     stages, taper, stagger = shape.stages, shape.taper, shape.stagger
     fine = taper < 1 or shape.ramp or shape.own != 1.0

@@ -136,8 +136,8 @@ def synthesize_trees(problem: Problem, judge: CostJudge | None, progress, start:
         def estimate(pk: Packing, c: Shape) -> int:
             """Transfers a judgement builds, estimated, weighted by what they cost to build, lower
             and simulate: a reduction's (staged receives, local reductions) about 1.8 times a
-            copy's, a coalesced shape's about 1.3 times an uncoalesced one's (dgx-h100:16
-            allgather: 7.5 s for 16 stages coalesced, 1.4 s for 4 uniform)."""
+            copy's, a coalesced shape's about 1.3 times an uncoalesced one's (its packs and
+            unpacks)."""
             runs = pk.trees_per_root() * c.stages * (2 if c.stagger and kind == "allreduce" and not c.sequential else 1)
             weight = sum(1.8 if ph.reverse else 1.0 for ph in pk.phases()) / len(pk.phases())
             return int(slot_transfers(pk, n) * runs * (1.3 if c.coalesce else 1) * weight)

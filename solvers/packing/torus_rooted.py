@@ -17,8 +17,8 @@ for at the least depth first: with one child of the root (the 2k images take the
 out-links), the rank farthest from that child is k * floor(p / 2) hops away, so no tree is
 shallower than 1 + k * floor(p / 2). The SAT encoding (z3, pseudo-Boolean): per rank one
 parent direction and one depth level, a parent one level up, and at every rank each direction
-taken by exactly one image. torus:8x8 has depth-9 trees (found in 0.2 s), torus:16x16 depth 17
-(2 s), torus:8x8x8 depth 13 (8 s); torus:5x5 none of depth 5 (proved in 0.1 s), but of 6.
+taken by exactly one image. torus:8x8 has depth-9 trees, torus:16x16 depth 17, torus:8x8x8
+depth 13; torus:5x5 none of depth 5, but of 6.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from .trees import Tree, topological_order
 
 __all__ = ["rooted_torus_trees", "base_directions", "least_depth"]
 
-UP_TO = 512  # ranks up to which the base tree is searched for (torus:8x8x8: 8 s; 32x32: 130 s)
+UP_TO = 512  # ranks up to which the base tree is searched for (the SAT search grows steeply beyond)
 EXTRA_DEPTH = 2  # depths tried beyond the least possible before giving up
 
 

@@ -5,8 +5,8 @@ constructions miss the bound).
 Per root r the candidates are the star (r sends to every rank) and, for each other rank w, the
 relay tree (r sends to w, w to every other rank). Each tree is two hops deep at most, so a
 pipeline of few stages drains fast, and together they use the links unevenly where the links
-differ: amd8's pairs have 5 or 6 lanes, where the star alone reaches 20.0 us/MB against an
-optimal 18.4. The LP maximizes the rate t at which every root's part flows, with the weights
+differ: amd8's pairs have 5 or 6 lanes, where the star alone falls short of the optimal
+rate. The LP maximizes the rate t at which every root's part flows, with the weights
 of its trees summing to t and every link (and shared limit) carrying at most its capacity:
 link x -> y carries root x's star, root x's relay through y, and every other root's relay
 through x. The weights are then rounded to integers over ``DENOMINATOR`` (largest remainders),
@@ -15,8 +15,8 @@ a vertex that loads a few relays to their links' capacity and leaves others out 
 relays of 15, each port exactly full), where rounding overloads a port; so a second LP holds
 the rate and makes the heaviest tree lightest, and the weights are also rounded over a finer
 denominator (a multiple of n - 1: switch:15's 14 relays of 60/14 each); the rounding whose trees
-reach the best rate is kept (dgx2 broadcast at 64 MiB: 636.2 us over the 15-deep chain, the
-two-hop trees 652.6 at 6/7 of the rate and 561.9 at the bound's, 1.045x).
+reach the best rate is kept (on dgx2 the first LP's weights round to 6/7 of the rate, the
+balanced ones to the bound's, and the two-hop trees then beat the deep chain).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ z3's SAT core (logic QF_FD) with pseudo-boolean conflict analysis (``sat.pb.reso
 ``sat.pb.lemma_format=pb``): the capacity constraints make these problems counting problems, and
 cutting-plane lemmas prove and find tight schedules far faster than clause learning alone (see
 benchmarks/smt_pareto.py). Formulas are written as SMT-LIB text and parsed by z3 in one call per
-batch: building them through z3's Python API costs 10-20x more time than the text.
+batch: building them through z3's Python API costs many times more time than the text.
 
 Rounds: step t has ``1 + sum_k extra[t][k]`` rounds, the extra bits ordered
 (``extra[t][k+1] -> extra[t][k]``). A link with L lanes carries at most L x rounds chunks in
@@ -330,11 +330,11 @@ def lex_leq(enc: Encoding, xs: Sequence[Lit], ys: Sequence[Lit], tag: str) -> No
 class Portfolio:
     """Up to ``WORKERS`` differently seeded copies of one problem, checked in rounds with a
     doubling conflict budget until one answers. Satisfiable instances of these problems are
-    heavy-tailed in the seed (DGX-1 allgather S=3 R=7 C=6: 0.4 s to over 100 s for one solver);
-    a few short independent runs find them in seconds. ``make(i, seed)`` builds copy i: the
-    searches make the odd copies with symmetry breaking and the even ones without, since
-    symmetry breaking shortens unsat proofs (10x fewer conflicts on DGX-1 allgather S=2 C=12)
-    but makes satisfiable schedules harder to hit (only lex-leaders count). Every copy states
+    heavy-tailed in the seed (one seed can take hundreds of times longer than another); a few
+    short independent runs find them fast. ``make(i, seed)`` builds copy i: the searches make
+    the odd copies with symmetry breaking and the even ones without, since symmetry breaking
+    shortens unsat proofs (far fewer conflicts) but makes satisfiable schedules harder to hit
+    (only lex-leaders count). Every copy states
     the same problem, so unsat from any copy is a proof. Conflict budgets, not time: the answer
     and the schedule are the same on every run."""
 
