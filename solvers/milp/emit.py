@@ -25,8 +25,6 @@ from ccl.core.algorithm import Transfer
 from .commodities import Commodity
 from .ordering import Plan
 
-SlotOf = Callable[[Commodity, int], tuple[str, int]]
-
 
 @dataclass(frozen=True)
 class Batch:
