@@ -153,10 +153,10 @@ def run_in_reverse_ready_order(program: Program) -> list[dict]:
     """Execute the Program issuing, on every rank, the ready op listed LAST (the opposite of
     list order; messages of one pair and channel still post in list order, as the model asks).
     A message completes when both sides are posted. Returns every rank's final slot values."""
-    from ccl.core.verify import _Chunks
+    from ccl.core.verify import Chunks
 
     coll = program.collective
-    chunks = _Chunks(coll)
+    chunks = Chunks(coll)
     state = [{("input", i): chunks.value(c) for i, c in enumerate(coll.inputs[r])} for r in range(coll.n_ranks)]
     for r, aliases in enumerate(coll.aliases):
         for j, a in enumerate(aliases):
