@@ -265,7 +265,7 @@ def tune(
         key = result_cache.key("schedule-set", topology=topology, collective=collective, asked=asked)
         hit = result_cache.load_set(key)
         if hit is not None:
-            return TuneResult(hit, time.perf_counter() - start, True, key)
+            return TuneResult(hit, time.perf_counter() - start, True)
     say = progress or (lambda message, fraction: None)
     candidates: list[Candidate] = []
     with interrupt.cooperative():  # Ctrl-C: stop after the candidate running, keep the ones timed
@@ -283,11 +283,11 @@ def tune(
     result = _schedule_set(topology, collective, kind, sweep, candidates, timed, asked)
     if stopped:
         raise Interrupted(f"stopped by Ctrl-C; the set holds the {len(timed)} schedule(s) timed so far",
-                          best=TuneResult(result, time.perf_counter() - start, False, None))
+                          best=TuneResult(result, time.perf_counter() - start, False))
     if key is not None:
         result_cache.store_set(key, result)
     say("done", 1.0)
-    return TuneResult(result, time.perf_counter() - start, False, key)
+    return TuneResult(result, time.perf_counter() - start, False)
 
 
 def _run_candidates(topology: Topology, collective: Any, todo: list[tuple[str, int | None, int]], chunks: int,
