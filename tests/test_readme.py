@@ -5,6 +5,7 @@ benchmark data by ``python -m benchmarks.headline``)."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shlex
@@ -214,6 +215,48 @@ def test_broken_links_are_found(tmp_path):
 def test_relative_links_resolve(page):
     broken = broken_links(page)
     assert not broken, f"{page.relative_to(ROOT)}: " + "; ".join(broken)
+
+
+REPO_PATH = re.compile(r"`((?:ccl|dsl|solvers|backends|topologies|tests|benchmarks|docs)/[\w./-]*)`")
+
+
+def named_paths(page: Path) -> list[str]:
+    """The repository paths a page names in inline code (``solvers/bounds/``, ``ccl/core/program.py``)
+    that do not exist: the layout moved and the page did not follow."""
+    text = page.read_text(encoding="utf-8")
+    return [m.group(1) for m in REPO_PATH.finditer(text)
+            if "*" not in m.group(1) and not (ROOT / m.group(1).rstrip("/")).exists()]
+
+
+DOTTED = re.compile(r"`((?:ccl|dsl|solvers|backends|topologies)(?:\.\w+)+)")
+
+
+def unresolved_names(page: Path) -> list[str]:
+    """The dotted names of ours a page writes in inline code (``ccl.core.judge.CostJudge``) that
+    no module and attribute answer."""
+    out = []
+    for name in dict.fromkeys(m.group(1) for m in DOTTED.finditer(page.read_text(encoding="utf-8"))):
+        parts = name.split(".")
+        for i in range(len(parts), 0, -1):
+            try:
+                value = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                continue
+            try:
+                for attr in parts[i:]:
+                    value = getattr(value, attr)
+            except AttributeError:
+                out.append(name)
+            break
+        else:
+            out.append(name)
+    return out
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_named_repository_paths_and_modules_exist(page):
+    assert named_paths(page) == []
+    assert unresolved_names(page) == []
 
 
 def test_readme_maps_every_docs_page():
