@@ -62,31 +62,44 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def imports(path: Path, module: str | None = None) -> list[tuple[str, int, bool]]:
-    """(imported module, line, inside a function) for every import of ours in a file (of
-    ``module``, by default the one its path names)."""
-    module = module or module_name(path)
+def import_statements(path: Path, module: str, typing_blocks: bool = True):
+    """(statement, the module it imports from, inside a function) for every import statement of
+    a file, relative ones resolved (``from . import x`` gives its package); ``typing_blocks``
+    False leaves out ``if TYPE_CHECKING`` blocks."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    found: list[tuple[str, int, bool]] = []
+    found = []
 
     def visit(node: ast.AST, in_function: bool) -> None:
         for child in ast.iter_child_nodes(node):
+            if not typing_blocks and isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
             inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-            if isinstance(child, ast.Import):
-                found.extend((alias.name, child.lineno, in_function) for alias in child.names)
-            elif isinstance(child, ast.ImportFrom):
+            if isinstance(child, ast.ImportFrom):
                 if child.level:
                     base = package.split(".")
                     base = base[:len(base) - (child.level - 1)]
                     target = ".".join(base + ([child.module] if child.module else []))
                 else:
                     target = child.module or ""
-                names = [f"{target}.{alias.name}" for alias in child.names] if not child.module else []
-                found.extend((t, child.lineno, in_function) for t in [target, *names])
+                found.append((child, target, in_function))
+            elif isinstance(child, ast.Import):
+                found.append((child, None, in_function))
             visit(child, inner)
 
-    visit(tree, False)
+    visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)), False)
+    return found
+
+
+def imports(path: Path, module: str | None = None) -> list[tuple[str, int, bool]]:
+    """(imported module, line, inside a function) for every import of ours in a file (of
+    ``module``, by default the one its path names)."""
+    found: list[tuple[str, int, bool]] = []
+    for node, target, local in import_statements(path, module or module_name(path)):
+        if target is None:
+            found.extend((alias.name, node.lineno, local) for alias in node.names)
+        else:
+            names = [f"{target}.{alias.name}" for alias in node.names] if not node.module else []
+            found.extend((t, node.lineno, local) for t in [target, *names])
     return [(name, line, local) for name, line, local in found if name.split(".")[0] in PACKAGES]
 
 
@@ -156,29 +169,14 @@ def runtime_imports(path: Path, module: str) -> list[tuple[str, int, bool]]:
     """(imported module, line, inside a function) for every import that runs (typing-only
     blocks left out), libraries included; ``from package import name`` counts as an import
     of ``package.name`` when that is a module of ours, else of ``package``."""
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: list[tuple[str, int, bool]] = []
-
-    def visit(node: ast.AST, in_function: bool) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                continue
-            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-            if isinstance(child, ast.Import):
-                found.extend((alias.name, child.lineno, in_function) for alias in child.names)
-            elif isinstance(child, ast.ImportFrom):
-                if child.level:
-                    base = package.split(".")
-                    base = base[:len(base) - (child.level - 1)]
-                    target = ".".join(base + ([child.module] if child.module else []))
-                else:
-                    target = child.module or ""
-                for alias in child.names:
-                    sub = f"{target}.{alias.name}"
-                    found.append((sub if sub in MODULES else target, child.lineno, in_function))
-            visit(child, inner)
-
-    visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)), False)
+    for node, target, local in import_statements(path, module, typing_blocks=False):
+        if target is None:
+            found.extend((alias.name, node.lineno, local) for alias in node.names)
+        else:
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                found.append((sub if sub in MODULES else target, node.lineno, local))
     return found
 
 
