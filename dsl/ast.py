@@ -278,18 +278,27 @@ class NameStmt(Stmt):
 
 
 @dataclass(frozen=True, slots=True)
+class Accelerator(Stmt):
+    """``accelerator "H100"``: the accelerator model the cost model prices the topology as."""
+
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True)
 class NodeOf(Stmt):
     value: Expr
 
 
 @dataclass(frozen=True, slots=True)
 class Vertex(Stmt):
-    """``switch NAME [node N]`` or ``nic NAME [node N]``: a non-rank vertex. A bare identifier
-    as NAME also names a variable bound to the vertex."""
+    """``switch NAME [node N] [reduce [COND]]`` or ``nic NAME [node N]``: a non-rank vertex. A
+    bare identifier as NAME also names a variable bound to the vertex. ``reduce``: the switch
+    sums and multicasts (in-network reduction), when COND (default true) holds."""
 
     kind: str  # "switch" or "nic"
     name: Expr
     node: Expr | None = None
+    reduce: Expr | bool = False  # True for a bare `reduce`
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ INT_LIMIT = 1 << 63
 PLACES: dict[type, tuple[str, str]] = {
     ast.Ranks: ("`ranks`", "a topology or a collective"),
     ast.NameStmt: ("`name`", "a topology or a collective"),
+    ast.Accelerator: ("`accelerator`", "a topology"),
     ast.NodeOf: ("`node_of`", "a topology"),
     ast.Vertex: ("a switch or NIC declaration", "a topology or a fabric"),
     ast.NicPort: ("a NIC with hosts and bandwidths", "the block of a `node ... x N` statement"),

@@ -353,8 +353,14 @@ class _TreeBuilder:
     def node_of_stmt(self, meta, children):
         return ast.NodeOf(self._span(meta), children[0])
 
+    def accelerator_stmt(self, meta, children):
+        return ast.Accelerator(self._span(meta), children[0])
+
     def switch_stmt(self, meta, children):
-        return ast.Vertex(self._span(meta), "switch", children[0], children[1] if len(children) > 1 else None)
+        flag = next((k for k, c in enumerate(children) if isinstance(c, Token) and c.type == "REDUCE"), None)
+        head = children if flag is None else children[:flag]
+        reduce: ast.Expr | bool = False if flag is None else (children[flag + 1] if flag + 1 < len(children) else True)
+        return ast.Vertex(self._span(meta), "switch", head[0], head[1] if len(head) > 1 else None, reduce)
 
     def nic_vertex(self, meta, children):
         return ast.Vertex(self._span(meta), "nic", children[0], children[1] if len(children) > 1 else None)

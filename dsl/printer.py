@@ -117,9 +117,11 @@ def format_topology(topo: Topology, ident: str | None = None) -> str:
     directions are equal)."""
     ident = ident or identifier(topo.name)
     lines = [f"topology {ident} {{", f"{INDENT}name {_quote(topo.name)}", f"{INDENT}ranks {topo.n_ranks}"]
+    if topo.accelerator:
+        lines.append(f"{INDENT}accelerator {_quote(topo.accelerator)}")
     for sw in topo.switches:
         node = "" if sw.node is None else f" node {sw.node}"
-        lines.append(f"{INDENT}{sw.kind} {_quote(sw.name)}{node}")
+        lines.append(f"{INDENT}{sw.kind} {_quote(sw.name)}{node}{' reduce' if sw.reduce else ''}")
     done: set[tuple[int, int]] = set()
     for link in topo.links:
         if link.pair in done:

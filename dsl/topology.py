@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ccl.core import limits
-from ccl.core.errors import DslError, Span, TopologyError
+from ccl.core.errors import DslError, InputError, Span, TopologyError
+from ccl.core.hardware import generation
 from ccl.core.topology import Link, SharedLimit, Switch, Topology
 
 from . import ast
@@ -137,6 +138,8 @@ class TopologyBuilder:
         self.ranks_span: Span | None = None
         self.name: str | None = None
         self.name_span: Span | None = None
+        self.accelerator: str | None = None
+        self.accelerator_span: Span | None = None
         self.switches: list[Switch] = []
         self.switch_spans: dict[str, Span] = {}
         self.links: dict[tuple[Key, Key], tuple[float, float, int, Span]] = {}
@@ -145,6 +148,7 @@ class TopologyBuilder:
         self.cluster: Cluster | None = None
         self.handlers = {
             ast.Ranks: self.ranks, ast.NameStmt: self.name_stmt, ast.NodeOf: self.node_of_stmt,
+            ast.Accelerator: self.accelerator_stmt,
             ast.Vertex: self.vertex, ast.NodeStmt: self.node, ast.FabricUse: self.fabric,
             ast.Limit: self.limit, ast.LinkStmt: self.link, ast.LinkClass: self.link_class,
         }
@@ -166,6 +170,16 @@ class TopologyBuilder:
         if not name:
             raise DslError("a topology name must not be empty", stmt.value.span)
         self.name, self.name_span = name, stmt.span
+
+    def accelerator_stmt(self, stmt: ast.Accelerator, scope: Scope) -> None:
+        if self.accelerator_span is not None:
+            raise DslError(f"the accelerator is already given at line {self.accelerator_span.line}", stmt.span)
+        value = require_str(self.ev.eval(stmt.value, scope), "an accelerator model such as \"H100\"", stmt.value.span)
+        try:
+            generation(value)
+        except InputError as exc:
+            raise DslError(exc.message, stmt.value.span) from None
+        self.accelerator, self.accelerator_span = value, stmt.span
 
     def node_of_stmt(self, stmt: ast.NodeOf, scope: Scope) -> None:
         if self.n_ranks is None or self.cluster is not None:
@@ -191,16 +205,22 @@ class TopologyBuilder:
         node = None
         if stmt.node is not None:
             node = require_int(self.ev.eval(stmt.node, scope), "a node number", stmt.node.span, least=0)
-        self.add_switch(name, stmt.kind, node, stmt.span, stmt.name.span)
+        reduce = stmt.reduce
+        if not isinstance(reduce, bool):
+            reduce = self.ev.eval(reduce, scope)
+            if not isinstance(reduce, bool):
+                raise DslError(f"`reduce` takes a condition (true or false), got {describe(reduce)}", stmt.reduce.span)
+        self.add_switch(name, stmt.kind, node, stmt.span, stmt.name.span, reduce)
 
-    def add_switch(self, name: str, kind: str, node: int | None, span: Span, name_span: Span | None = None) -> None:
+    def add_switch(self, name: str, kind: str, node: int | None, span: Span, name_span: Span | None = None,
+                   reduce: bool = False) -> None:
         if not name or name.isdigit():
             raise DslError(f"a switch name must be a non-empty string that is not a rank number, got '{name}'",
                            name_span or span)
         if name in self.switch_spans:
             raise DslError(f"switch '{name}' is already defined at line {self.switch_spans[name].line}",
                            name_span or span)
-        self.switches.append(Switch(name, kind, node))
+        self.switches.append(Switch(name, kind, node, reduce))
         self.switch_spans[name] = span
 
     def link_class(self, stmt: ast.LinkClass, scope: Scope) -> None:
@@ -295,6 +315,7 @@ class TopologyBuilder:
 
     def _compose(self, node: Topology, count: int, nics: tuple[NicSpec, ...], span: Span) -> None:
         per = node.n_ranks
+        self.node_accelerator = node.accelerator
         self.n_ranks = per * count
         links = self.links
         self._check_links(len(links) + count * (len(node.links) + 2 * sum(len(nic.hosts) for nic in nics)), span)
@@ -304,7 +325,7 @@ class TopologyBuilder:
             names = {}
             for i, sw in enumerate(node.switches):
                 names[per + i] = prefix + sw.name
-                self.add_switch(prefix + sw.name, sw.kind, a, span)
+                self.add_switch(prefix + sw.name, sw.kind, a, span, reduce=sw.reduce)
 
             def key(v: int, base: int = base, names: dict = names) -> Key:
                 return base + v if v < per else names[v]
@@ -399,7 +420,8 @@ class TopologyBuilder:
                           for (s, d), (bw, lat, lanes, _) in self.links.items())
             limits = tuple(SharedLimit(lname, tuple((vid(a), vid(b)) for a, b in pairs), bw)
                            for lname, pairs, bw, _ in self.limits)
-            return Topology(name, n, links, tuple(self.switches), limits, self.node_of or ())
+            accelerator = self.accelerator or getattr(self, "node_accelerator", "")
+            return Topology(name, n, links, tuple(self.switches), limits, self.node_of or (), accelerator)
         except TopologyError as exc:
             raise DslError(exc.message, scope_span) from None
 

@@ -27,8 +27,12 @@ from .builders import (
     dgx_a100,
     dgx_h100,
     fully_connected,
+    gb200_nvl72,
+    hgx_b200,
+    hgx_h200,
     hypercube,
     line,
+    mi300x,
     ndv2,
     ring,
     star,
@@ -47,9 +51,13 @@ __all__ = [
     "dgx_a100",
     "dgx_h100",
     "fully_connected",
+    "gb200_nvl72",
     "hardware_numbers",
+    "hgx_b200",
+    "hgx_h200",
     "hypercube",
     "line",
+    "mi300x",
     "ndv2",
     "ring",
     "star",
@@ -77,6 +85,15 @@ def _int(text: str, what: str) -> int:
 
 def _number(text: str, what: str) -> float:
     return _convert(text, what, float, "a number")
+
+
+def _switch(text: str, what: str) -> bool:
+    value = text.strip().lower()
+    if value in ("on", "true", "yes", "1"):
+        return True
+    if value in ("off", "false", "no", "0"):
+        return False
+    raise InputError(f"{what} must be on or off, got {text!r}")
 
 
 def _dims(text: str) -> tuple[int, ...]:
@@ -121,6 +138,10 @@ _NODES = (("nodes", lambda s: _int(s, "number of nodes"), False),)
 _CLUSTER_OPTIONS = (("fabric", "fabric", str), ("nic", "nic_bandwidth", parse_bandwidth),
                     ("oversub", "oversubscription", lambda s: _number(s, "oversubscription")),
                     ("per-leaf", "nodes_per_leaf", lambda s: _int(s, "nodes per leaf")))
+_SHARP = (("sharp", "sharp", lambda s: _switch(s, "sharp")),)
+_GPU_OPTIONS = _CLUSTER_OPTIONS + (("gpus", "gpus", lambda s: _int(s, "GPUs per node")),
+                                   ("netlat", "net_latency", parse_time)) + _SHARP
+_RACKS = (("racks", lambda s: _int(s, "number of racks"), False),)
 
 BUILDERS: dict[str, Builder] = {
     b.name: b
@@ -155,18 +176,36 @@ BUILDERS: dict[str, Builder] = {
             _NODES, _CLUSTER_OPTIONS, dgx2, "dgx2:2",
         ),
         Builder(
-            "dgx-a100", "dgx-a100[:NODES][,fabric=..,nic=..,oversub=..,per-leaf=..]", "8 x A100 on NVSwitch, 8 NICs, rail-optimized",
-            _NODES, _CLUSTER_OPTIONS, dgx_a100, "dgx-a100:2",
+            "dgx-a100", "dgx-a100[:NODES][,fabric=..,nic=..,oversub=..,per-leaf=..,gpus=..,netlat=..,sharp=on]",
+            "8 x A100 on NVSwitch, 8 NICs, rail-optimized", _NODES, _GPU_OPTIONS, dgx_a100, "dgx-a100:2",
         ),
         Builder(
-            "dgx-h100", "dgx-h100[:NODES][,fabric=..,nic=..,oversub=..,per-leaf=..]", "8 x H100 on NVSwitch, 8 NICs, rail-optimized",
-            _NODES, _CLUSTER_OPTIONS, dgx_h100, "dgx-h100:16",
+            "dgx-h100", "dgx-h100[:NODES][,fabric=..,nic=..,oversub=..,per-leaf=..,gpus=..,netlat=..,sharp=on]",
+            "8 x H100 on NVSwitch (NVLink SHARP), 8 NICs, rail-optimized", _NODES, _GPU_OPTIONS, dgx_h100, "dgx-h100:16",
+        ),
+        Builder(
+            "hgx-h200", "hgx-h200[:NODES][,fabric=..,nic=..,oversub=..,per-leaf=..,gpus=..,netlat=..,sharp=on]",
+            "8 x H200 on NVSwitch (NVLink SHARP), 8 NICs, rail-optimized", _NODES, _GPU_OPTIONS, hgx_h200, "hgx-h200:2",
+        ),
+        Builder(
+            "hgx-b200", "hgx-b200[:NODES][,fabric=..,nic=..,oversub=..,per-leaf=..,gpus=..,netlat=..,sharp=on]",
+            "8 x B200 on NVLink5 NVSwitch (NVLink SHARP), 8 NICs", _NODES, _GPU_OPTIONS, hgx_b200, "hgx-b200:2",
+        ),
+        Builder(
+            "gb200-nvl72", "gb200-nvl72[:RACKS][,fabric=..,nic=..,oversub=..,per-leaf=..,sharp=on]",
+            "72 Blackwell GPUs in one NVLink5 domain per rack, a NIC per GPU", _RACKS, _CLUSTER_OPTIONS + _SHARP,
+            gb200_nvl72, "gb200-nvl72:2",
+        ),
+        Builder(
+            "mi300x", "mi300x[:gpus=..]", "8 x AMD MI300X, Infinity Fabric fully connected", (),
+            (("gpus", "gpus", lambda s: _int(s, "GPUs")),), mi300x, "mi300x",
         ),
     )
 }
 
 _ALIASES = {"fully_connected": "fully-connected", "full": "fully-connected", "dgx_a100": "dgx-a100",
-            "dgx_h100": "dgx-h100", "dgxa100": "dgx-a100", "dgxh100": "dgx-h100"}
+            "dgx_h100": "dgx-h100", "dgxa100": "dgx-a100", "dgxh100": "dgx-h100", "hgx_h200": "hgx-h200",
+            "hgx_b200": "hgx-b200", "gb200_nvl72": "gb200-nvl72", "nvl72": "gb200-nvl72"}
 
 
 def build(spec: str) -> Topology:

@@ -78,13 +78,21 @@ def amd8(bandwidth: float | None = None, latency: float | None = None) -> Topolo
 
 
 def _cluster(name: str, n_nodes: int, fabric: str | None, nic_bandwidth: float | None,
-             oversubscription: float | None = None, nodes_per_leaf: int | None = None) -> Topology:
+             oversubscription: float | None = None, nodes_per_leaf: int | None = None, *,
+             count: str = "nodes", **more: object) -> Topology:
     return LIBRARY.call("machines", name, {
-        "nodes": integer(n_nodes, f"{name}: n_nodes"), "fabric": text(fabric, f"{name}: fabric"),
+        count: integer(n_nodes, f"{name}: n_{count}"), "fabric": text(fabric, f"{name}: fabric"),
         "nic_bandwidth": gbps(nic_bandwidth, f"{name}: nic_bandwidth"),
         "oversubscription": None if oversubscription is None else real(oversubscription, f"{name}: oversubscription"),
         "nodes_per_leaf": None if nodes_per_leaf is None else integer(nodes_per_leaf, f"{name}: nodes_per_leaf"),
+        **{k: v for k, v in more.items() if v is not None},
     })
+
+
+def _gpu_options(name: str, gpus: int | None, sharp: bool | None, net_latency: float | None = None) -> dict[str, object]:
+    return {"gpus": None if gpus is None else integer(gpus, f"{name}: gpus"),
+            "sharp": None if sharp is None else flag(sharp, f"{name}: sharp"),
+            "net_latency": microseconds(net_latency, f"{name}: net_latency")}
 
 
 def ndv2(n_nodes: int = 1, *, fabric: str | None = None, nic_bandwidth: float | None = None,
@@ -102,12 +110,48 @@ def dgx2(n_nodes: int = 1, *, fabric: str | None = None, nic_bandwidth: float | 
 
 
 def dgx_a100(n_nodes: int = 1, *, fabric: str | None = None, nic_bandwidth: float | None = None,
-         oversubscription: float | None = None, nodes_per_leaf: int | None = None) -> Topology:
-    """8 A100s on NVSwitch (300 GB/s per GPU); 8 x 200 Gb/s NICs, one per GPU (default fabric: rail)."""
-    return _cluster("dgx_a100", n_nodes, fabric, nic_bandwidth, oversubscription, nodes_per_leaf)
+             oversubscription: float | None = None, nodes_per_leaf: int | None = None, gpus: int | None = None,
+             sharp: bool | None = None, net_latency: float | None = None) -> Topology:
+    """8 A100s on NVSwitch (300 GB/s per GPU); 8 x 200 Gb/s NICs, one per GPU (default fabric:
+    rail). ``gpus``: fewer GPUs per node; ``sharp``: the fabric's switches reduce (InfiniBand SHARP)."""
+    return _cluster("dgx_a100", n_nodes, fabric, nic_bandwidth, oversubscription, nodes_per_leaf,
+                    **_gpu_options("dgx_a100", gpus, sharp, net_latency))
 
 
 def dgx_h100(n_nodes: int = 1, *, fabric: str | None = None, nic_bandwidth: float | None = None,
-         oversubscription: float | None = None, nodes_per_leaf: int | None = None) -> Topology:
-    """8 H100s on NVSwitch (450 GB/s per GPU); 8 x 400 Gb/s NICs, one per GPU (default fabric: rail)."""
-    return _cluster("dgx_h100", n_nodes, fabric, nic_bandwidth, oversubscription, nodes_per_leaf)
+             oversubscription: float | None = None, nodes_per_leaf: int | None = None, gpus: int | None = None,
+             sharp: bool | None = None, net_latency: float | None = None) -> Topology:
+    """8 H100s on NVSwitch (450 GB/s per GPU; the switch reduces: NVLink SHARP); 8 x 400 Gb/s
+    NICs, one per GPU (default fabric: rail). ``gpus`` and ``sharp`` as for ``dgx_a100``."""
+    return _cluster("dgx_h100", n_nodes, fabric, nic_bandwidth, oversubscription, nodes_per_leaf,
+                    **_gpu_options("dgx_h100", gpus, sharp, net_latency))
+
+
+def hgx_h200(n_nodes: int = 1, *, fabric: str | None = None, nic_bandwidth: float | None = None,
+             oversubscription: float | None = None, nodes_per_leaf: int | None = None, gpus: int | None = None,
+             sharp: bool | None = None, net_latency: float | None = None) -> Topology:
+    """8 H200s on the NVLink4 NVSwitch (450 GB/s per GPU, NVLink SHARP); 8 x 400 Gb/s NICs."""
+    return _cluster("hgx_h200", n_nodes, fabric, nic_bandwidth, oversubscription, nodes_per_leaf,
+                    **_gpu_options("hgx_h200", gpus, sharp, net_latency))
+
+
+def hgx_b200(n_nodes: int = 1, *, fabric: str | None = None, nic_bandwidth: float | None = None,
+             oversubscription: float | None = None, nodes_per_leaf: int | None = None, gpus: int | None = None,
+             sharp: bool | None = None, net_latency: float | None = None) -> Topology:
+    """8 B200s on the NVLink5 NVSwitch (900 GB/s per GPU, NVLink SHARP); 8 x 400 Gb/s NICs."""
+    return _cluster("hgx_b200", n_nodes, fabric, nic_bandwidth, oversubscription, nodes_per_leaf,
+                    **_gpu_options("hgx_b200", gpus, sharp, net_latency))
+
+
+def gb200_nvl72(n_racks: int = 1, *, fabric: str | None = None, nic_bandwidth: float | None = None,
+                oversubscription: float | None = None, nodes_per_leaf: int | None = None,
+                sharp: bool | None = None) -> Topology:
+    """GB200 NVL72 racks: 72 Blackwell GPUs on one NVLink5 domain (900 GB/s per GPU, NVLink
+    SHARP), one 400 Gb/s NIC per GPU; racks joined by ``fabric`` as nodes."""
+    return _cluster("gb200_nvl72", n_racks, fabric, nic_bandwidth, oversubscription, nodes_per_leaf,
+                    count="racks", sharp=None if sharp is None else flag(sharp, "gb200_nvl72: sharp"))
+
+
+def mi300x(gpus: int | None = None) -> Topology:
+    """An AMD MI300X node: 8 GPUs (or ``gpus``) fully connected by Infinity Fabric."""
+    return LIBRARY.call("machines", "mi300x", {"gpus": None if gpus is None else integer(gpus, "mi300x: gpus")})

@@ -163,7 +163,7 @@ def group_topology(topology: Topology, groups: Groups, index: int, *, shared: bo
             share = max(count.get((a, b), 1) for a, b in lim.links if (a, b) in hops)
             limits.append(SharedLimit(lim.name, kept, lim.bandwidth / share))
     name = f"{topology.name}.g{index}" + ("" if shared else ".alone")
-    sub = Topology(name, len(g), tuple(links), tuple(switches), tuple(limits), node_of)
+    sub = Topology(name, len(g), tuple(links), tuple(switches), tuple(limits), node_of, topology.accelerator)
     flat = sub.flat()
     if not _connected(flat):
         raise InputError(f"groups {groups.spec!r}: group {index} {list(g)} cannot reach all its ranks without "

@@ -79,13 +79,15 @@ def topology_from_json(data: dict[str, Any]) -> Topology:
         name=str(data["name"]),
         n_ranks=_int(data["n_ranks"], "topology n_ranks"),
         links=tuple(_link(k, row) for k, row in enumerate(data["links"])),
-        switches=tuple(Switch(s["name"], s.get("kind", "switch"), s.get("node")) for s in data.get("switches", [])),
+        switches=tuple(Switch(s["name"], s.get("kind", "switch"), s.get("node"), s.get("reduce", False))
+                       for s in data.get("switches", [])),
         limits=tuple(
             SharedLimit(x["name"], tuple(_pair(f"limits[{i}] links[{j}]", p) for j, p in enumerate(x["links"])),
                         _num(x["bandwidth_GBps"], f"limits[{i}] bandwidth_GBps"))
             for i, x in enumerate(data.get("limits", []))
         ),
         node_of=_ints(data.get("node_of", []), "topology node_of"),
+        accelerator=data.get("accelerator", ""),
     )
 
 

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from . import limits, validate
-from .errors import TopologyError
+from .errors import InputError, TopologyError
+from .hardware import generation
 from .limits import LINKS as _LINKS
 
 SWITCH_KINDS = ("switch", "nic")
@@ -67,11 +68,14 @@ class Link:
 @dataclass(frozen=True)
 class Switch:
     """A non-rank vertex. A ``nic`` forwards only between its hosts and the network: a path
-    never goes rank -> nic -> rank. A ``switch`` forwards between any of its ports."""
+    never goes rank -> nic -> rank. A ``switch`` forwards between any of its ports; one with
+    ``reduce`` also sums what several ports send it and multicasts a result to several ports
+    (in-network reduction: NVLink SHARP on NVSwitch generation 3 and later, InfiniBand SHARP)."""
 
     name: str
     kind: str = "switch"
     node: int | None = None
+    reduce: bool = False
 
     def __post_init__(self) -> None:
         validate.text(self.name, "switch name", error=TopologyError)
@@ -81,6 +85,9 @@ class Switch:
             raise TopologyError(f"switch {self.name!r}: kind must be one of {SWITCH_KINDS}, got {self.kind!r}")
         if not self.name:
             raise TopologyError("a switch needs a name")
+        validate.flag(self.reduce, f"switch {self.name!r}: reduce", error=TopologyError)
+        if self.reduce and self.kind != "switch":
+            raise TopologyError(f"switch {self.name!r}: only a switch (not a {self.kind}) can reduce")
 
 
 @dataclass(frozen=True)
@@ -143,10 +150,17 @@ class Topology:
     switches: tuple[Switch, ...] = ()
     limits: tuple[SharedLimit, ...] = ()
     node_of: tuple[int, ...] = ()
+    accelerator: str = ""  # the accelerator model ("H100", "A100", ...) the cost model prices; "" generic
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         validate.text(self.name, "topology name", error=TopologyError)
+        validate.text(self.accelerator, f"topology {self.name!r}: accelerator", error=TopologyError)
+        if self.accelerator:
+            try:
+                generation(self.accelerator)
+            except InputError as exc:
+                raise TopologyError(f"topology {self.name!r}: {exc.message}") from None
         if isinstance(self.n_ranks, bool) or not isinstance(self.n_ranks, int) or self.n_ranks < 1:
             raise TopologyError(f"topology {self.name!r}: needs at least 1 rank, got {validate.show(self.n_ranks)}")
         for what, cls in (("links", Link), ("switches", Switch), ("limits", SharedLimit)):
@@ -409,6 +423,7 @@ class Topology:
             links=tuple(links),
             limits=tuple(limits.values()),
             node_of=self.node_of,
+            accelerator=self.accelerator,
         )
         self._cache["flat"] = flat
         return flat
@@ -423,7 +438,9 @@ class Topology:
             "name": self.name,
             "n_ranks": self.n_ranks,
             "node_of": list(self.node_of),
-            "switches": [{"name": s.name, "kind": s.kind, "node": s.node} for s in self.switches],
+            "switches": [{"name": s.name, "kind": s.kind, "node": s.node, **({"reduce": True} if s.reduce else {})}
+                         for s in self.switches],
+            **({"accelerator": self.accelerator} if self.accelerator else {}),
             "link_fields": list(LINK_FIELDS),
             "links": [[x.src, x.dst, x.bandwidth, x.latency, x.lanes] for x in self.links],
             "limits": [

@@ -68,7 +68,8 @@ def _node_topology(topology: Topology) -> Topology | None:
             switches.append(Switch(f"switch{len(switches)}", kind))
     inner = tuple(Link(keep[s], keep[d], bw, lat, lanes)
                   for s, d, bw, lat, lanes in links if s in keep and d in keep)
-    return Topology(name=f"{topology.name}.node", n_ranks=m, links=inner, switches=tuple(switches))
+    return Topology(name=f"{topology.name}.node", n_ranks=m, links=inner, switches=tuple(switches),
+                    accelerator=topology.accelerator)
 
 
 def stitch(topology: Topology, intra: list[Tree] | None, grouped: bool = False,

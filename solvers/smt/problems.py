@@ -51,7 +51,8 @@ class Network:
         flat = self.topology
         links = tuple(Link(x.dst, x.src, x.bandwidth, x.latency, x.lanes) for x in flat.links)
         limits = tuple(SharedLimit(x.name, tuple((b, a) for a, b in x.links), x.bandwidth) for x in flat.limits)
-        topo = Topology(f"{flat.name}-reversed", flat.n_ranks, links, limits=limits, node_of=flat.node_of)
+        topo = Topology(f"{flat.name}-reversed", flat.n_ranks, links, limits=limits, node_of=flat.node_of,
+                        accelerator=flat.accelerator)
         return Network.of(topo)
 
     @property
