@@ -1,11 +1,18 @@
 """Cost models: what a runtime charges a schedule beyond the links' physics, and NCCL's own
-algorithms as the baselines every "vs NCCL" figure is measured against.
+algorithms as the baselines every "vs NCCL" figure is measured against. One set of calibrated
+parameters serves both.
 
-``nccl``: NCCL's cost model (its tuning tables), the reference baselines. The simulator
-(``backends.sim``) times Programs on the links; the driver adds these baselines to its Report.
+* ``calibration``: the parameters as data (``data/calibration.json``, refitted by
+  ``python benchmarks/validate.py --fit``) and NCCL's own constants per version
+  (``data/nccl-2.30.json``);
+* ``runtime``: what a runtime (MSCCL, RCCL, MSCCL++, NCCL, the torch executor) and protocol
+  charge each message and each call, for the simulator (``backends.sim``);
+* ``nccl``: NCCL's algorithms (Ring, Tree, NVLS, NVLSTree, CollNet, PAT) as NCCL enables them,
+  priced, and its pick; ``machine``: the view of a topology they are priced on.
 """
 
 from .nccl import baselines as nccl_baselines
 from .nccl import bus_bandwidth
+from .runtime import charges
 
-__all__ = ["bus_bandwidth", "nccl_baselines"]
+__all__ = ["bus_bandwidth", "charges", "nccl_baselines"]

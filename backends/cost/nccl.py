@@ -1,166 +1,253 @@
-"""NCCL's cost model (src/graph/tuning.cc) as reference baselines: "x times faster than NCCL".
+"""NCCL as NCCL would run: its algorithms and protocols, enabled by its rules for the machine,
+each priced by the calibrated cost model, and its pick, the fastest of them.
 
-NCCL predicts ``time = latency + bytes / (1000 * algbw)`` for each (algorithm, protocol) and
-picks the fastest. We follow its structure with the v2.30 latencies (us):
+Algorithms (NCCL 2.30's set) and what each moves, for a call of S bytes (nccl-tests size) on n
+ranks, N nodes of m ranks; B_i is a rank's effective bandwidth into its node's fabric and B_n a
+node's network bandwidth (NCCL runs a channel per NIC), both the nominal rate times the
+calibrated efficiency (``calibration``), B_s a rank's through a reducing switch:
 
-==========  ========================  ===========================  ===========================
-algorithm   base (LL, LL128, Simple)  per hop on NVLink             per hop on the network
-==========  ========================  ===========================  ===========================
-ring        6.6, 14.0, 8.4            0.6, 1.9, 3.4                 2.7, 4.0, 14.0
-tree        6.8, 14.0, 8.4            0.6, 1.25, 4.0                5.0, 8.5, 14.0
-==========  ========================  ===========================  ===========================
+==============  ==============================  =========================================
+algorithm       collectives                     bytes term (the latency terms follow
+                                                NCCL's per-hop structure)
+==============  ==============================  =========================================
+Ring            allreduce, allgather,           every link of the ring carries 2(n-1)/n S
+                reducescatter, broadcast,       (allreduce), (n-1)/n S or S, at the
+                reduce                          protocol's share of min(B_i, B_n)
+Tree            allreduce                       double binary tree: 2S at 0.92 min(B_i, B_n)
+NVLS            allreduce (one node, or with    a switch reduction: each rank sends and
+                SHARP), allgather,              receives (m+1)/m S at B_s (allgather and
+                reducescatter (one node)        reducescatter: (m-1)/m S, nothing to gain);
+                                                with SHARP a node's S once up and down, at B_n
+NVLSTree        allreduce, several nodes        NVLS in the node, a tree across nodes: a
+                                                node's 2S at B_n (S on 2 nodes)
+CollNetDirect   allreduce with SHARP and        direct exchange in the node, the node's S up
+                NVSwitch nodes                  and down to the reducing network switch
+CollNetChain    allreduce with SHARP            a chain in the node, S through the network
+PAT             allgather, reducescatter,       (n-1)/n S at 0.75 of the bandwidth, a
+                one rank per node               logarithmic network latency
+P2P             alltoall, gather, scatter       grouped sends: (n-1)/n S, the in-node and
+                                                network shares at once
+AllPairs        allreduce, allgather,           RCCL only, on fully connected nodes (the
+                reducescatter (one node)        MSCCL schedules it runs by default): the
+                                                ring's bytes over every peer's link at once,
+                                                one or two steps of latency
+==============  ==============================  =========================================
 
-* ring: ``nsteps`` = 2(n-1) for allreduce, n-1 for allgather/reducescatter, n for
-  broadcast/reduce; of those, 2(N-1), N-1 or N cross nodes (N nodes) and pay the network
-  latency. algbw = busbw x n / nsteps.
-* tree (allreduce only): latency 2 ((n/N - 1) intra + log2(N) inter); algbw = busbw x 0.9 / 2.
-* protocols scale busbw: LL 1/4 (1/3 for single-node allgather/reducescatter/broadcast),
-  LL128 0.92 (tree: 7/9 on one node, 0.915 across nodes), Simple 1; tree LL 1/3.8.
-* bytes: the nccl-tests size (allgather/reducescatter: the total, as NCCL's nBytes).
-
-``busbw`` is what NCCL's channels can drive per rank: NCCL builds as many rings/trees over
-the fabric as its topology search finds and they saturate every rank's links in the best case,
-so we take the least, over ranks, of the bandwidth a rank has into the node's fabric (links to
-other ranks and switches of its node, in and out), and for several nodes the least network
-capacity of a node (links leaving the node's ranks, switches and NICs). This is optimistic for
-NCCL where no set of rings uses every link (a line, a star), which only makes "x times faster
-than NCCL" claims conservative. Not modelled: NCCL's hardware-specific caps and per-size
-correction factors, the number of channels, PCIe-only machines (NVLink latencies are used
-inside nodes), and its p2p alltoall (``nccl-p2p`` below is a plain model: one round of direct
-sends at busbw, with Simple ring latencies).
+``runtime`` is "nccl" or "rccl" (AMD's fork: the same algorithms but NVLS, and AllPairs).
+Protocols: LL keeps half the bandwidth (and at most NCCL's per-generation LL cap), LL128 0.92,
+Simple all of it; each has its own launch and per-hop latency. NVLS, NVLSTree, CollNet and PAT
+run Simple only. Enabled as NCCL 2.30 enables them (src/graph/tuning.cc): NVLS needs an NVSwitch
+that reduces (Hopper and later) and, across nodes, SHARP; NVLSTree several nodes; CollNet SHARP;
+PAT one rank per node. NCCL's pick is the fastest enabled (algorithm, protocol) under the model,
+the baseline every "vs NCCL" figure is against.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ccl.core.report import Baseline
 from ccl.core.topology import Topology
 
-PROTOCOLS = ("LL", "LL128", "Simple")
-BASE_LAT = {"ring": (6.6, 14.0, 8.4), "tree": (6.8, 14.0, 8.4)}
-NVLINK_LAT = {"ring": (0.6, 1.9, 3.4), "tree": (0.6, 1.25, 4.0)}
-NET_LAT = {"ring": (2.7, 4.0, 14.0), "tree": (5.0, 8.5, 14.0)}
+from .calibration import Calibration, calibration, nccl_constants
+from .machine import Machine
 
+PROTOCOLS = ("LL", "LL128", "Simple")
 RING_KINDS = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce")
 P2P_KINDS = ("alltoall", "gather", "scatter")
+NCCL_VERSION = "2.30"
 
 
 @dataclass(frozen=True)
-class Prediction:
+class Choice:
+    """One (algorithm, protocol) NCCL could run, priced: ``time_us`` = ``latency_us`` + the
+    bytes at ``algbw_GBps`` (nccl-tests size over the time the bytes take)."""
+
     algorithm: str
     protocol: str
     time_us: float
     latency_us: float
     algbw_GBps: float
 
-    def baseline(self) -> Baseline:
-        return Baseline(f"nccl-{self.algorithm}", self.time_us,
-                        f"NCCL model, {self.protocol}: {self.latency_us:.3g} us + size / {self.algbw_GBps:.4g} GB/s")
+    @property
+    def name(self) -> str:
+        return f"NCCL {self.algorithm}/{self.protocol}"
+
+    def to_json(self) -> dict:
+        return {"algorithm": self.algorithm, "protocol": self.protocol, "time_us": self.time_us,
+                "latency_us": self.latency_us, "algbw_GBps": self.algbw_GBps}
+
+
+def enabled(kind: str, machine: Machine, cal: Calibration | None = None, runtime: str = "nccl") -> list[tuple[str, str]]:
+    """The (algorithm, protocol) pairs NCCL 2.30 (or RCCL) would consider for ``kind`` on ``machine``."""
+    cal = cal or calibration()
+    n, nodes = machine.n_ranks, machine.n_nodes
+    if n < 2:
+        return []
+    out: list[tuple[str, str]] = []
+    if runtime == "rccl":
+        machine = replace(machine, nvls=False)
+        if machine.direct and nodes == 1 and kind in ("allreduce", "allgather", "reducescatter"):
+            out += [("AllPairs", p) for p in PROTOCOLS]
+    if kind in RING_KINDS:
+        out += [("Ring", p) for p in PROTOCOLS]
+    if kind == "allreduce":
+        out += [("Tree", p) for p in PROTOCOLS]
+        nvls = machine.nvls and machine.ppn >= cal.nvls_min_ranks.get(machine.generation.name, 2)
+        if nvls and (nodes == 1 or machine.sharp):
+            out.append(("NVLS", "Simple"))
+        if nvls and nodes > 1:
+            out.append(("NVLSTree", "Simple"))
+        if machine.sharp and machine.nvswitch:
+            out.append(("CollNetDirect", "Simple"))
+        if machine.sharp:
+            out.append(("CollNetChain", "Simple"))
+    if kind in ("allgather", "reducescatter"):
+        if machine.nvls and nodes == 1 and machine.ppn >= cal.nvls_min_ranks.get(machine.generation.name, 2):
+            out.append(("NVLS", "Simple"))
+        if machine.ppn == 1 and nodes > 1:
+            out.append(("PAT", "Simple"))
+    if kind in P2P_KINDS:
+        out += [("P2P", "LL"), ("P2P", "Simple")]
+    return out
+
+
+def price(kind: str, machine: Machine, algorithm: str, protocol: str, size: float,
+          cal: Calibration | None = None, graph: bool = False) -> Choice:
+    """The modelled time of one (algorithm, protocol) for a call of ``size`` bytes (``graph``:
+    captured in a CUDA/HIP graph, which launches without the host)."""
+    cal = cal or calibration()
+    consts = nccl_constants(NCCL_VERSION)
+    gen = machine.generation
+    n, nodes, m = machine.n_ranks, machine.n_nodes, machine.ppn
+    b_i = machine.intra_GBps * cal.efficiency("nvlink", gen.name)
+    b_n = machine.net_GBps * cal.efficiency("net", gen.name) if nodes > 1 else math.inf
+    b_s = machine.intra_GBps * cal.nvls_efficiency.get(gen.name, min(cal.nvls_efficiency.values()))
+    bw = min(b_i, b_n)
+    p = PROTOCOLS.index(protocol)
+    scale = cal.latency(gen.name)
+    hop_in = cal.hop_us["nvlink"][protocol] * scale
+    hop_net = max(cal.hop_us["net"][protocol] * scale, machine.net_latency_us)  # a slow fabric's own latency shows
+    launch = cal.launch_us[protocol] * scale * (cal.graph_launch_share if graph else 1.0)
+    share = cal.protocol_efficiency[protocol]
+    ll_cap = cal.ll_cap_scale * (consts["ll_max_GBps"][str(gen.compcap)][min(nodes, 3) - 1] if nodes == 1 else
+                                 consts["ll_max_GBps"]["70"][min(nodes, 3) - 1])  # several nodes: the CPU's row (x86)
+
+    fill = cal.fill(size)
+
+    def bus(bandwidth: float) -> float:
+        scaled = bandwidth * share
+        return min(scaled, ll_cap) if protocol == "LL" else scaled
+
+    if algorithm == "Ring":
+        steps = 2 * (n - 1) if kind == "allreduce" else n - 1
+        inter = 0 if nodes == 1 else (2 * (nodes - 1) if kind == "allreduce" else nodes - 1)
+        latency = launch + (steps - inter) * hop_in + inter * hop_net
+        per_byte = {"allreduce": 2 * (n - 1) / n, "allgather": (n - 1) / n, "reducescatter": (n - 1) / n}.get(kind, 1.0)
+        if kind == "allreduce" and protocol == "Simple" and nodes > 1 and size >= 64 * 16 * n:
+            key = "from_80" if gen.compcap >= 80 else "before_80"
+            latency *= consts["ring_simple_multinode_allreduce_latency_factor"][key]  # NCCL's "plateau" of rings
+        return _choice(algorithm, protocol, latency, size, size * per_byte / bus(bw), fill)
+    if algorithm == "Tree":
+        factor = consts["tree_allreduce_bandwidth_factor"]
+        if protocol == "LL":
+            tree_bw = min(bw * factor * consts["tree_ll_bandwidth_factor"], ll_cap)
+        elif protocol == "LL128":
+            tree_bw = bw * factor * consts["tree_ll128_bandwidth_factor"]["one_node" if nodes == 1 else "several_nodes"]
+        else:
+            tree_bw = bw * factor
+        log = int(math.log2(max(size, 64) / 64))
+        if 0 <= log < 23:
+            tree_bw *= consts["tree_correction_factor"][protocol][log]
+        latency = launch + 2 * ((m - 1) * hop_in + math.log2(nodes) * hop_net)
+        return _choice(algorithm, protocol, latency, size, 2 * size / tree_bw, fill)
+    if algorithm == "NVLS":
+        latency = cal.nvls_latency_us * scale + (hop_net if nodes > 1 else 0.0)
+        if kind == "allreduce":
+            seconds = max(size * (m + 1) / m / b_s, size / b_n if nodes > 1 else 0.0)
+        else:
+            seconds = size * (m - 1) / m / b_s
+        return _choice(algorithm, protocol, latency, size, seconds, fill)
+    if algorithm == "NVLSTree":
+        latency = cal.nvls_latency_us * scale + 2 * math.log2(nodes) * hop_net
+        network = size / b_n * (1.0 if nodes <= 2 else 2.0)
+        return _choice(algorithm, protocol, latency, size, max(size * (m + 1) / m / b_s, network), fill)
+    if algorithm == "CollNetDirect":
+        latency = launch + 2 * (hop_in + 0.4 * (m - 1)) + hop_net * consts["hop_latency_us"]["net"]["CollNetDirect"][2] / \
+            consts["hop_latency_us"]["net"]["Ring"][2]
+        return _choice(algorithm, protocol, latency, size, max(2 * (m - 1) / m * size / b_i, size / b_n), fill)
+    if algorithm == "CollNetChain":
+        latency = launch + 2 * (m - 1) * hop_in + hop_net * consts["hop_latency_us"]["net"]["CollNetChain"][2] / \
+            consts["hop_latency_us"]["net"]["Ring"][2]
+        return _choice(algorithm, protocol, latency, size, max(size / b_i, size / b_n), fill)
+    if algorithm == "PAT":
+        pat = consts["pat_latency"]
+        latency = consts["base_latency_us"]["PAT"][p] + math.log2(nodes) * hop_net / pat["log_net_divisor"] \
+            + n * pat["per_rank_us"]
+        return _choice(algorithm, protocol, latency, size,
+                       size * (n - 1) / n / (bw * consts["pat_bandwidth_factor"]), fill)
+    if algorithm == "AllPairs":
+        steps = 2 if kind == "allreduce" else 1
+        per_byte = {"allreduce": 2 * (n - 1) / n}.get(kind, (n - 1) / n)
+        return _choice(algorithm, protocol, launch + steps * hop_in, size, size * per_byte / bus(bw), fill)
+    if algorithm == "P2P":
+        latency = launch + (hop_net if nodes > 1 else hop_in)
+        if kind == "alltoall":
+            intra = size * (m - 1) / n / bus(b_i)
+            net = m * size * (n - m) / n / bus(b_n) if nodes > 1 else 0.0
+            seconds = max(intra, net)
+        else:
+            seconds = size * (n - 1) / n / bus(bw)
+        return _choice(algorithm, protocol, latency, size, seconds, fill)
+    raise ValueError(f"unknown NCCL algorithm {algorithm!r}")
+
+
+def _choice(algorithm: str, protocol: str, latency: float, size: float, byte_us_per_GBps: float,
+            fill: float = 0.0) -> Choice:
+    """``byte_us_per_GBps``: bytes over GB/s (so / 1e3 is microseconds); ``fill``: the call's
+    pipeline fill (``Calibration.fill``)."""
+    transfer = byte_us_per_GBps / 1e3 + fill
+    time = latency + transfer
+    return Choice(algorithm, protocol, time, latency, size / transfer / 1e3 if transfer > 0 else math.inf)
+
+
+def choices(kind: str, topology: Topology, size: float, cal: Calibration | None = None,
+            runtime: str = "nccl") -> list[Choice]:
+    """Every enabled (algorithm, protocol), fastest first (ties: NCCL's algorithm order)."""
+    machine = Machine.of(topology)
+    out = [price(kind, machine, a, p, size, cal) for a, p in enabled(kind, machine, cal, runtime)]
+    return sorted(out, key=lambda c: c.time_us)
+
+
+def pick(kind: str, topology: Topology, size: float, cal: Calibration | None = None) -> Choice | None:
+    """NCCL's pick: the fastest enabled (algorithm, protocol); None for a collective NCCL does
+    not have (custom) or a single rank."""
+    found = choices(kind, topology, size, cal)
+    return found[0] if found else None
+
+
+def baselines(kind: str, topology: Topology, size: float, cal: Calibration | None = None) -> list[Baseline]:
+    """NCCL's pick as the baseline named ``nccl`` (its detail names the algorithm and protocol),
+    then the runner-up algorithms (``nccl-ring``, ``nccl-tree``, ...: each at its best protocol)."""
+    found = choices(kind, topology, size, cal)
+    if not found:
+        return []
+    best = found[0]
+    out = [Baseline("nccl", best.time_us, f"{best.name} (NCCL {NCCL_VERSION} rules, calibrated model): "
+                                          f"{best.latency_us:.3g} us + size / {best.algbw_GBps:.4g} GB/s")]
+    seen = {best.algorithm}
+    for c in found[1:]:
+        if c.algorithm in seen:
+            continue
+        seen.add(c.algorithm)
+        out.append(Baseline(f"nccl-{c.algorithm.lower()}", c.time_us,
+                            f"{c.name}: {c.latency_us:.3g} us + size / {c.algbw_GBps:.4g} GB/s"))
+    return out
 
 
 def bus_bandwidth(topology: Topology) -> float:
-    """Per-rank bus bandwidth NCCL's channels can reach at best (GB/s, see module docstring)."""
-    n = topology.n_ranks
-    node_of_vertex = list(topology.node_of) + [s.node for s in topology.switches]
-
-    def local(v: int, node: int) -> bool:
-        if v < n:
-            return topology.node_of[v] == node
-        sw = topology.switches[v - n]
-        return sw.kind == "switch" and sw.node == node or (sw.node is None and topology.n_nodes == 1)
-
-    per_rank = math.inf
-    for r in range(n):
-        a = topology.node_of[r]
-        out = sum(x.capacity for x in topology.out_links[r] if local(x.dst, a))
-        inc = sum(x.capacity for x in topology.in_links[r] if local(x.src, a))
-        per_rank = min(per_rank, out, inc)
-    if topology.n_nodes > 1:
-        for a in range(topology.n_nodes):
-            members = {v for v in range(topology.n_vertices) if node_of_vertex[v] == a}
-            out = sum(x.capacity for x in topology.links if x.src in members and x.dst not in members)
-            inc = sum(x.capacity for x in topology.links if x.dst in members and x.src not in members)
-            per_rank = min(per_rank, out, inc)
-    return per_rank
-
-
-def predict(kind: str, n_ranks: int, n_nodes: int, size: float, busbw: float, algorithm: str) -> Prediction | None:
-    """NCCL's predicted time for ``algorithm`` ("ring" or "tree") with its fastest protocol, or
-    None when NCCL has no such algorithm for the collective."""
-    n, N = n_ranks, max(1, n_nodes)
-    if n < 2 or busbw <= 0 or not math.isfinite(busbw):
-        return None
-    if algorithm == "ring" and kind not in RING_KINDS:
-        return None
-    if algorithm == "tree" and kind != "allreduce":
-        return None
-    best: Prediction | None = None
-    for p, proto in enumerate(PROTOCOLS):
-        bw = busbw
-        if algorithm == "ring":
-            if proto == "LL":
-                bw *= 1 / 4 if (N > 1 or kind in ("allreduce", "reduce")) else 1 / 3
-            elif proto == "LL128":
-                bw *= 0.92
-        else:
-            bw *= 0.9
-            if proto == "LL":
-                bw *= 1 / 3.8
-            elif proto == "LL128":
-                bw *= 7 / 9 if N == 1 else 0.915
-        intra = NVLINK_LAT[algorithm][p] * (1.8 if N > 1 and proto == "LL" else 1.0)
-        inter = NET_LAT[algorithm][p]
-        lat = BASE_LAT[algorithm][p]
-        if algorithm == "ring":
-            nsteps = 2 * (n - 1) if kind == "allreduce" else n - 1 if kind in ("allgather", "reducescatter") else n
-            inter_steps = 2 * (N - 1) if kind == "allreduce" else N - 1 if kind in ("allgather", "reducescatter") else N
-            if N == 1:
-                inter_steps = 0
-            if kind in ("broadcast", "reduce"):
-                hop = (NET_LAT if N > 1 else NVLINK_LAT)["tree" if proto == "Simple" else "ring"][p]
-                lat += nsteps * hop
-            else:
-                lat += (nsteps - inter_steps) * intra + inter_steps * inter
-            algbw = bw * n / nsteps
-            if proto == "Simple" and N > 1 and kind == "allreduce" and size >= n / 16 * 65536:
-                lat *= 1.9  # NCCL's "plateau effect of ring"
-        else:
-            lat += 2 * ((n // N - 1) * intra + math.log2(N) * inter)
-            algbw = bw * 0.5
-        time = lat + size / (1000 * algbw)
-        if best is None or time < best.time_us:
-            best = Prediction(algorithm, proto, time, lat, algbw)
-    return best
-
-
-def p2p_model(kind: str, n_ranks: int, n_nodes: int, size: float, busbw: float) -> Prediction | None:
-    """A plain model of NCCL's grouped point-to-point alltoall/gather/scatter: every rank (the
-    root for gather/scatter) moves (n-1)/n of the size at busbw, after one Simple ring latency."""
-    if kind not in P2P_KINDS or n_ranks < 2 or busbw <= 0:
-        return None
-    p = PROTOCOLS.index("Simple")
-    hop = (NET_LAT if n_nodes > 1 else NVLINK_LAT)["ring"][p]
-    lat = BASE_LAT["ring"][p] + hop
-    moved = size * (n_ranks - 1) / n_ranks
-    time = lat + moved / (1000 * busbw)
-    return Prediction("p2p", "Simple", time, lat, size / (time - lat) / 1000 if time > lat else math.inf)
-
-
-def baselines(kind: str, topology: Topology, size: float, floor_us: float = 0.0) -> list[Baseline]:
-    """NCCL ring, tree and p2p model times for this collective (those that apply). A model
-    time below ``floor_us`` (the lower bound: no runtime beats physics, but a cost model with an
-    optimistic busbw can) is raised to it, and the detail says so."""
-    busbw = bus_bandwidth(topology)
-    preds = [predict(kind, topology.n_ranks, topology.n_nodes, size, busbw, a) for a in ("ring", "tree")]
-    preds.append(p2p_model(kind, topology.n_ranks, topology.n_nodes, size, busbw))
-    out = []
-    for pred in preds:
-        if pred is None:
-            continue
-        b = pred.baseline()
-        if b.time_us < floor_us:
-            b = Baseline(b.name, floor_us, b.detail + f"; below the lower bound ({b.time_us:.4g} us), shown at it")
-        out.append(b)
-    return out
+    """The nominal per-rank bandwidth NCCL's rings can drive (GB/s): the least of a rank's
+    bandwidth into its node and its share of the node's network."""
+    machine = Machine.of(topology)
+    return min(machine.intra_GBps, machine.net_GBps)

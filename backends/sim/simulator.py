@@ -32,9 +32,16 @@ physics (stated once here; ``engine`` and ``graph`` give the mechanics):
   of the data with its own dependencies (as m channels would), sharing the links: the slices
   pipeline through the schedule like NCCL's (each piece pays the latency again).
 
+* **Runtime.** ``runtime`` (``backends.cost.runtime.charges``: a runtime and protocol priced
+  for the machine) adds what the runtime running the Program charges: a message's latency is
+  at least the protocol's per-hop latency on its link's class (in a node or across nodes), its
+  bytes move at the link's rate times the calibrated efficiency of the class and protocol, and
+  the call starts after the runtime's launch and pipeline fill. Without it, the links alone
+  (the physics the lower bounds assume).
+
 Not modelled: compute time of reductions, GPU SM or copy-engine contention between links of
-one rank, protocol overheads. The lower bound and NCCL's cost models are not the simulator's:
-the driver (``ccl.compiler``) adds them to the Report.
+one rank. The lower bound and NCCL's algorithms are not the simulator's: the driver
+(``ccl.compiler``) adds them to the Report.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from backends.cost.runtime import RuntimeCharges
 from ccl.core import limits, validate
 from ccl.core.collector import gc_paused
 from ccl.core.errors import InputError, VerificationError
@@ -122,7 +130,7 @@ class Simulation:
         plot_simulation(self, path)
 
 
-OPTIONS = ("mode", "slices", "in_place", "overlap_latency", "local_bandwidth")  # of Simulator.run
+OPTIONS = ("mode", "slices", "in_place", "overlap_latency", "local_bandwidth", "runtime")  # of Simulator.run
 
 
 class Simulator:
@@ -169,7 +177,8 @@ class Simulator:
             return self._run(size, **options)
 
     def _run(self, size: float, *, mode: str = "dependency", slices: int = 1, in_place: bool = False,
-             overlap_latency: bool = False, local_bandwidth: float | None = None) -> Simulation:
+             overlap_latency: bool = False, local_bandwidth: float | None = None,
+             runtime: RuntimeCharges | None = None) -> Simulation:
         program = self.program
         check_size(size)
         if mode not in MODES:
@@ -180,6 +189,9 @@ class Simulator:
             validate.number(local_bandwidth, "local bandwidth (GB/s)", positive=True)
         validate.flag(in_place, "in_place")
         validate.flag(overlap_latency, "overlap_latency")
+        if runtime is not None and not isinstance(runtime, RuntimeCharges):
+            raise InputError(f"runtime must be a runtime's charges (backends.cost.runtime.charges), got "
+                             f"{type(runtime).__name__}")
         wall = time.perf_counter()
         topo = program.topology
         flat = topo.flat()
@@ -194,19 +206,30 @@ class Simulator:
         index = {p: i for i, p in enumerate(pairs)}
         limit_of: dict[tuple[int, int], list[int]] = {}
         caps: list[float] = []
+        node_of = topo.node_of
+
+        def link_class(a: int, b: int) -> str:
+            return "net" if node_of[a] != node_of[b] else "nvlink"
+
+        efficiency = runtime.efficiency if runtime is not None else {"nvlink": 1.0, "net": 1.0}
         for limit, total in zip(flat.limits, flat.limit_capacities):
             if limit.bandwidth >= total - 1e-12:
                 continue  # can never bind
             used = [p for p in limit.links if p in index]
             if not used:
                 continue
-            caps.append(limit.bandwidth * 1e3)
+            cls = "net" if any(link_class(*p) == "net" for p in used) else "nvlink"
+            caps.append(limit.bandwidth * 1e3 * efficiency[cls])
             for p in used:
                 limit_of.setdefault(p, []).append(len(caps) - 1)
         resources = []
         for p in pairs:
             link = flat.link(*p)
-            resources.append(Resource(link.lanes, link.bandwidth * 1e3, link.latency,  # type: ignore[union-attr]
+            cls = link_class(*p)
+            latency = link.latency  # type: ignore[union-attr]
+            if runtime is not None:
+                latency = max(latency, runtime.hop_us[cls]) + runtime.per_step_us
+            resources.append(Resource(link.lanes, link.bandwidth * 1e3 * efficiency[cls], latency,  # type: ignore[union-attr]
                                       tuple(limit_of.get(p, ()))))
         msg_bytes = g.msg_count.astype(float) * per_slot
         op_bytes = (g.count.astype(float) * per_slot).tolist()
@@ -214,6 +237,8 @@ class Simulator:
         rank_start = [0.0] * n_ranks
         if local_rate is not None and not in_place:  # a rank first copies its aliased output slots
             rank_start = [sum(c for _a, _j, c in runs) * per_slot / local_rate for runs in program.alias_runs]
+        if runtime is not None:  # nothing moves before the runtime has launched the call
+            rank_start = [t + runtime.call_us(size) for t in rank_start]
         engine = Engine(g, msg_res, msg_bytes, resources, caps, slices=m,
                         overlap_latency=overlap_latency, local_rate=local_rate, op_bytes=op_bytes,
                         rank_start=rank_start)
@@ -233,7 +258,9 @@ class Simulator:
         end = float(rank_finish.max()) if len(rank_finish) else 0.0
         report = self._report(size, per_slot, mode, m, in_place, overlap_latency, local_bandwidth, end, pairs,
                               resources, res_q, bytes_q, start, sent, rank_finish)
-        report = replace(report, simulation_seconds=time.perf_counter() - wall)
+        report = replace(report, simulation_seconds=time.perf_counter() - wall,
+                         runtime="" if runtime is None else runtime.name,
+                         runtime_label="" if runtime is None else runtime.label)
         return Simulation(
             program=program, report=report, slices=m, graph=g, start=start, sent=sent, done=landed,
             lane=np.asarray(engine.lane, dtype=np.int64), resource=res_q, nbytes=bytes_q, engine=engine,

@@ -37,7 +37,7 @@ def set_summary(result: Any, where: str) -> str:
              f"{how}{result.seconds:.1f} s{where}"]
     for e in sset.entries:
         lines.append(f"  {e.range_text():<26} {e.label}")
-    ref_key = next((k for k in ("nccl-ring_us", "nccl-tree_us", "nccl-p2p_us") if sset.table and k in sset.table[0]),
+    ref_key = next((k for k in ("nccl_us", "nccl-ring_us", "nccl-tree_us", "nccl-p2p_us") if sset.table and k in sset.table[0]),
                    None)
     ref = ref_key[:-3] if ref_key else ""
     lines.append(f"  {'size':>8}  {'winner':<22}{'time':>11}{'/bound':>8}  {('vs ' + ref) if ref else '':<16}"

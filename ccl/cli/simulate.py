@@ -129,7 +129,7 @@ def _sweep(args: argparse.Namespace, schedule: Any) -> int:
 def _reference(report: Any) -> str | None:
     """The NCCL model a sweep's rows are compared with: ring where NCCL has it, else the first."""
     names = [b.name for b in report.baselines]
-    return "nccl-ring" if "nccl-ring" in names else (names[0] if names else None)
+    return "nccl" if "nccl" in names else (names[0] if names else None)
 
 
 def _plot_sweep(points: list, path: str, what: str) -> None:

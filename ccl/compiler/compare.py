@@ -84,10 +84,10 @@ class Comparison:
 
     @property
     def reference(self) -> Row | None:
-        """The NCCL model every row is compared with: ring where NCCL has it, else the best."""
+        """The baseline every row is compared with: NCCL's pick (``nccl``), else the fastest model."""
         models = [r for r in self.rows if r.source == "model" and r.time_us]
         for r in models:
-            if r.name == "nccl-ring":
+            if r.name == "nccl":
                 return r
         return min(models, key=lambda r: r.time_us or math.inf, default=None)
 
@@ -236,7 +236,7 @@ def compare(
             prog = sim.program
             rows.append(Row(name, "schedule", rep.time_us, prog.steps, prog.n_messages, seconds,
                             f"{rep.bound_ratio:.3f}x bound", report=rep, algorithm=alg, synthesis_size=given))
-        for b in baselines(kind, topology, size, bounds.bound_us):
+        for b in baselines(kind, topology, size):
             rows.append(Row(b.name, "model", b.time_us, detail=b.detail))
         rows.append(Row("lower bound", "bound", bounds.bound_us, steps=bounds.steps,
                         detail=f"{bounds.binding}: {bounds.method}"))

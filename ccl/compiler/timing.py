@@ -85,13 +85,11 @@ def complete(report: Report, program: Program, size: float, schedule: Any = None
     """The simulator's report with the bound, the NCCL baselines and the synthesis figures
     (``lane_latency``: False when the simulation overlapped latencies, see ``lower_bound``)."""
     topo, coll = program.topology, program.collective
-    bound_us = 0.0
     if bound:
         b = lower_bound(topo, coll, size, lane_latency=lane_latency)
         report = report.with_bound(b.bound_us, b.latency_us, b.bandwidth_us, b.binding, b.method)
-        bound_us = report.bound_us
     if baselines and coll.kind != "custom":
-        report = report.with_baselines(tuple(nccl_baselines(coll.kind, topo, size, bound_us)))
+        report = report.with_baselines(tuple(nccl_baselines(coll.kind, topo, size)))
     if isinstance(schedule, SynthesisResult):
         report = report.with_synthesis(schedule.seconds, schedule.status, schedule.gap)
     return report

@@ -386,7 +386,7 @@ def _schedule_set(topology: Topology, collective: Any, kind: str, sweep: list[in
             best_t = min(templates, key=lambda c: c.times_us[i])
             row["best_template"] = best_t.label
             row["best_template_us"] = round(best_t.times_us[i], 3)
-        for model in baselines(kind, topology, size, b.bound_us):
+        for model in baselines(kind, topology, size):
             row[f"{model.name}_us"] = round(model.time_us, 3)
         table.append(row)
     name = f"{kind}-{topology.name}-auto"

@@ -163,6 +163,8 @@ class Report:
     ranks: tuple[RankUsage, ...] = ()
     baselines: tuple[Baseline, ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
+    runtime: str = ""  # what the time was priced for: "runtime/protocol" (e.g. "msccl/LL"), "" for the links alone
+    runtime_label: str = ""  # the same in words ("MSCCL executor, LL")
     synthesis_seconds: float | None = None
     solver_status: str | None = None
     gap: float | None = None
@@ -257,6 +259,7 @@ class Report:
                 {**b.to_json(), "speedup": _num(self.speedup(b.name))} for b in self.baselines
             ],
             "options": dict(self.options),
+            "runtime": self.runtime,
             "synthesis_seconds": self.synthesis_seconds,
             "solver_status": self.solver_status,
             "gap": self.gap,
@@ -277,7 +280,7 @@ class Report:
             f"  size        {format_bytes(self.size)} ({meaning}), {format_bytes(self.slot_bytes)} per slot, "
             f"{self.mode} mode" + _options_text(self.options),
             f"  time        {format_us(self.time_us)}   algbw {self.algbw_GBps:.4g} GB/s   "
-            f"busbw {self.busbw_GBps:.4g} GB/s",
+            f"busbw {self.busbw_GBps:.4g} GB/s" + (f"   ({self.runtime_label})" if self.runtime_label else ""),
         ]
         if self.bound_binding == NOT_COMPUTED:
             lines.append("  lower bound not computed")
