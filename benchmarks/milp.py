@@ -53,7 +53,7 @@ def best_template(topo, kind: str, size: int) -> tuple[str, float]:
 
 def nccl(topo, kind: str, size: int, bound: float) -> tuple[str, float]:
     """NCCL's ring (its point-to-point model for alltoall), never below the lower bound."""
-    rows = nccl_baselines(kind, topo, size, floor_us=bound)
+    rows = nccl_baselines(kind, topo, size)
     ring = [b for b in rows if "ring" in b.name] or rows
     if not ring:
         return ("none", float("nan"))
