@@ -1,7 +1,8 @@
 """The bound of one call: ``lower_bound(topology, collective, size) -> Bounds``.
 
 In the simulator's physics (a transfer pays its link's latency; a link carries at most lanes x
-bandwidth; switches forward but neither combine nor replicate). ``bound = max(latency,
+bandwidth; switches forward, and those that reduce also sum and multicast), at the links'
+nominal rates: a bound for any runtime on the hardware. ``bound = max(latency,
 bandwidth)``:
 
 * latency: the alpha-weighted shortest path (Dijkstra over the flattened rank graph, whose
@@ -18,7 +19,9 @@ bandwidth)``:
   - broadcast, reduce: S / min over ranks t of maxflow(root -> t) (reversed for reduce).
     Exact in the fluid limit (Edmonds' arborescence packing).
   - allreduce: the largest of (a) S / (least capacity leaving a vertex set that holds a rank
-    and misses one: 2(n-1) max-flows), and (b) one-way gossip volume: every element must be
+    and misses one: 2(n-1) max-flows), and (b) one-way gossip volume (where no switch sums
+    in the network; where one does, S each way per rank, or per node when the network sums;
+    see ``_allreduce_parts``): every element must be
     sent at least 2(k-1) times between k parts (the minimum number of one-way calls for k
     parties to all learn everything), and a part sends only through the capacity leaving it,
     so T >= 2(k-1) S / sum of the parts' out- (and in-) capacities, for k = n single ranks and
@@ -272,11 +275,24 @@ def _allreduce_parts(topology: Topology) -> list[tuple[str, float, Onsets]]:
     """One-way gossip volume: every element must be sent at least 2(k-1) times between k parts
     (the minimum number of one-way calls for everyone to learn everything), and a part can send
     only through the capacity leaving it (and receive through the capacity entering it).
-    Parts: every rank alone; and every node (with its switches and NICs) when there are several."""
+    Parts: every rank alone; and every node (with its switches and NICs) when there are several.
+
+    A switch that reduces (in-network reduction) sums contributions outside the parts, and the
+    count fails: there every part sends its whole contribution at least once and receives the
+    sum at least once, S each way, the bound that holds for any schedule the hardware can run
+    (NVLS, SHARP). Node switches that reduce leave the count between nodes valid; a network
+    switch that reduces replaces it too."""
     n = topology.n_ranks
     out: list[tuple[str, float, Onsets]] = []
+    reduce_any = any(sw.reduce for sw in topology.switches)
+    reduce_net = any(sw.reduce and sw.node is None for sw in topology.switches) and topology.n_nodes > 1
     worst, onsets = _vertex_sets_capacity(topology, [{r} for r in range(n)])
-    out.append(("gossip", 2 * (n - 1) / worst / 1e3 if worst > 0 else math.inf, onsets))
+    if reduce_any:
+        # a switch that sums what it forwards is outside every single rank: the gossip count no
+        # longer holds, but every rank still sends its whole contribution and receives the sum
+        out.append(("in-network", n / worst / 1e3 if worst > 0 else math.inf, onsets))
+    else:
+        out.append(("gossip", 2 * (n - 1) / worst / 1e3 if worst > 0 else math.inf, onsets))
     if topology.n_nodes > 1:
         groups = [set(rs) for rs in topology.node_ranks]
         for w, sw in enumerate(topology.switches):
@@ -284,8 +300,11 @@ def _allreduce_parts(topology: Topology) -> list[tuple[str, float, Onsets]]:
                 groups[sw.node].add(n + w)
         worst, onsets = _vertex_sets_capacity(topology, groups)
         k = topology.n_nodes
-        out.append(("gossip-nodes", 2 * (k - 1) / worst / 1e3 if worst > 0 else math.inf, onsets))
-    if topology.switches and n <= ROUTED_GOSSIP_RANKS:
+        if reduce_net:  # the network sums: every node sends its contribution once and receives the sum
+            out.append(("in-network-nodes", k / worst / 1e3 if worst > 0 else math.inf, onsets))
+        else:  # sums are made inside nodes only: the gossip count holds between nodes
+            out.append(("gossip-nodes", 2 * (k - 1) / worst / 1e3 if worst > 0 else math.inf, onsets))
+    if topology.switches and n <= ROUTED_GOSSIP_RANKS and not reduce_any:
         # the sends travel the routes the flattened topology fixes: all of them together carry
         # no more than the LP over those routes allows (on dgx2:2 a GPU's PCIe path to its NIC
         # partner is in the links leaving it but in no route)

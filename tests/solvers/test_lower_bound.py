@@ -343,3 +343,25 @@ def test_the_gossip_counts_the_routes_sends_take():
     parts = dict(bound.parts)
     assert parts["gossip-routed"] == pytest.approx(0.7 + 2 * 15 * M / (16 * 500e3), rel=1e-6)
     assert parts["gossip"] < parts["gossip-routed"] == bound.bandwidth_us
+
+
+def test_a_switch_that_reduces_lowers_the_allreduce_bound_to_what_the_hardware_allows():
+    """NVLink SHARP: a DGX H100 measured 4029.4 us for 1 GiB (NVIDIA/dgxc-benchmarking), below
+    the gossip bound 2(n-1)/n S / 450 GB/s; with the switch summing, every rank still sends its
+    whole contribution and receives the sum: S / 450 GB/s."""
+    from dataclasses import replace
+
+    from ccl.core.collective import builtin
+    from solvers.bounds import lower_bound
+
+    h100 = T.dgx_h100()
+    bound = lower_bound(h100, builtin("allreduce", 8), 2**30)
+    assert bound.bound_us <= 4029.4
+    assert bound.bandwidth_us == pytest.approx(2**30 / 450e3, abs=1.0)  # plus the links' latency onset
+    plain = replace(h100, switches=tuple(replace(s, reduce=False) for s in h100.switches))
+    gossip = lower_bound(plain, builtin("allreduce", 8), 2**30)
+    assert gossip.bandwidth_us == pytest.approx(2 * 7 / 8 * 2**30 / 450e3, abs=1.0)
+    # between nodes the gossip count holds unless the network sums too (SHARP)
+    four = lower_bound(T.build("dgx-h100:4"), builtin("allreduce", 32), 2**30).bandwidth_us
+    sharp = lower_bound(T.build("dgx-h100:4,sharp=on"), builtin("allreduce", 32), 2**30).bandwidth_us
+    assert sharp < four
