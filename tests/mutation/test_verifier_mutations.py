@@ -32,7 +32,7 @@ from ccl.core.collective import builtin
 from . import mutants as M
 
 ROOT = Path(__file__).resolve().parents[2]
-REFERENCE = ROOT.parent / "shared" / "reference" / "msccl-xml"
+REFERENCE = ROOT / "tests" / "data" / "msccl-xml"  # RCCL's own files (MIT, see NOTICE there)
 
 # (topology, collective, solver, chunks, root)
 SCHEDULES = [

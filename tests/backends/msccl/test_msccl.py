@@ -19,7 +19,8 @@ from ccl.compiler.msccl import export_xml
 from ccl.core.errors import BackendError, InputError, VerificationError
 
 ROOT = Path(__file__).resolve().parents[3]
-SHIPPED = sorted((ROOT.parent / "shared" / "reference" / "msccl-xml").glob("*.xml"))
+REFERENCE = ROOT / "tests" / "data" / "msccl-xml"  # RCCL's own files (MIT, see NOTICE there)
+SHIPPED = sorted(REFERENCE.glob("*.xml"))
 
 CASES = [
     ("ring:4", "allgather", "ring", 1), ("dgx1", "allgather", "multi-ring", 2),
@@ -116,7 +117,16 @@ def test_old_msccl_spelling_is_read_and_flagged():
     assert any("reduce_scatter" in str(v) for v in limits.check(algo, limits.TARGETS["rccl"]))
 
 
-@pytest.mark.skipif(not SHIPPED, reason="../shared/reference/msccl-xml not beside the repository")
+def test_the_reference_files_ship_with_the_tests():
+    """The published files the tests read are in the repository, with their origin and licence
+    (a clone runs every test without anything beside it)."""
+    assert [p.name for p in SHIPPED] == ["rccl-allreduce-allpairs-8n-simple.xml", "rccl-alltoall-8n-0-9kb.xml",
+                                         "rccl-alltoall-8n-9kb-190kb.xml"]
+    notice = (REFERENCE / "NOTICE").read_text()
+    assert "MIT License" in notice and "ROCm/rccl" in notice
+    assert all(p.name in notice for p in SHIPPED)
+
+
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
 def test_shipped_rccl_files_import_verify_and_simulate(path):
     imported = read_xml(path, "amd8")
@@ -128,12 +138,11 @@ def test_shipped_rccl_files_import_verify_and_simulate(path):
     assert report.time_us > report.bound_us > 0
 
 
-@pytest.mark.skipif(not SHIPPED, reason="../shared/reference/msccl-xml not beside the repository")
 @pytest.mark.parametrize("name,in_place", [("rccl-alltoall-8n-9kb-190kb.xml", False),
                                            ("rccl-allreduce-allpairs-8n-simple.xml", True)])
 def test_shipped_files_run_on_gloo_like_torch(name, in_place):
     pytest.importorskip("torch")
-    path = ROOT.parent / "shared" / "reference" / "msccl-xml" / name
+    path = REFERENCE / name
     report = compiler.run_local(str(path), size=64 * 1024, repeat=0, in_place=in_place)
     assert report.correct is True
 
