@@ -431,3 +431,68 @@ def test_exported_files_run_on_gloo_like_torch(tmp_path, topo, coll, solver, chu
     path.write_text(export_xml(program, target="msccl", forward="on")[0])
     report = compiler.run_local(str(path), size=4096, repeat=0, in_place=in_place, topology=topo)
     assert report.correct is True
+
+
+# ---------------------------------------------------------------------- in place, leniency
+def test_elements_the_runtimes_skip_are_skipped_and_reported(tmp_path, capsys, ring_xml):
+    """Both runtimes' parsers read only the elements they have a handler for (<gpu> in <algo>,
+    <tb> in <gpu>, <step> in <tb>) and skip the rest with what is inside: a <copy> inside
+    <gpu> as in published TE-CCL files. The reader does the same and ``ccl verify`` says so."""
+    lines = ring_xml.splitlines()
+    gpu = next(i for i, line in enumerate(lines) if line.strip().startswith('<gpu id="1"'))
+    tb = next(i for i, line in enumerate(lines) if line.strip().startswith("<tb ") and i > gpu)
+    lines.insert(tb + 1, '      <note text="runtimes ignore this"/>')
+    lines.insert(gpu + 1, '    <copy src="i" srcoff="0" dst="o" dstoff="0" cnt="1"><chunk id="0"/></copy>')
+    lines.insert(1, "  <comment>written by hand</comment>")
+    text = "\n".join(lines)
+    algo = model.parse(text, "x.xml")
+    assert [(tag, inside) for _line, tag, inside in algo.skipped] == [
+        ("comment", "<algo>"), ("copy", "gpu 1"), ("note", "gpu 1 tb 0")]
+    assert model.dumps(algo) == ring_xml  # nothing else changed
+    path = tmp_path / "x.xml"
+    path.write_text(text)
+    code, out, _ = _cli(capsys, "verify", path, "-t", "ring:4")
+    assert code == 0 and "skipped, as both runtimes' parsers skip them: <comment> (line 2, in <algo>), <copy> " \
+                          "(line" in out
+    code, out, _ = _cli(capsys, "verify", path, "-t", "ring:4", "--json")
+    assert [s["element"] for s in json.loads(out)["skipped"]] == ["comment", "copy", "note"]
+
+
+def test_a_misspelled_step_is_skipped_as_the_runtimes_do_and_named_when_it_breaks(tmp_path, capsys, ring_xml):
+    lines = ring_xml.splitlines()
+    k = next(i for i, line in enumerate(lines) if 'type="r"' in line)
+    lines[k] = lines[k].replace("<step ", "<stpe ", 1)
+    path = tmp_path / "x.xml"
+    path.write_text("\n".join(lines))
+    code, _, err = _cli(capsys, "verify", path, "-t", "ring:4")
+    assert code == 2 and "step indices must run 0, 1, 2" in err  # the runtimes would run the steps renumbered
+    assert f"the runtimes skip <stpe> (line {k + 1}" in err and len(err.strip().splitlines()) == 1
+
+
+def test_shipped_alltoall_files_are_out_of_place_only_and_racy_in_place():
+    """RCCL's own alltoall files claim out of place only: in place (one buffer for all blocks)
+    their receive into block j and send of block j would race, and the verifier says so."""
+    path = REFERENCE / "rccl-alltoall-8n-0-9kb.xml"
+    text = path.read_text()
+    assert 'inplace="0"' in text
+    algo = model.parse(text.replace('inplace="0"', 'inplace="1"', 1), "a.xml")
+    with pytest.raises(VerificationError, match="in place, output"):
+        verify_imported(interpret.read_program(algo, compiler.load_topology("amd8"), path="a.xml"))
+
+
+@pytest.mark.parametrize("target", ["msccl", "rccl"])
+def test_the_amd8_direct_alltoall_exports_for_both_and_runs_in_place_on_gloo(tmp_path, target):
+    """The issue's case end to end: synthesize, export (each target), verify in both modes; and
+    the msccl file's in-place Program run by torch with one buffer for input and output."""
+    result = compiler.synthesize(compiler.problem_from_options("amd8", "alltoall", solver="direct"))
+    text, summary = export_xml(result, target=target)
+    algo = model.parse(text)
+    assert (algo.inplace, algo.outofplace) == (1, 1) and summary["in_place"]["lowered_in_place"]
+    imported = interpret.read_program(algo, compiler.load_topology("amd8"), path="x.xml")
+    assert verify_imported(imported) == {"out_of_place": True, "in_place": True}
+    if target == "msccl":
+        pytest.importorskip("torch")
+        path = tmp_path / "a.xml"
+        path.write_text(text)
+        report = compiler.run_local(str(path), size=8 * 1024, repeat=0, in_place=True, topology="amd8")
+        assert report.correct is True
