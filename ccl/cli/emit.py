@@ -109,7 +109,7 @@ def cmd_msccl(args: argparse.Namespace) -> int:
 
 def _in_place_line(claim: dict[str, Any]) -> str:
     """What the summary says of the in-place claim, when there is more to say than the modes."""
-    if claim.get("lowered_in_place"):
+    if claim["claimed"] and claim.get("lowered_in_place"):
         return (f"\n  in place: lowered for it ({claim['ops_added']} more ops, {claim['scratch_added']} more scratch "
                 "chunks: an in-place call overlays memory the schedule still reads)")
     if not claim["claimed"] and claim["reason"] != "--mode outofplace":

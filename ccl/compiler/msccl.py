@@ -70,7 +70,7 @@ def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple"
         schedule = load_schedule(schedule)
     if isinstance(schedule, Algorithm):
         verify(schedule)
-    program, in_place, out_of_place, claim = _claim(schedule, mode, tgt, instances, channels, fuse)
+    program, in_place, out_of_place, claim, fallback = _claim(schedule, mode, tgt, instances, channels, fuse)
 
     def build(forward: bool) -> tuple[Any, str, Any]:
         algo = export.export(program, tgt, name=name, proto=protocol, in_place=in_place,
@@ -86,7 +86,17 @@ def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple"
 
     if forward not in ("auto", "on", "off"):
         raise InputError(f"forward must be auto, on or off, got {forward!r}")
-    algo, text, again = build(forward != "off")
+    try:
+        algo, text, again = build(forward != "off")
+    except BackendError as exc:
+        if fallback is None or exc.message.startswith("internal error"):
+            raise
+        # auto: the Program lowered for in-place calls does not fit the target; the
+        # out-of-place one may (a file for out-of-place calls only, and the summary says why)
+        program, in_place, out_of_place = fallback, False, True
+        claim = {**claim, "claimed": False, "reason": f"the Program lowered for in-place calls does not fit "
+                                                      f"{tgt.name}: {exc.message}"}
+        algo, text, again = build(forward != "off")
     judged = None
     fused_forwards = sum(1 for g in algo.gpus for tb in g.tbs for s in tb.steps if s.type in ("rcs", "rrcs"))
     if forward == "auto" and fused_forwards:
@@ -116,7 +126,7 @@ def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple"
 
 
 def _claim(schedule: Any, mode: str, tgt: Any, instances: int, channels: int,
-           fuse: bool) -> tuple[Program, bool, bool, dict[str, Any]]:
+           fuse: bool) -> tuple[Program, bool, bool, dict[str, Any], Program | None]:
     """The Program a file is made of, the calls it claims (in place, out of place), and what the
     summary says of the in-place claim. An in-place claim holds only for a Program whose every
     read of a memory the runtimes alias (``Collective.in_place_aliases``: an alltoall's whole
@@ -126,21 +136,22 @@ def _claim(schedule: Any, mode: str, tgt: Any, instances: int, channels: int,
     snapshots and dependencies added, ``ops_added`` and ``scratch_added`` in the summary), and
     one Program serves both kinds of call. A Program given as it is (a program file, an XML
     file) claims in place only when it is correct in place; ``auto`` then leaves the claim out
-    and says why."""
+    and says why. The last value is the out-of-place Program ``auto`` falls back on when the
+    one lowered in place does not fit the target (None where there is no such choice)."""
     plain = program_stage(schedule, channels=channels, fuse=fuse, check=True)
     if instances * plain.channels > tgt.max_channels:  # each instance has its own channels
         raise InputError(f"--instances {instances} with {plain.channels} channel(s) each needs "
                          f"{instances * plain.channels} channels; {tgt.name} allows at most {tgt.max_channels}")
     plain = _replicated(plain, instances)
     if mode == "outofplace":
-        return plain, False, True, {"claimed": False, "reason": "--mode outofplace", "lowered_in_place": False}
+        return plain, False, True, {"claimed": False, "reason": "--mode outofplace", "lowered_in_place": False}, None
     why = _in_place_problem(plain)
     if why is None:
-        return plain, True, mode != "inplace", {"claimed": True, "reason": None, "lowered_in_place": False}
+        return plain, True, mode != "inplace", {"claimed": True, "reason": None, "lowered_in_place": False}, None
     if isinstance(schedule, Program):
         if mode == "auto":
             return plain, False, True, {"claimed": False, "reason": f"not correct in place: {why}",
-                                        "lowered_in_place": False}
+                                        "lowered_in_place": False}, None
         raise BackendError(f"the schedule is not correct in place ({why}); export it with --mode outofplace")
     fixed = _replicated(program_stage(schedule, channels=channels, fuse=fuse, check=True, in_place=True), instances)
     problem = _in_place_problem(fixed)
@@ -149,7 +160,7 @@ def _claim(schedule: Any, mode: str, tgt: Any, instances: int, channels: int,
     return fixed, True, mode != "inplace", {
         "claimed": True, "reason": None, "lowered_in_place": True, "ops_added": fixed.n_ops - plain.n_ops,
         "scratch_added": sum(map(len, fixed.scratch)) - sum(map(len, plain.scratch)),
-        "why": f"the out-of-place lowering is not correct in place ({why})"}
+        "why": f"the out-of-place lowering is not correct in place ({why})"}, plain if mode == "auto" else None
 
 
 def _replicated(program: Program, instances: int) -> Program:

@@ -496,3 +496,26 @@ def test_the_amd8_direct_alltoall_exports_for_both_and_runs_in_place_on_gloo(tmp
         path.write_text(text)
         report = compiler.run_local(str(path), size=8 * 1024, repeat=0, in_place=True, topology="amd8")
         assert report.correct is True
+
+
+def test_auto_falls_back_to_out_of_place_when_the_in_place_program_does_not_fit(monkeypatch):
+    """The Program lowered for in-place calls has more ops than the out-of-place one; where
+    only it overflows the target, auto writes the file for out-of-place calls and says why
+    (both and inplace refuse)."""
+    from ccl.compiler import msccl as driver
+
+    real = driver.export.export
+
+    def tight(program, tgt, **kw):
+        if kw["in_place"]:
+            raise BackendError(f"the schedule does not fit {tgt.name}'s limits (as if)")
+        return real(program, tgt, **kw)
+
+    monkeypatch.setattr(driver.export, "export", tight)
+    result = compiler.synthesize(compiler.problem_from_options("ring:4", "alltoall", solver="direct"))
+    text, summary = export_xml(result, target="rccl")
+    assert 'inplace="0" outofplace="1"' in text
+    assert summary["in_place"]["claimed"] is False and summary["in_place"]["lowered_in_place"] is True
+    assert "lowered for in-place calls does not fit rccl" in summary["in_place"]["reason"]
+    with pytest.raises(BackendError, match="as if"):
+        export_xml(result, target="rccl", mode="both")
