@@ -53,12 +53,12 @@ def in_place_verdict(schedule: Algorithm | SynthesisResult | Program, *, channel
     then ``ops_added``, ``scratch_added`` and ``why`` (what the out-of-place Program gets wrong
     in place)."""
     plain = program(schedule, channels=channels, fuse=fuse, check=False)
-    problem = _in_place_problem(plain)
+    problem = in_place_problem(plain)
     out: dict[str, Any] = {"ok": problem is None, "reason": problem, "lowered_in_place": False}
     if problem is None or isinstance(schedule, Program):
         return out
     fixed = program(schedule, channels=channels, fuse=fuse, check=False, in_place=True)
-    again = _in_place_problem(fixed)
+    again = in_place_problem(fixed)
     out.update(ok=again is None, reason=again, lowered_in_place=True, ops_added=fixed.n_ops - plain.n_ops,
                scratch_added=sum(map(len, fixed.scratch)) - sum(map(len, plain.scratch)), why=problem)
     return out
@@ -74,7 +74,8 @@ def in_place_note(verdict: dict[str, Any]) -> str:
     return "also correct in place"
 
 
-def _in_place_problem(value: Program) -> str | None:
+def in_place_problem(value: Program) -> str | None:
+    """Why a Program is not correct in place (the verifier's message), or None."""
     try:
         verify_program(value, in_place=True)
     except VerificationError as exc:

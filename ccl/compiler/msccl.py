@@ -24,6 +24,7 @@ from ..core.units import MAX_SIZE
 from ..core.verify import verify
 from ..core.verify_program import verify_program
 from .loader import load_schedule, verify_imported
+from .lowering import in_place_problem
 from .lowering import program as program_stage
 from .timing import simulate
 
@@ -145,7 +146,7 @@ def _claim(schedule: Any, mode: str, tgt: Any, instances: int, channels: int,
     plain = _replicated(plain, instances)
     if mode == "outofplace":
         return plain, False, True, {"claimed": False, "reason": "--mode outofplace", "lowered_in_place": False}, None
-    why = _in_place_problem(plain)
+    why = in_place_problem(plain)
     if why is None:
         return plain, True, mode != "inplace", {"claimed": True, "reason": None, "lowered_in_place": False}, None
     if isinstance(schedule, Program):
@@ -153,9 +154,14 @@ def _claim(schedule: Any, mode: str, tgt: Any, instances: int, channels: int,
             return plain, False, True, {"claimed": False, "reason": f"not correct in place: {why}",
                                         "lowered_in_place": False}, None
         raise BackendError(f"the schedule is not correct in place ({why}); export it with --mode outofplace")
-    fixed = _replicated(program_stage(schedule, channels=channels, fuse=fuse, check=True, in_place=True), instances)
-    problem = _in_place_problem(fixed)
-    if problem is not None:  # a defect of the lowering, never the user's
+    fixed = program_stage(schedule, channels=channels, fuse=fuse, check=False, in_place=True)
+    try:
+        verify_program(fixed)
+    except VerificationError as exc:  # a defect of the lowering, never the user's
+        raise BackendError(f"internal error: the in-place lowering does not verify: {exc.message}") from None
+    fixed = _replicated(fixed, instances)
+    problem = in_place_problem(fixed)
+    if problem is not None:  # likewise
         raise BackendError(f"internal error: the in-place lowering is not correct in place: {problem}")
     return fixed, True, mode != "inplace", {
         "claimed": True, "reason": None, "lowered_in_place": True, "ops_added": fixed.n_ops - plain.n_ops,
@@ -172,11 +178,3 @@ def _replicated(program: Program, instances: int) -> Program:
     except VerificationError as exc:  # a defect of the replication, never the user's
         raise BackendError(f"internal error: {instances} instances do not verify: {exc.message}") from None
     return program
-
-
-def _in_place_problem(program: Program) -> str | None:
-    try:
-        verify_program(program, in_place=True)
-    except VerificationError as exc:
-        return exc.message
-    return None
