@@ -9,7 +9,7 @@ back by the importer (threadblocks in order, eager connections) and that Program
 same machine at the same size; the table gives both times, their ratio (what the threadblock
 layout costs, as far as the simulator can tell), the bound, NCCL's ring model, the export time and
 the file's shape (channels, threadblocks, longest threadblock, nops, fused steps). Then the
-published RCCL files beside the repository (../shared/reference/msccl-xml) timed on amd8 at
+published RCCL files shipped with the tests (tests/data/msccl-xml) timed on amd8 at
 their own largest size against the bound and NCCL's models. Writes benchmarks/results/msccl.json
 and .md.
 """
@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--output", default=os.path.join(HERE, "results", "msccl"))
-    parser.add_argument("--published", default=str(Path(HERE).parent.parent / "shared" / "reference" / "msccl-xml"),
-                        help="folder of published XML files to time (default: ../shared/reference/msccl-xml)")
+    parser.add_argument("--published", default=str(Path(HERE).parent / "tests" / "data" / "msccl-xml"),
+                        help="folder of published XML files to time (default: tests/data/msccl-xml)")
     args = parser.parse_args(argv)
     rows = []
     for topo, kind, solver, size_text in QUICK if args.quick else CASES:

@@ -105,13 +105,14 @@ __all__ = [
 ]
 
 
-def lower(algorithm: Algorithm, *, channels: int = 1, fuse: bool = True) -> Program:
+def lower(algorithm: Algorithm, *, channels: int = 1, fuse: bool = True, in_place: bool = False) -> Program:
     """The Program that runs ``algorithm`` on point-to-point runtimes (``ccl.core.lower``: the
     order, staging and dependency rules). ``channels`` spreads each pair's messages over that
-    many channels; ``fuse=False`` keeps every transfer its own message."""
+    many channels; ``fuse=False`` keeps every transfer its own message; ``in_place=True`` makes
+    it correct in place too (with the runtimes' aliasing, ordered by dependencies)."""
     from .core.lower import lower as run  # the lowering runs on numpy: loaded on first use
 
-    return run(algorithm, channels=channels, fuse=fuse)
+    return run(algorithm, channels=channels, fuse=fuse, in_place=in_place)
 
 
 def topology(spec: str) -> Topology:

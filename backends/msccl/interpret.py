@@ -25,8 +25,12 @@ names the step an op came from, so verification errors point into the file.
 
 Chunks: a file's chunk c is slot c of the collective cut in the file's chunks per rank
 (``nchunksperloop``, divided by the number of gpus for allgather, reducescatter and alltoall).
-In place, an input chunk that an output chunk aliases is that output chunk (the memory is the
-same); out of place, nothing is copied for the file: output chunks start empty.
+In place, an input chunk that the runtime overlays on an output chunk is that output chunk (the
+memory is the same; ``Collective.in_place_aliases``: an alltoall's input chunk j is its output
+chunk j for every j, as RCCL passes one buffer); out of place, nothing is copied for the file:
+output chunks start empty. Nothing orders two steps of different threadblocks but the file's
+dependencies (and the connections' message order), so an in-place read and write of one chunk
+in two threadblocks with no dependency between them is a race the verifier reports.
 """
 
 from __future__ import annotations
@@ -237,7 +241,7 @@ class _Builder:
         for r in range(coll.n_ranks):
             table = {}
             if in_place:
-                for j, a in enumerate(coll.aliases[r]):
+                for j, a in enumerate(coll.in_place_aliases[r]):
                     if a is not None:
                         table[a] = j
             self.alias_of.append(table)

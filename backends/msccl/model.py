@@ -1,5 +1,6 @@
 """MSCCL XML as values: ``Algo`` > ``Gpu`` > ``Threadblock`` > ``Step``, a reader that keeps
-line numbers and tolerates what published files contain, and a deterministic writer.
+line numbers and tolerates what published files contain (as the runtimes do: elements they
+have no use for are skipped and listed), and a deterministic writer.
 
 The format (what the msccl executor and RCCL load)::
 
@@ -95,10 +96,23 @@ class Algo:
     extra: tuple[tuple[str, str], ...] = ()  # attributes of <algo> this reader does not use
     line: int = 0
     missing: tuple[str, ...] = field(default=(), compare=False)  # <algo> attributes the file lacked
+    # elements the runtimes' parsers skip, as (line, element, where: "<algo>", "gpu 3", "gpu 3 tb 1")
+    skipped: tuple[tuple[int, str, str], ...] = field(default=(), compare=False)
 
     @property
     def n_steps(self) -> int:
         return sum(len(tb.steps) for g in self.gpus for tb in g.tbs)
+
+
+def skipped_text(algo: Algo, most: int = 3) -> str:
+    """The elements the runtimes skip, for a report: ``<copy> (line 7, gpu 3)`` and so on
+    ("" when none); element names are printed as read only when printable."""
+    def name(tag: str) -> str:
+        return f"<{tag}>" if tag.isprintable() and len(tag) <= 40 else repr(tag)[:40]
+
+    parts = [f"{name(tag)} (line {line}, in {inside})" for line, tag, inside in algo.skipped[:most]]
+    more = len(algo.skipped) - most
+    return ", ".join(parts) + (f" and {more} more" if more > 0 else "")
 
 
 def where(gpu: int | None = None, tb: int | None = None, step: int | None = None) -> str:
@@ -166,7 +180,12 @@ def _int(node: _Node, name: str, path: str, context: str, default: str | None = 
 
 def parse(text: str, path: str = "<xml>") -> Algo:
     """An ``Algo`` from XML text. Shape errors (missing or non-numeric attributes, unknown
-    step types, elements out of place) raise InputError naming the line and gpu/tb/step."""
+    step types, a root element other than ``<algo>``) raise InputError naming the line and
+    gpu/tb/step. Other elements inside ``<algo>``, ``<gpu>`` and ``<tb>`` than ``<gpu>``,
+    ``<tb>`` and ``<step>`` are skipped with everything inside them, as both runtimes' parsers
+    skip them (RCCL's and the msccl executor's loaders read only the elements they have a handler
+    for: a ``<copy>`` inside ``<gpu>``, as in published TE-CCL files, is never run); ``Algo.skipped``
+    lists them."""
     root = _tree(text, path)
     if root.tag != "algo":
         raise InputError(f"{path}:{root.line}: the root element is <{root.tag}>, expected <algo>")
@@ -180,16 +199,19 @@ def parse(text: str, path: str = "<xml>") -> Algo:
         defaults["outofplace"] = "0" if a.get("inplace", "0").strip() == "1" else "1"
     values = {name: _int(root, name, path, "<algo>", defaults.get(name)) for name in _ALGO_INTS}
     gpus = []
+    skipped: list[tuple[int, str, str]] = []
     for g in root.children:
         if g.tag != "gpu":
-            raise InputError(f"{path}:{g.line}: <{g.tag}> inside <algo>, expected <gpu>")
+            skipped.append((g.line, g.tag, "<algo>"))
+            continue
         gid = _int(g, "id", path, "<gpu>")
         ctx = where(gid)
         counts = {name: _int(g, name, path, ctx, "0") for name in ("i_chunks", "o_chunks", "s_chunks")}
         tbs = []
         for t in g.children:
             if t.tag != "tb":
-                raise InputError(f"{path}:{t.line}: {ctx}: <{t.tag}> inside <gpu>, expected <tb>")
+                skipped.append((t.line, t.tag, ctx))
+                continue
             tid = _int(t, "id", path, ctx)
             tctx = where(gid, tid)
             send, recv = _int(t, "send", path, tctx, "-1"), _int(t, "recv", path, tctx, "-1")
@@ -197,7 +219,8 @@ def parse(text: str, path: str = "<xml>") -> Algo:
             steps = []
             for s in t.children:
                 if s.tag != "step":
-                    raise InputError(f"{path}:{s.line}: {tctx}: <{s.tag}> inside <tb>, expected <step>")
+                    skipped.append((s.line, s.tag, tctx))
+                    continue
                 sidx = _int(s, "s", path, tctx)
                 sctx = where(gid, tid, sidx)
                 kind = s.attrs.get("type")
@@ -225,7 +248,7 @@ def parse(text: str, path: str = "<xml>") -> Algo:
         nchannels=values["nchannels"], nchunksperloop=values["nchunksperloop"], ngpus=values["ngpus"],
         coll=a["coll"].strip(), inplace=values["inplace"], outofplace=values["outofplace"],
         min_bytes=values["minBytes"], max_bytes=values["maxBytes"], gpus=tuple(gpus), redop=a.get("redop", ""),
-        extra=extra, line=root.line, missing=missing)
+        extra=extra, line=root.line, missing=missing, skipped=tuple(skipped))
 
 
 def read(path: str) -> Algo:

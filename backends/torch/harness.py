@@ -96,13 +96,14 @@ def native(spec: dict, input: torch.Tensor, output: torch.Tensor, op: str = "sum
 
 def in_place_tensors(spec: dict, rank: int, unit: int, data: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """This rank's (input, output) in the in-place layout, the input holding ``data``: the
-    smaller buffer is a view of the larger one where its slots alias (all_gather_single with
-    the input inside the output, reduce_scatter_single the other way round, one tensor for
-    all_reduce). Without such a layout (alltoall) both are the same tensor."""
+    smaller buffer is a view of the larger one where an in-place call overlays their slots
+    (``in_place_aliases``: all_gather_single with the input inside the output,
+    reduce_scatter_single the other way round, one tensor for all_reduce and all_to_all_single).
+    Without such a layout both are the same tensor."""
     k = spec["chunk_factor"]
     n_in = spec["input_slots"][rank] // k * unit
     n_out = spec["output_slots"][rank] // k * unit
-    runs = spec["aliases"][rank]
+    runs = spec.get("in_place_aliases", spec["aliases"])[rank]
     if not n_in or not n_out:
         return data.clone(), torch.empty(n_out, dtype=data.dtype, device=data.device)
     if len(runs) == 1:

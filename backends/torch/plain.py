@@ -17,17 +17,26 @@ FORMAT = "ccl-torch-program"  # the runtime checks it (runtime.FORMAT)
 
 
 def to_plain(program: Program, *, checked: bool = False) -> dict[str, Any]:
-    """The plain-data form the runtime reads. Verifies the Program (unless ``checked``) and
-    records whether it is also correct in place."""
+    """The plain-data form the runtime reads. Verifies the Program (out of place, unless
+    ``checked``) and records whether it is also correct in place (``in_place_safe``: with the
+    runtimes' aliasing, ``in_place_aliases``; an in-place call of a Program that is not runs on
+    a private copy of the input). A Program correct in place only (an in-place-only MSCCL file's)
+    is taken with ``out_of_place_safe`` False: the runtime refuses out-of-place calls of it."""
     if not isinstance(program, Program):
         raise InputError(f"the torch backend runs a Program (see ccl.compiler.program), got {type(program).__name__}")
-    if not checked:
-        verify_program(program)
     try:
         verify_program(program, in_place=True)
         in_place_safe = True
     except VerificationError:
         in_place_safe = False
+    out_of_place_safe = True
+    if not checked:
+        try:
+            verify_program(program)
+        except VerificationError:
+            if not in_place_safe:
+                raise
+            out_of_place_safe = False  # an in-place-only file's Program: it reads its input through its output
     coll = program.collective
     spec = {
         "format": FORMAT,
@@ -43,10 +52,12 @@ def to_plain(program: Program, *, checked: bool = False) -> dict[str, Any]:
         "input_slots": [len(x) for x in coll.inputs],
         "output_slots": [len(x) for x in coll.outputs],
         "aliases": [[list(run) for run in runs] for runs in program.alias_runs],
+        "in_place_aliases": [[list(run) for run in runs] for runs in program.in_place_runs],
         "reduced": [[list(run) for run in runs] for runs in program.reduced_runs],
         "scratch": [list(x) for x in program.scratch],
         "writes_input": [any(op.kind != "send" and op.buf == "input" for op in ops) for ops in program.ranks],
         "in_place_safe": in_place_safe,
+        "out_of_place_safe": out_of_place_safe,
         "ops": [[[*op[:10], list(op.deps)] for op in ops] for ops in program.ranks],
     }
     if coll.n_chunks <= 1 << 16:  # what a check computes outputs from where torch has no collective

@@ -180,6 +180,8 @@ class _Plan:
         if current is not None:
             self.steps.append((tuple(sorted(waits)), net, local))
         self.alias = [(io_offset(a), io_offset(j), io_offset(j + c) - io_offset(j)) for a, j, c in runner.alias_runs]
+        self.in_place = [(io_offset(a), io_offset(j), io_offset(j + c) - io_offset(j))
+                         for a, j, c in runner.in_place_runs]
         self.reduced = [(io_offset(j), io_offset(j + c), t) for j, c, t in runner.reduced_runs]
 
 
@@ -188,9 +190,12 @@ class ScheduleRunner:
 
     ``spec`` is the plain-data schedule (``format`` "ccl-torch-program"): ``collective`` (kind),
     ``root``, ``n_ranks``, ``chunk_factor``, per rank ``input_slots``, ``output_slots``,
-    ``aliases`` (input slot, output slot, count), ``reduced`` (output slot, count, terms),
+    ``aliases`` (input slot, output slot, count: output slots starting as a copy of input
+    slots), ``in_place_aliases`` (the same for the slots an in-place call overlays: an alltoall's
+    whole buffer; ``aliases`` when absent), ``reduced`` (output slot, count, terms),
     ``scratch`` (size class per scratch slot), ``writes_input`` and ``ops`` (kind, step, buffer,
-    index, count, peer, source buffer, source index, tag, channel, deps), and ``in_place_safe``.
+    index, count, peer, source buffer, source index, tag, channel, deps), ``in_place_safe`` and
+    ``out_of_place_safe`` (False for a Program correct in place only; True when absent).
 
     ``validate``: "first" checks on the first call, and whenever this rank's sizes, dtype or
     reduction change, that all ranks run the same schedule with the same element counts, dtype
@@ -225,12 +230,14 @@ class ScheduleRunner:
         self.input_base = spec["input_slots"][r] // self.k
         self.output_base = spec["output_slots"][r] // self.k
         self.alias_runs = [tuple(x) for x in spec["aliases"][r]]
+        self.in_place_runs = [tuple(x) for x in spec.get("in_place_aliases", spec["aliases"])[r]]
         self.reduced_runs = [tuple(x) for x in spec["reduced"][r]]
         self.scratch_classes = list(spec["scratch"][r])
         self.ops = [tuple(op[:10]) + (tuple(op[10]),) for op in spec["ops"][r]]
         self.network = [op[0] in ("send", "recv") for op in self.ops]
         self.has_reduce = bool(self.reduced_runs) or any(op[0] == "reduce" for op in self.ops)
         self.in_place_safe = bool(spec["in_place_safe"])
+        self.out_of_place_safe = bool(spec.get("out_of_place_safe", True))
         self.writes_input = bool(spec["writes_input"][r])
         self.timeout = None if timeout is None else datetime.timedelta(seconds=timeout)
         self.timeout_seconds = timeout
@@ -358,6 +365,9 @@ class ScheduleRunner:
         out = output.view(-1)
         layout = self._layout(plan, inp, out)
         in_place = layout == "in place"
+        if not in_place and not self.out_of_place_safe:
+            raise ScheduleError(f"rank {self.rank}: {self.name} is correct only in place (it reads its input "
+                                "through its output): pass the input and output in the in-place layout", "input")
         if self.writes_input or layout == "overlap" or (in_place and not self.in_place_safe):
             if plan.private_input is None or plan.private_input.numel() != inp.numel():
                 plan.private_input = torch.empty_like(inp)
@@ -385,8 +395,9 @@ class ScheduleRunner:
         _BROKEN.setdefault(id(key), (key, message))
 
     def _layout(self, plan: _Plan, inp: torch.Tensor, out: torch.Tensor) -> str:
-        """"separate" tensors; "in place": they overlap exactly where output slots alias input
-        slots; "overlap": any other overlap (run on a private copy of the input)."""
+        """"separate" tensors; "in place": they overlap exactly where an in-place call overlays
+        output slots on input slots (``in_place_aliases``); "overlap": any other overlap (run on
+        a private copy of the input)."""
         if not inp.numel() or not out.numel():
             return "separate"
         size = inp.element_size()
@@ -394,8 +405,8 @@ class ScheduleRunner:
         b0, b1 = out.data_ptr(), out.data_ptr() + out.numel() * size
         if a1 <= b0 or b1 <= a0:
             return "separate"
-        aliased = sum(c for _a, _j, c in plan.alias) * size
-        same = all(a0 + a * size == b0 + j * size for a, j, c in plan.alias if c)
+        aliased = sum(c for _a, _j, c in plan.in_place) * size
+        same = all(a0 + a * size == b0 + j * size for a, j, c in plan.in_place if c)
         if aliased and same and min(a1, b1) - max(a0, b0) == aliased:
             return "in place"
         return "overlap"

@@ -14,9 +14,9 @@ from typing import Any
 import dsl
 from solvers import SOLVERS
 
+from ..compiler.lowering import in_place_verdict
 from ..core.errors import InputError
 from ..core.serialize import save_algorithm
-from ..core.verify import VerificationError
 from .common import command, emit
 from .describe import default_topologies, emit_request_problems, load_description, read_files
 from .outputs import declare, guard
@@ -47,11 +47,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     rows = []
     for item in items:
         result = dsl.verify_algorithm(item)
-        try:
-            dsl.verify_algorithm(item, in_place=True)
-            in_place = True
-        except VerificationError:
-            in_place = False
+        in_place = in_place_verdict(item.algorithm)["ok"]  # by dependencies, on the Program it runs as
         alg = item.algorithm
         rows.append({"name": alg.name, "line": item.span.line, "topology": alg.topology.name,
                      "collective": alg.collective.kind, "ranks": alg.collective.n_ranks,

@@ -103,8 +103,18 @@ def cmd_msccl(args: argparse.Namespace) -> int:
          f"{summary['max_steps']} steps per threadblock (limit {summary['limits']['steps']}); "
          f"{summary['fused']} fused steps, {summary['nops']} nops\n"
          f"  picked for calls of {summary['minBytes']} bytes up to {top}; deploy: "
-         f"MSCCL_ALGO_DIR=<folder of this file> (see docs/msccl.md)")
+         f"MSCCL_ALGO_DIR=<folder of this file> (see docs/msccl.md)" + _in_place_line(summary["in_place"]))
     return 0
+
+
+def _in_place_line(claim: dict[str, Any]) -> str:
+    """What the summary says of the in-place claim, when there is more to say than the modes."""
+    if claim["claimed"] and claim.get("lowered_in_place"):
+        return (f"\n  in place: lowered for it ({claim['ops_added']} more ops, {claim['scratch_added']} more scratch "
+                "chunks: an in-place call overlays memory the schedule still reads)")
+    if not claim["claimed"] and claim["reason"] != "--mode outofplace":
+        return f"\n  not for in-place calls: {claim['reason']}"
+    return ""
 
 
 def _msccl_set(args: argparse.Namespace, sset: Any) -> int:

@@ -31,7 +31,7 @@ def bandwidth_arg(text: str) -> float:
 def cmd_simulate(args: argparse.Namespace) -> int:
     alg = load_any(args.file, topology=args.topology, in_place=args.in_place)
     if isinstance(alg, Algorithm):
-        verify(alg, in_place=args.in_place)
+        verify(alg)  # in place, it runs as lowered in place (correct in place by dependencies)
     elif not isinstance(alg, ScheduleSet):  # a set's entries were verified as it was read
         verify_program(alg, in_place=args.in_place)
     if args.emit == "program":

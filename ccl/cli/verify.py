@@ -9,11 +9,12 @@ import io
 import json
 from typing import Any
 
-from backends.msccl import limits
+from backends.msccl import limits, model
 
 from ..compiler.loader import is_xml, load_any, read_xml, verify_imported
+from ..compiler.lowering import in_place_note, in_place_verdict
 from ..core.algorithm import Algorithm
-from ..core.errors import InputError, VerificationError
+from ..core.errors import InputError
 from ..core.schedule_set import ScheduleSet
 from ..core.verify import verify
 from ..core.verify_program import verify_program
@@ -53,12 +54,11 @@ def verify_one(args: argparse.Namespace) -> int:
         if args.emit == "program":
             return emit_programs(args, [schedule])
         verify_program(schedule)
-        in_place = _in_place(lambda: verify_program(schedule, in_place=True))
-        data = {"ok": True, "file": args.file, **schedule.summary(), "in_place_ok": in_place[0],
-                "in_place_reason": in_place[1]}
+        verdict = in_place_verdict(schedule)
+        data = {"ok": True, "file": args.file, **schedule.summary(), **_in_place_fields(verdict)}
         emit(args, data, f"ok: {args.file}: program {schedule.name} implements {schedule.collective} on "
                          f"{schedule.topology.name}\n  {schedule.n_ops} ops, {schedule.n_messages} messages; "
-                         f"{_note(in_place)}")
+                         f"{in_place_note(verdict)}")
         return 0
     alg = schedule
     result = verify(alg)
@@ -66,16 +66,11 @@ def verify_one(args: argparse.Namespace) -> int:
         return emit_algorithms(args, [alg])
     if args.emit == "program":
         return emit_programs(args, [alg])
-    try:
-        verify(alg, in_place=True)
-        in_place, in_place_reason = True, None
-    except VerificationError as exc:
-        in_place, in_place_reason = False, exc.message
-    data = {"ok": True, "file": args.file, **alg.summary(), "in_place_ok": in_place,
-            "in_place_reason": in_place_reason, "chunk_transfers": result.chunk_transfers}
-    note = _note((in_place, in_place_reason))
+    verdict = in_place_verdict(alg)
+    data = {"ok": True, "file": args.file, **alg.summary(), **_in_place_fields(verdict),
+            "chunk_transfers": result.chunk_transfers}
     text = (f"ok: {args.file}: {alg.name} implements {alg.collective} on {alg.topology.name}\n"
-            f"  {alg.n_steps} steps, {len(alg.transfers)} transfers; {note}")
+            f"  {alg.n_steps} steps, {len(alg.transfers)} transfers; {in_place_note(verdict)}")
     emit(args, data, text)
     return 0
 
@@ -90,11 +85,11 @@ def _verify_set(args: argparse.Namespace, sset: Any) -> int:
         raise InputError(f"--emit {args.emit} does not apply to a schedule set")
     rows, lines = [], []
     for k, e in enumerate(sset.entries):
-        in_place = _in_place(lambda alg=e.algorithm: verify(alg, in_place=True))
+        verdict = in_place_verdict(e.algorithm)
         rows.append({"entry": k, "label": e.label, "min_bytes": e.min_bytes, "max_bytes": e.max_bytes,
-                     **e.algorithm.summary(), "in_place_ok": in_place[0], "in_place_reason": in_place[1]})
+                     **e.algorithm.summary(), **_in_place_fields(verdict)})
         lines.append(f"  {k}: {e.range_text():<26} {e.label}: {e.algorithm.n_steps} steps, "
-                     f"{len(e.algorithm.transfers)} transfers; {_note(in_place)}")
+                     f"{len(e.algorithm.transfers)} transfers; {in_place_note(verdict)}")
     data = {"ok": True, "file": args.file, "name": sset.name, "collective": sset.collective.kind,
             "topology": sset.topology.name, "n_ranks": sset.topology.n_ranks,
             "in_place_ok": all(r["in_place_ok"] for r in rows), "entries": rows}
@@ -105,16 +100,15 @@ def _verify_set(args: argparse.Namespace, sset: Any) -> int:
     return 0
 
 
-def _in_place(check) -> tuple[bool, str | None]:
-    try:
-        check()
-        return True, None
-    except VerificationError as exc:
-        return False, exc.message
-
-
-def _note(in_place: tuple[bool, str | None]) -> str:
-    return "also correct in place" if in_place[0] else f"not correct in place ({in_place[1]})"
+def _in_place_fields(verdict: dict[str, Any]) -> dict[str, Any]:
+    """The in-place verdict (``ccl.compiler.lowering.in_place_verdict``: judged by dependencies
+    on the Program an in-place call runs) as a report's fields."""
+    out = {"in_place_ok": verdict["ok"], "in_place_reason": verdict["reason"],
+           "in_place_lowered": verdict["lowered_in_place"]}
+    if verdict["lowered_in_place"]:
+        out.update(in_place_ops_added=verdict["ops_added"], in_place_scratch_added=verdict["scratch_added"],
+                   in_place_why_lowered=verdict["why"])
+    return out
 
 
 def _verify_xml(args: argparse.Namespace) -> int:
@@ -133,11 +127,17 @@ def _verify_xml(args: argparse.Namespace) -> int:
     data = {"ok": True, "file": args.file, "name": algo.name, "coll": algo.coll, "ngpus": algo.ngpus,
             "proto": algo.proto, "nchannels": algo.nchannels, "nchunksperloop": algo.nchunksperloop,
             "inplace": algo.inplace, "outofplace": algo.outofplace, "minBytes": algo.min_bytes,
-            "maxBytes": algo.max_bytes, "verified": checked, "targets": targets, **program.summary()}
+            "maxBytes": algo.max_bytes, "verified": checked, "targets": targets,
+            "skipped": [{"line": line, "element": tag, "inside": inside} for line, tag, inside in algo.skipped],
+            **program.summary()}
     modes = " and ".join(m.replace("_", "-") for m in checked)
     lines = [f"ok: {args.file}: {algo.name} implements {program.collective} ({modes})",
              f"  {algo.ngpus} gpus, {algo.proto}, {algo.nchannels} channel(s), {algo.nchunksperloop} chunks per loop, "
              f"{algo.n_steps} steps -> {program.n_ops} ops, {program.n_messages} messages"]
+    if not algo.inplace:
+        lines.append("  not for in-place calls (inplace=0)")
+    if algo.skipped:
+        lines.append(f"  skipped, as both runtimes' parsers skip them: {model.skipped_text(algo)}")
     for name, t in targets.items():
         if t["ok"]:
             lines.append(f"  {name}: within its limits")

@@ -270,7 +270,9 @@ def sweep(schedule: Any, sizes: Sequence[float], *, channels: int = 1, fuse: boo
         entry = schedule.pick(size) if isinstance(schedule, ScheduleSet) else None
         which = schedule if entry is None else entry.algorithm
         if id(which) not in simulators:
-            simulators[id(which)] = (Simulator(program(which, channels=channels, fuse=fuse, check=False)), which)
+            lowered = program(which, channels=channels, fuse=fuse, check=False,
+                              in_place=bool(options.get("in_place")))  # the Program an in-place call runs
+            simulators[id(which)] = (Simulator(lowered), which)
         sim, _ = simulators[id(which)]
         report = complete(sim.run(size, **options).report, sim.program, size, which,
                           lane_latency=not options.get("overlap_latency", False))

@@ -66,25 +66,38 @@ def read_xml(path: str | os.PathLike[str], topology: str | Topology | None = Non
     path = os.fspath(path)
     algo = model.read(path)
     topo = load_topology(topology if topology is not None else f"fully-connected:{max(algo.ngpus, 1)}")
-    return interpret.read_program(algo, topo, path=path)
+    try:
+        return interpret.read_program(algo, topo, path=path)
+    except (InputError, VerificationError) as exc:
+        raise _noted(exc, algo, []) from None
+
+
+def _noted(exc: Any, algo: Any, notes: list[str]) -> Any:
+    """The error with what the reader adds: the notes given, and the elements the runtimes
+    skip (as this reading does) when the file has any."""
+    if algo.skipped:
+        notes = [*notes, f"the runtimes skip {model.skipped_text(algo)}, and so does this reading"]
+    if notes:
+        exc.message = f"{exc.message} ({'; '.join(notes)})"
+        exc.args = (exc.message,)
+    return exc
 
 
 def verify_imported(imported: Any) -> dict[str, Any]:
-    """Verify every way a file claims to be called; VerificationError naming gpu/tb/step."""
+    """Verify every way a file claims to be called; VerificationError naming gpu/tb/step (and,
+    in place, saying so; and the elements the runtimes skip, when the file has any)."""
     out: dict[str, Any] = {}
     algo = imported.algo
-    if algo.outofplace:
+    for mode, claimed, program in (("out_of_place", algo.outofplace, imported.program),
+                                   ("in_place", algo.inplace, imported.in_place)):
+        if not claimed:
+            continue
         try:
-            verify_program(imported.program)
+            verify_program(program, in_place=mode == "in_place")
         except VerificationError as exc:
-            raise imported.explain(exc) from None
-        out["out_of_place"] = True
-    if algo.inplace:
-        try:
-            verify_program(imported.in_place, in_place=True)
-        except VerificationError as exc:
-            raise imported.explain(exc, in_place=True) from None
-        out["in_place"] = True
+            notes = ["the file claims in-place calls (inplace=1)"] if mode == "in_place" else []
+            raise _noted(imported.explain(exc, in_place=mode == "in_place"), algo, notes) from None
+        out[mode] = True
     return out
 
 
@@ -100,6 +113,12 @@ def load_schedule(path: str | os.PathLike[str], *, topology: str | Topology | No
             verify_imported(imported)
             return imported.in_place
         verify_imported(imported)
+        if not imported.algo.outofplace:  # its Program is the in-place one: is it right out of place too?
+            try:
+                verify_program(imported.program)
+            except VerificationError:
+                raise InputError(f"{os.fspath(path)}: the file is for in-place calls only (outofplace=0) and "
+                                 "reads its input through its output: use it in place (--in-place)") from None
         return imported.program
     schedule = read_json_schedule(path)
     if not isinstance(schedule, (Algorithm, Program)):
@@ -113,12 +132,14 @@ def load_schedule(path: str | os.PathLike[str], *, topology: str | Topology | No
 def load_any(path: str | os.PathLike[str], *, topology: str | Topology | None = None,
              in_place: bool = False) -> Any:
     """``load_schedule``, or a schedule set (``ccl.core.schedule_set.ScheduleSet``, every entry
-    verified) when the file holds one."""
+    verified) when the file holds one. ``in_place`` picks an XML file's in-place Program; an
+    algorithm serves in-place calls through its in-place lowering (``ccl.lower(...,
+    in_place=True)``), so it is verified as it is."""
     if is_xml(path):
         return load_schedule(path, topology=topology, in_place=in_place)
     value = read_json_schedule(path)
     if topology is not None:
         raise InputError(TOPOLOGY_ONLY_FOR_XML)
     if isinstance(value, ScheduleSet):
-        verify_set(value, in_place=in_place)
+        verify_set(value)
     return value

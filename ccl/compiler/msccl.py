@@ -19,10 +19,12 @@ from backends.msccl import instances as copies
 from ..core import validate
 from ..core.algorithm import Algorithm
 from ..core.errors import BackendError, InputError, VerificationError
+from ..core.program import Program
 from ..core.units import MAX_SIZE
 from ..core.verify import verify
 from ..core.verify_program import verify_program
 from .loader import load_schedule, verify_imported
+from .lowering import in_place_problem
 from .lowering import program as program_stage
 from .timing import simulate
 
@@ -43,8 +45,9 @@ def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple"
                min_bytes: int = 0, max_bytes: int = 0, mode: str = "auto", name: str | None = None,
                forward: str = "auto", channels: int = 1, fuse: bool = True) -> tuple[str, dict[str, Any]]:
     """The XML text of a schedule (file path, Algorithm, SynthesisResult or Program) and a
-    summary. ``mode``: ``auto`` (in place too when the Program is correct in place),
-    ``both``, ``inplace``, ``outofplace``. ``forward``: fuse a receive and the send forwarding
+    summary. ``mode``: ``auto`` (in place too wherever a Program correct in place can be had,
+    see ``_claim``), ``both``, ``inplace``, ``outofplace``; the summary's ``in_place`` says
+    what was claimed, how, and why not. ``forward``: fuse a receive and the send forwarding
     it into rcs/rrcs steps (targets that run them): ``on``, ``off``, or ``auto``, where the
     simulator keeps them only if the file is no slower at ``max_bytes`` (64 MiB when
     unlimited)."""
@@ -68,28 +71,8 @@ def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple"
         schedule = load_schedule(schedule)
     if isinstance(schedule, Algorithm):
         verify(schedule)
-    program = program_stage(schedule, channels=channels, fuse=fuse, check=True)
-    if instances * program.channels > tgt.max_channels:  # each instance has its own channels
-        raise InputError(f"--instances {instances} with {program.channels} channel(s) each needs "
-                         f"{instances * program.channels} channels; {tgt.name} allows at most {tgt.max_channels}")
-    if instances > 1:
-        program = copies.replicate(program, instances)
-        try:
-            verify_program(program)
-        except VerificationError as exc:  # a defect of the replication, never the user's
-            raise BackendError(f"internal error: {instances} instances do not verify: {exc.message}") from None
-    try:
-        verify_program(program, in_place=True)
-        in_place_ok, why = True, ""
-    except VerificationError as exc:
-        in_place_ok, why = False, exc.message
-    modes = {"auto": (in_place_ok, True), "both": (True, True), "inplace": (True, False),
-             "outofplace": (False, True)}
-    if mode not in modes:
-        raise InputError(f"mode {mode!r} is not one of {', '.join(modes)}")
-    in_place, out_of_place = modes[mode]
-    if in_place and not in_place_ok:
-        raise BackendError(f"the schedule is not correct in place ({why}); export it with --mode outofplace")
+    program, in_place, out_of_place, claim, fallback = _claim(schedule, mode, tgt, instances, channels, fuse)
+
     def build(forward: bool) -> tuple[Any, str, Any]:
         algo = export.export(program, tgt, name=name, proto=protocol, in_place=in_place,
                              out_of_place=out_of_place, min_bytes=min_bytes, max_bytes=max_bytes, forward=forward)
@@ -104,7 +87,17 @@ def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple"
 
     if forward not in ("auto", "on", "off"):
         raise InputError(f"forward must be auto, on or off, got {forward!r}")
-    algo, text, again = build(forward != "off")
+    try:
+        algo, text, again = build(forward != "off")
+    except BackendError as exc:
+        if fallback is None or exc.message.startswith("internal error"):
+            raise
+        # auto: the Program lowered for in-place calls does not fit the target; the
+        # out-of-place one may (a file for out-of-place calls only, and the summary says why)
+        program, in_place, out_of_place = fallback, False, True
+        claim = {**claim, "claimed": False, "reason": f"the Program lowered for in-place calls does not fit "
+                                                      f"{tgt.name}: {exc.message}"}
+        algo, text, again = build(forward != "off")
     judged = None
     fused_forwards = sum(1 for g in algo.gpus for tb in g.tbs for s in tb.steps if s.type in ("rcs", "rrcs"))
     if forward == "auto" and fused_forwards:
@@ -122,7 +115,7 @@ def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple"
     summary = {"name": algo.name, "target": tgt.name, "collective": algo.coll, "ngpus": algo.ngpus,
                "proto": algo.proto, "nchannels": algo.nchannels, "nchunksperloop": algo.nchunksperloop,
                "inplace": algo.inplace, "outofplace": algo.outofplace, "minBytes": algo.min_bytes,
-               "maxBytes": algo.max_bytes, "instances": instances,
+               "maxBytes": algo.max_bytes, "instances": instances, "in_place": claim,
                "threadblocks": max(len(g.tbs) for g in algo.gpus),
                "max_steps": max(steps, default=0), "steps": sum(steps),
                "nops": sum(1 for g in algo.gpus for tb in g.tbs for s in tb.steps if s.type == "nop"),
@@ -131,3 +124,57 @@ def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple"
                "limits": {"threadblocks": tgt.max_tbs, "steps": tgt.max_steps, "channels": tgt.max_channels,
                           "cnt": tgt.max_cnt}}
     return text, summary
+
+
+def _claim(schedule: Any, mode: str, tgt: Any, instances: int, channels: int,
+           fuse: bool) -> tuple[Program, bool, bool, dict[str, Any], Program | None]:
+    """The Program a file is made of, the calls it claims (in place, out of place), and what the
+    summary says of the in-place claim. An in-place claim holds only for a Program whose every
+    read of a memory the runtimes alias (``Collective.in_place_aliases``: an alltoall's whole
+    buffer) is ordered before every write to it by dependencies (``verify_program(...,
+    in_place=True)``). The out-of-place lowering often is (every built-in but alltoall, as a
+    rule); else an algorithm is lowered in place (``ccl.lower(..., in_place=True)``: staging,
+    snapshots and dependencies added, ``ops_added`` and ``scratch_added`` in the summary), and
+    one Program serves both kinds of call. A Program given as it is (a program file, an XML
+    file) claims in place only when it is correct in place; ``auto`` then leaves the claim out
+    and says why. The last value is the out-of-place Program ``auto`` falls back on when the
+    one lowered in place does not fit the target (None where there is no such choice)."""
+    plain = program_stage(schedule, channels=channels, fuse=fuse, check=True)
+    if instances * plain.channels > tgt.max_channels:  # each instance has its own channels
+        raise InputError(f"--instances {instances} with {plain.channels} channel(s) each needs "
+                         f"{instances * plain.channels} channels; {tgt.name} allows at most {tgt.max_channels}")
+    plain = _replicated(plain, instances)
+    if mode == "outofplace":
+        return plain, False, True, {"claimed": False, "reason": "--mode outofplace", "lowered_in_place": False}, None
+    why = in_place_problem(plain)
+    if why is None:
+        return plain, True, mode != "inplace", {"claimed": True, "reason": None, "lowered_in_place": False}, None
+    if isinstance(schedule, Program):
+        if mode == "auto":
+            return plain, False, True, {"claimed": False, "reason": f"not correct in place: {why}",
+                                        "lowered_in_place": False}, None
+        raise BackendError(f"the schedule is not correct in place ({why}); export it with --mode outofplace")
+    fixed = program_stage(schedule, channels=channels, fuse=fuse, check=False, in_place=True)
+    try:
+        verify_program(fixed)
+    except VerificationError as exc:  # a defect of the lowering, never the user's
+        raise BackendError(f"internal error: the in-place lowering does not verify: {exc.message}") from None
+    fixed = _replicated(fixed, instances)
+    problem = in_place_problem(fixed)
+    if problem is not None:  # likewise
+        raise BackendError(f"internal error: the in-place lowering is not correct in place: {problem}")
+    return fixed, True, mode != "inplace", {
+        "claimed": True, "reason": None, "lowered_in_place": True, "ops_added": fixed.n_ops - plain.n_ops,
+        "scratch_added": sum(map(len, fixed.scratch)) - sum(map(len, plain.scratch)),
+        "why": f"the out-of-place lowering is not correct in place ({why})"}, plain if mode == "auto" else None
+
+
+def _replicated(program: Program, instances: int) -> Program:
+    if instances == 1:
+        return program
+    program = copies.replicate(program, instances)
+    try:
+        verify_program(program)
+    except VerificationError as exc:  # a defect of the replication, never the user's
+        raise BackendError(f"internal error: {instances} instances do not verify: {exc.message}") from None
+    return program

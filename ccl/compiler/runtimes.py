@@ -22,12 +22,14 @@ from backends.torch import launch
 from backends.torch.codegen import emit_script
 
 from ..core.algorithm import Algorithm
-from ..core.errors import InputError
+from ..core.errors import InputError, VerificationError
 from ..core.limits import LOCAL_PROCESSES
+from ..core.problem import SynthesisResult
 from ..core.program import Program
 from ..core.schedule_set import ScheduleSet
 from ..core.units import format_size, parse_seconds, parse_size
 from ..core.verify import verify
+from ..core.verify_program import verify_program
 from .loader import load_any, load_schedule
 from .lowering import program as program_stage
 
@@ -36,13 +38,22 @@ def runnable(schedule: Any, *, channels: int = 1, fuse: bool = True, topology: A
              in_place: bool = False) -> Program:
     """The verified Program of a schedule file (algorithm, program or MSCCL XML: its Program
     for in-place calls with ``in_place``; ``topology`` places an XML file on a machine),
-    Algorithm, SynthesisResult or Program: an algorithm is verified, lowered, and its Program
-    verified."""
+    Algorithm, SynthesisResult or Program: an algorithm is verified, lowered (with ``in_place``,
+    to a Program correct in place too, verified both ways), and its Program verified. A Program
+    given for in-place calls that is not correct in place runs them on a private copy of the
+    input (the torch runtime's ``in_place_safe``)."""
     if isinstance(schedule, (str, os.PathLike)):
         schedule = load_schedule(schedule, topology=topology, in_place=in_place)
     if isinstance(schedule, Algorithm):
         verify(schedule)
-    return program_stage(schedule, channels=channels, fuse=fuse, check=True)
+    if not in_place or isinstance(schedule, (Algorithm, SynthesisResult)):
+        return program_stage(schedule, channels=channels, fuse=fuse, check=True, in_place=in_place)
+    program = program_stage(schedule, channels=channels, fuse=fuse, check=False)
+    try:  # for in-place calls: right in place, or right out of place (then run on a private copy)
+        verify_program(program, in_place=True)
+    except VerificationError:
+        verify_program(program)
+    return program
 
 
 def executor(schedule: Any, group: Any = None, *, channels: int = 1, fuse: bool = True,
@@ -140,7 +151,7 @@ def run_local_sizes(schedule: Any, *, sizes: Sequence[int | str], channels: int 
     for entry in entries:
         which = schedule if entry is None else entry.algorithm
         if id(which) not in programs:
-            programs[id(which)] = runnable(which, channels=channels, fuse=fuse)
+            programs[id(which)] = runnable(which, channels=channels, fuse=fuse, in_place=in_place)
     chosen = [programs[id(schedule if e is None else e.algorithm)] for e in entries]
     ranks = options.get("ranks")
     if ranks is not None and ranks != chosen[0].collective.n_ranks:

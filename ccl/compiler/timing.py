@@ -68,7 +68,8 @@ def simulation(schedule: Algorithm | SynthesisResult | Program, size: int | floa
     bound, NCCL's models and, for a SynthesisResult, the synthesis figures. ``options``: the
     simulator's (``mode``, ``slices``, ``in_place``, ``overlap_latency``, ``local_bandwidth``)."""
     nbytes = size_in_bytes(size)
-    program = program_stage(schedule, channels=channels, fuse=fuse, check=False)
+    # in place: the Program lowered to be correct in place (what such a call runs)
+    program = program_stage(schedule, channels=channels, fuse=fuse, check=False, in_place=bool(options.get("in_place")))
     sim = run(program, nbytes, **options)
     sim.report = complete(sim.report, program, nbytes, schedule, bound=bound, baselines=baselines,
                           lane_latency=not options.get("overlap_latency", False))

@@ -7,11 +7,16 @@ each a sequence of equally sized slots:
 * ``outputs[r][j]`` is the set of input-chunk ids whose sum output slot ``j`` of rank ``r``
   must hold at the end (a set of one for non-reducing collectives);
 * ``aliases[r][j]`` is the input slot that output slot ``j`` starts out holding, or None. This
-  is the in-place view MSCCL and SCCL use: an allgather rank's own chunk already sits in its
-  output, an allreduce output starts as the rank's input. A runtime doing an out-of-place call
-  copies the aliased input slots into the output first (one local copy); an in-place call is
-  free. ``verify(..., in_place=True)`` checks that a schedule is also correct when the aliased
-  slots are one and the same memory.
+  is the view MSCCL and SCCL use: an allgather rank's own chunk already sits in its output, an
+  allreduce output starts as the rank's input. A runtime doing an out-of-place call copies the
+  aliased input slots into the output first (one local copy); an in-place call is free.
+* ``in_place_aliases[r][j]`` is the input slot that output slot ``j`` *is* in an in-place call
+  (the same memory), or None: the runtimes' buffer convention (``runtime_aliases``), which
+  covers more than ``aliases`` where an in-place call overlays memory that must still change.
+  An in-place alltoall passes one buffer as both send and receive buffer, so input block j is
+  output block j for every j, though only the rank's own block keeps its value. Custom
+  collectives declare theirs (by default their ``aliases``). ``verify_program(...,
+  in_place=True)`` checks that a Program is correct when these slots are one memory.
 
 The built-in collectives below use chunk ids in order of (rank, input slot).
 ``chunk_up(k)`` splits every slot into k consecutive slots, keeping buffer layouts contiguous.
@@ -54,6 +59,7 @@ class Collective:
     aliases: tuple[tuple[int | None, ...], ...]
     root: int | None = None
     chunk_factor: int = 1
+    in_place_aliases: tuple[tuple[int | None, ...], ...] | None = None  # None: the kind's convention
     _chunked: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -123,6 +129,44 @@ class Collective:
                         f"collective {self.name!r}: rank {r} input slot {alias} is aliased by two output slots"
                     )
                 used_inputs.add(alias)
+        self._check_in_place()
+
+    def _check_in_place(self) -> None:
+        """Fill ``in_place_aliases`` with the kind's convention when not given, and check it: an
+        input slot per output slot at most, of the same size class, covering ``aliases``."""
+        given = self.in_place_aliases
+        table = runtime_aliases(self) if given is None else given
+        where = f"collective {self.name!r}: in-place aliases"
+        table = validate.sequence(table, where, error=CollectiveError)
+        if len(table) != self.n_ranks:
+            raise CollectiveError(f"{where} have {len(table)} ranks, expected {self.n_ranks}")
+        k = self.chunk_factor
+        rows = []
+        for r, row in enumerate(table):
+            if not isinstance(row, (tuple, list)) or len(row) != len(self.outputs[r]):
+                raise CollectiveError(f"{where}: rank {r} needs one entry per output slot "
+                                      f"({len(self.outputs[r])}), got {validate.show(row)}")
+            seen: set[int] = set()
+            for j, a in enumerate(row):
+                if a is None:
+                    if self.aliases[r][j] is not None:
+                        raise CollectiveError(f"{where}: rank {r} output slot {j} aliases input slot "
+                                              f"{self.aliases[r][j]} but is not that memory in place")
+                    continue
+                if type(a) is not int or not 0 <= a < len(self.inputs[r]):
+                    raise CollectiveError(f"{where}: rank {r} output slot {j} is input slot {validate.show(a)} in "
+                                          f"place, but the rank has {len(self.inputs[r])} input slots")
+                if a in seen:
+                    raise CollectiveError(f"{where}: rank {r} input slot {a} is two output slots in place")
+                seen.add(a)
+                if self.aliases[r][j] is not None and self.aliases[r][j] != a:
+                    raise CollectiveError(f"{where}: rank {r} output slot {j} aliases input slot "
+                                          f"{self.aliases[r][j]} but is input slot {a} in place")
+                if a % k != j % k:
+                    raise CollectiveError(f"{where}: rank {r} output slot {j} (piece {j % k}) cannot be input "
+                                          f"slot {a} (piece {a % k}) in place: their sizes differ")
+            rows.append(tuple(row))
+        object.__setattr__(self, "in_place_aliases", tuple(rows))
 
     # ------------------------------------------------------------------ derived facts
     @property
@@ -182,14 +226,16 @@ class Collective:
             return got
 
         outputs = tuple(tuple(p for need in slots for p in pieces(need)) for slots in self.outputs)
-        aliases = tuple(
-            tuple(None if a is None else a * k + j for a in slots for j in range(k))
-            for slots in self.aliases
-        )
+
+        def slots_of(table: tuple[tuple[int | None, ...], ...]) -> tuple[tuple[int | None, ...], ...]:
+            return tuple(tuple(None if a is None else a * k + j for a in slots for j in range(k)) for slots in table)
+
+        aliases = slots_of(self.aliases)
+        in_place = aliases if self.in_place_aliases == self.aliases else slots_of(self.in_place_aliases)
         # valid by construction (every chunk of a valid collective split into k consecutive ones),
         # so not checked again: the checks cost a second per split at 128 ranks, and a search
         # over pipeline shapes splits once per slot count it tries
-        result = _derived(self, inputs, outputs, aliases, self.chunk_factor * k)
+        result = _derived(self, inputs, outputs, aliases, in_place, self.chunk_factor * k)
         self._chunked[k] = result
         return result
 
@@ -200,6 +246,42 @@ class Collective:
     def __str__(self) -> str:
         root = f" root {self.root}" if self.root is not None else ""
         return f"{self.name} on {self.n_ranks} ranks{root}, chunk factor {self.chunk_factor}"
+
+
+# ---------------------------------------------------------------------- in place
+def runtime_aliases(coll: Collective) -> tuple[tuple[int | None, ...], ...]:
+    """Per rank, the input slot each output slot is in an in-place call, as NCCL, RCCL, MSCCL
+    and torch.distributed lay the buffers out (offsets in slots; ``I``/``O`` a rank's input
+    and output slot counts):
+
+    * allreduce, broadcast, reduce, alltoall: send buffer == receive buffer, so input slot t is
+      output slot t (alltoall: the whole buffer, every block, not only the rank's own);
+    * allgather: send buffer == receive buffer + rank x I: input slot t is output slot rank x I + t;
+    * reducescatter: receive buffer == send buffer + rank x O: output slot t is input slot rank x O + t;
+    * gather (the root): send buffer == receive buffer + root x I; scatter (the root): receive
+      buffer == send buffer + root x O; the other ranks have one of the two buffers only.
+
+    Any other kind (custom collectives): its ``aliases``, the memory it declares shared."""
+    kind, n = coll.kind, coll.n_ranks
+    if kind not in BUILTIN_KINDS:
+        return coll.aliases
+    rows = []
+    for r in range(n):
+        n_in, n_out = len(coll.inputs[r]), len(coll.outputs[r])
+        row: list[int | None] = [None] * n_out
+        shift = None  # output slot j is input slot j + shift
+        if kind in ("allreduce", "broadcast", "reduce", "alltoall"):
+            shift = 0
+        elif kind in ("allgather", "gather"):
+            shift = -(r if kind == "allgather" else coll.root or 0) * n_in
+        elif kind in ("reducescatter", "scatter"):
+            shift = (r if kind == "reducescatter" else coll.root or 0) * n_out
+        if shift is not None and n_in and n_out:  # (a rank holding one of the two buffers: nothing)
+            for j in range(n_out):
+                if 0 <= j + shift < n_in:
+                    row[j] = j + shift
+        rows.append(tuple(row))
+    return tuple(rows)
 
 
 # ---------------------------------------------------------------------- built-ins
@@ -370,14 +452,14 @@ _SPELLINGS = {"reduce_scatter": "reducescatter", "reduce-scatter": "reducescatte
               "all_to_all": "alltoall", "all-to-all": "alltoall"}
 
 
-def _derived(base: Collective, inputs, outputs, aliases, chunk_factor: int) -> Collective:
+def _derived(base: Collective, inputs, outputs, aliases, in_place, chunk_factor: int) -> Collective:
     """A Collective with ``base``'s name, kind, ranks and root and these tables, built without
     ``__post_init__``'s checks: for tables derived from a checked collective by a transformation
     that keeps them valid (``Collective.chunk_up``)."""
     out = object.__new__(Collective)
     for name, value in (("name", base.name), ("kind", base.kind), ("n_ranks", base.n_ranks), ("inputs", inputs),
                         ("outputs", outputs), ("aliases", aliases), ("root", base.root),
-                        ("chunk_factor", chunk_factor), ("_chunked", {})):
+                        ("chunk_factor", chunk_factor), ("in_place_aliases", in_place), ("_chunked", {})):
         object.__setattr__(out, name, value)
     return out
 

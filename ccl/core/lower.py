@@ -24,12 +24,22 @@
    j-th range of a given layout a rank needs in a step is the same memory in every step (the
    local ops of a step finish before the next step's receives are posted, so reuse costs no
    waiting).
-5. **Dependencies** come from per-slot hazards, with in-place aliases as one slot: a read waits
-   for the last write of its slot; a write waits for the reads of the slot since the last write
-   (which wait for that write), or for the last write when nothing read it. Every op, local ops
-   included, lists every op it must wait for: runtimes may run a rank's ops in any order the
-   dependencies allow (``ccl.core.program``). The Programs are well-leveled, so none of them can
-   deadlock (the theorem in ``ccl.core.program``).
+5. **Dependencies** come from per-slot hazards, with aliased output and input slots as one slot:
+   a read waits for the last write of its slot; a write waits for the reads of the slot since
+   the last write (which wait for that write), or for the last write when nothing read it. Every
+   op, local ops included, lists every op it must wait for: runtimes may run a rank's ops in any
+   order the dependencies allow (``ccl.core.program``). The Programs are well-leveled, so none of
+   them can deadlock (the theorem in ``ccl.core.program``).
+
+**In place.** ``in_place=True`` makes a Program that is also correct when called in place, with
+the runtimes' aliasing (``Collective.in_place_aliases``: an alltoall's whole buffer, not only
+the rank's own block) as one slot in rules 4 and 5: a receive into memory a send of its step
+still reads lands in staging, and the copy finishing it waits for that send; a write into an
+overlaid input slot waits for every earlier read of it; and an input slot still read in a step
+after the output overlaid on it is written is snapshotted first (``ccl.core.lower_slots``). The
+same Program is correct out of place too. Without it only ``Collective.aliases`` (the slots
+that start out holding their input) are one slot: for every built-in but alltoall the two are
+the same and so are the Programs; an out-of-place alltoall Program needs no staging.
 6. **Compaction.** Scratch slots no op uses (the algorithm's unused indices) are dropped.
 
 Every phase works on numpy columns (a ring allreduce on 1,024 ranks, five million ops, lowers in
@@ -53,28 +63,31 @@ from .program import Program
 from .topology import Topology
 
 
-def lower(algorithm: Algorithm, *, channels: int = 1, fuse: bool = True) -> Program:
+def lower(algorithm: Algorithm, *, channels: int = 1, fuse: bool = True, in_place: bool = False) -> Program:
     """The Program that runs ``algorithm`` on point-to-point runtimes. The algorithm should
     have passed ``ccl.verify``; the result can be checked with ``ccl.verify_program``.
     ``fuse=False`` keeps every transfer its own message (pieces a schedule moves separately
     so that they can overlap stay separate); by default consecutive slots moved in one step
-    between the same places become one message."""
+    between the same places become one message. ``in_place=True``: a Program correct both in
+    place and out of place (see the module)."""
     validate.instance(algorithm, Algorithm, "ccl.lower's algorithm", error=CollectiveError)
     validate.integer(channels, "channels", least=1, most=2**31 - 1, error=CollectiveError)
     validate.flag(fuse, "fuse", error=CollectiveError)
+    validate.flag(in_place, "in_place", error=CollectiveError)
     with gc_paused():  # the schedule may hold millions of objects
-        return _lower(algorithm, channels, fuse)
+        return _lower(algorithm, channels, fuse, in_place)
 
 
-def _lower(algorithm: Algorithm, channels: int, fuse: bool) -> Program:
+def _lower(algorithm: Algorithm, channels: int, fuse: bool, in_place: bool) -> Program:
     coll = algorithm.collective
     _check_size_classes(coll)
-    moves = unit_moves(algorithm)
+    aliases = coll.in_place_aliases if in_place else coll.aliases
+    moves = unit_moves(algorithm, aliases if in_place else None)
     runs = _fuse(moves, fuse, algorithm.topology)
     scratch, prologue = moves.scratch, moves.prologue
     del moves  # programs reach millions of ops: keep only what the next stage needs
     _tag(runs, coll.n_ranks, channels)
-    assembly = Assembly(coll, scratch, prologue, runs)
+    assembly = Assembly(coll, scratch, prologue, runs, aliases)
     del runs
     table, scratch = assembly.build()
     return Program(

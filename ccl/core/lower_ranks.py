@@ -56,8 +56,12 @@ class Assembly:
     classes (staging appended, unused slots dropped). It holds the runs until every op is a row,
     then lets them go: the caller should keep no other reference."""
 
-    def __init__(self, coll: Collective, scratch: list[list[int | None]], prologue: np.ndarray, runs: Runs) -> None:
+    def __init__(self, coll: Collective, scratch: list[list[int | None]], prologue: np.ndarray, runs: Runs,
+                 aliases: tuple[tuple[int | None, ...], ...] | None = None) -> None:
         self.coll = coll
+        # output slot -> the input slot that is the same memory (for hazards and staging):
+        # ``coll.aliases`` out of place, ``coll.in_place_aliases`` for a Program correct in place
+        self.alias_table = coll.aliases if aliases is None else aliases
         self.n = coll.n_ranks
         self.k = coll.chunk_factor
         self.scratch = scratch
@@ -66,8 +70,8 @@ class Assembly:
         self.rows: dict[str, list[np.ndarray]] = {name: [] for name in _ROW}
         # aliased output slots: (rank, output slot, input slot)
         parts = []
-        for r, aliases in enumerate(coll.aliases):
-            a = np.array(aliases, dtype=float)
+        for r, row in enumerate(self.alias_table):
+            a = np.array(row, dtype=float)
             js = np.flatnonzero(~np.isnan(a))
             if len(js):
                 parts.append(np.stack([np.full(len(js), r), js, a[js].astype(np.int64)], axis=1))
@@ -177,7 +181,7 @@ class Assembly:
                 applies.setdefault(key, []).append((int(runs.src[i]), int(runs.tag[i]), i))
         for key in sorted(members):
             ordered, snapshots = _order_locals([i for _, _, i in sorted(applies.get(key, []))], members[key],
-                                               runs, self.coll.aliases[key[0]])
+                                               runs, self.alias_table[key[0]])
             groups.keys.add(key)
             groups.orders[key] = (ordered, len(groups.snapshots), len(snapshots))
             for j, (buf, index, count) in enumerate(snapshots):

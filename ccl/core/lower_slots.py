@@ -6,6 +6,12 @@ that every runtime can lay the buffers out in memory (see ``ccl.lower`` for the 
 * **Input preservation.** Input slots the schedule writes move to scratch slots of their own
   (after the algorithm's scratch slots), with a prologue copy when their starting value is read
   or reduced into in the step that first touches them.
+* **In place** (``in_place_aliases`` given: output slot j is input slot a in an in-place call).
+  An input slot the schedule still reads in a step after one that writes the output slot
+  overlaid on it would read the new value in place: such input slots move to scratch the same
+  way (a prologue copy snapshots them before anything writes the memory; every read of them
+  reads the snapshot). Reads and writes of one memory in the same step are left to the
+  assembly, which stages the receive or orders the local ops (``ccl.core.lower_ranks``).
 * **Size classes.** A value's size class is the piece of a base slot it is (``ccl.core.program``);
   input and output slot i hold class ``i % k``. A scratch slot the schedule reuses for values of
   different classes is split: the class it first holds keeps the slot, every other class gets a
@@ -70,7 +76,7 @@ def transfer_columns(algorithm: Algorithm) -> dict[str, np.ndarray]:
     }
 
 
-def unit_moves(algorithm: Algorithm) -> Moves:
+def unit_moves(algorithm: Algorithm, in_place_aliases: tuple[tuple[int | None, ...], ...] | None = None) -> Moves:
     coll = algorithm.collective
     n = coll.n_ranks
     k = coll.chunk_factor
@@ -114,12 +120,16 @@ def unit_moves(algorithm: Algorithm) -> Moves:
                 f"step {t.step}: rank {t.dst} {t.dst_buf}[{di}] holds piece {di % k} of a base slot but the "
                 f"schedule stores a piece {int(vcls[pos])} there ({t.describe()}); runtimes need every slot to "
                 "hold pieces of one size")
-    # Input slots the schedule writes get scratch slots of their own (in input order).
+    # Input slots the schedule writes get scratch slots of their own (in input order), and so
+    # do, in place, input slots read after the output slot overlaid on them is written.
     wrote_input = dbuf == INPUT
     prologue = np.zeros((0, 3), dtype=np.int64)
-    if np.any(wrote_input):
-        stride = max(max((len(x) for x in coll.inputs), default=0), 1)
-        keys = np.unique(dst[wrote_input] * stride + didx[wrote_input])
+    stride = max(max((len(x) for x in coll.inputs), default=0), 1)
+    snapshot = np.zeros(0, dtype=np.int64)
+    if in_place_aliases is not None:
+        snapshot = clobbered_inputs(in_place_aliases, stride, step, src, sbuf, sidx, dst, dbuf, didx)
+    if np.any(wrote_input) or len(snapshot):
+        keys = np.unique(np.concatenate([dst[wrote_input] * stride + didx[wrote_input], snapshot]))
         red_rank = keys // stride
         bounds = np.searchsorted(red_rank, np.arange(n + 1))  # rank r's keys: bounds[r]..bounds[r+1]-1
         red_scratch = np.array([len(scratch[r]) for r in range(n)], dtype=np.int64)[red_rank] + \
@@ -133,13 +143,45 @@ def unit_moves(algorithm: Algorithm) -> Moves:
         prologue = _prologue(keys, red_scratch, stride, step, rkey, src_redirected, wkey, wrote_input, reduce)
     # Versions of scratch slots come after the redirected inputs.
     new_sidx, new_didx = _versions(scratch, vcls, step, src, sidx, reads, dst, didx, writes, reduce)
-    if np.any(wrote_input):
+    if np.any(wrote_input) or len(snapshot):
         new_sidx = np.where(src_redirected, red_scratch[rpos], new_sidx)
         sbuf = np.where(src_redirected, SCRATCH, sbuf)
         wpos = np.minimum(np.searchsorted(keys, wkey), len(keys) - 1)
         new_didx = np.where(wrote_input, red_scratch[wpos], new_didx)
         dbuf = np.where(wrote_input, SCRATCH, dbuf)
     return Moves(step, src, sbuf, new_sidx, dst, dbuf, new_didx, reduce, tid, vcls, scratch, prologue)
+
+
+def clobbered_inputs(in_place_aliases, stride: int, step, src, sbuf, sidx, dst, dbuf, didx) -> np.ndarray:
+    """Keys (rank x ``stride`` + input slot) of the input slots an in-place call would clobber
+    before the schedule is done reading them: the output slot overlaid on the slot is written in
+    a step before the last step that reads the slot."""
+    pairs = [(r, j, a) for r, row in enumerate(in_place_aliases) for j, a in enumerate(row) if a is not None]
+    if not pairs:
+        return np.zeros(0, dtype=np.int64)
+    rank, out_slot, in_slot = (np.array(x, dtype=np.int64) for x in zip(*pairs))
+    width = max(int(out_slot.max()) + 1, int(didx.max(initial=0)) + 1)
+    big = np.iinfo(np.int64).max
+    w = dbuf == OUTPUT  # the first step writing each output slot
+    w_key = dst[w] * width + didx[w]
+    order = np.lexsort((step[w], w_key))
+    w_key, w_step = w_key[order], step[w][order]
+    at = np.searchsorted(w_key, rank * width + out_slot)
+    hit = at < len(w_key)
+    hit[hit] = w_key[at[hit]] == (rank * width + out_slot)[hit]
+    first_write = np.full(len(pairs), big, dtype=np.int64)
+    first_write[hit] = w_step[at[hit]]
+    rd = sbuf == INPUT  # the last step reading each input slot
+    r_key = src[rd] * stride + sidx[rd]
+    order = np.lexsort((-step[rd], r_key))
+    r_key, r_step = r_key[order], step[rd][order]
+    want = rank * stride + in_slot
+    at = np.searchsorted(r_key, want)
+    hit = at < len(r_key)
+    hit[hit] = r_key[at[hit]] == want[hit]
+    last_read = np.full(len(pairs), -1, dtype=np.int64)
+    last_read[hit] = r_step[at[hit]]
+    return np.unique(want[first_write < last_read])
 
 
 def _prologue(keys, red_scratch, stride, step, rkey, src_redirected, wkey, wrote_input, reduce):

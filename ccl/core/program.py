@@ -30,8 +30,9 @@ element longer (so a user tensor of any size works, down to 1 element: pieces ma
 Input and output slot ``i`` is piece ``i % k`` (its *size class*); every scratch slot has the
 size class given in ``Program.scratch``. Buffers are packed: a run of consecutive slots is one
 contiguous range of memory, so a multi-slot op is one message. Output slots that alias an input
-slot start with its value (an out-of-place runtime copies them first; in place they are the same
-memory, see ``verify_program(..., in_place=True)``). Programs produced by ``lower`` never write
+slot (``Collective.aliases``) start with its value (an out-of-place runtime copies them first);
+in place, every output slot the runtimes overlay on an input slot (``Collective.in_place_aliases``,
+an alltoall's whole buffer) is the same memory, see ``verify_program(..., in_place=True)``. Programs produced by ``lower`` never write
 the input buffer: a schedule that accumulates in its input works on scratch copies, so a
 runtime never clobbers a caller's input.
 
@@ -82,7 +83,7 @@ dependencies in CSR form) and ``Program.ranks`` builds the per-rank tuples of ``
 use. Backends that scale (the simulator) read the columns; the rest read ``ranks``.
 
 Race freedom (also checked by the verifier): two accesses of one rank to one slot (at least
-one a write; in place, an aliased output slot and its input slot are one slot) are *ordered*
+one a write; in place, an output slot and the input slot overlaid on it are one slot) are *ordered*
 when the later op depends on the earlier one, directly or through other deps. Nothing else
 orders them: not list order (runtimes may reorder), and not ops of other ranks (a send may
 complete as soon as its data is handed to the transport). So every result is the same in every
@@ -112,6 +113,23 @@ PROLOGUE = -1
 OP_FIELDS = ("kind", "step", "buf", "index", "count", "peer", "src_buf", "src_index", "tag", "channel", "deps")
 KIND_CODE = {k: i for i, k in enumerate(OP_KINDS)}
 BUFFER_CODE = {b: i for i, b in enumerate(BUFFERS)}  # "" (no source buffer) is -1
+
+
+def _runs(table: tuple[tuple[int | None, ...], ...]) -> tuple[tuple[tuple[int, int, int], ...], ...]:
+    """Per rank, an alias table (output slot -> input slot or None) as runs (input slot, output
+    slot, count) of consecutive slots."""
+    out = []
+    for aliases in table:
+        runs: list[list[int]] = []
+        for j, a in enumerate(aliases):
+            if a is None:
+                continue
+            if runs and runs[-1][0] + runs[-1][2] == a and runs[-1][1] + runs[-1][2] == j:
+                runs[-1][2] += 1
+            else:
+                runs.append([a, j, 1])
+        out.append(tuple((a, j, c) for a, j, c in runs))
+    return tuple(out)
 
 
 class Op(NamedTuple):
@@ -384,19 +402,14 @@ class Program:
     @cached_property
     def alias_runs(self) -> tuple[tuple[tuple[int, int, int], ...], ...]:
         """Per rank, runs ``(input slot, output slot, count)`` of output slots that start as a
-        copy of (in place: are) input slots."""
-        out = []
-        for aliases in self.collective.aliases:
-            runs: list[list[int]] = []
-            for j, a in enumerate(aliases):
-                if a is None:
-                    continue
-                if runs and runs[-1][0] + runs[-1][2] == a and runs[-1][1] + runs[-1][2] == j:
-                    runs[-1][2] += 1
-                else:
-                    runs.append([a, j, 1])
-            out.append(tuple((a, j, c) for a, j, c in runs))
-        return tuple(out)
+        copy of (in place: are) input slots (``Collective.aliases``)."""
+        return _runs(self.collective.aliases)
+
+    @cached_property
+    def in_place_runs(self) -> tuple[tuple[tuple[int, int, int], ...], ...]:
+        """Per rank, runs ``(input slot, output slot, count)`` of output slots that are input
+        slots in an in-place call (``Collective.in_place_aliases``: an alltoall's whole buffer)."""
+        return _runs(self.collective.in_place_aliases)
 
     @cached_property
     def reduced_runs(self) -> tuple[tuple[tuple[int, int, int], ...], ...]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import files, limits
 from .algorithm import Algorithm, Transfer
-from .collective import BUILTIN_KINDS, Collective, builtin
+from .collective import BUILTIN_KINDS, Collective, builtin, runtime_aliases
 from .errors import CclError, CollectiveError, InputError
 from .limits import read_input_json
 from .problem import Request
@@ -116,6 +116,8 @@ def collective_to_json(coll: Collective) -> dict[str, Any]:
         out["inputs"] = [list(x) for x in coll.inputs]
         out["outputs"] = [[sorted(need) for need in slots] for slots in coll.outputs]
         out["aliases"] = [list(x) for x in coll.aliases]
+        if coll.in_place_aliases != runtime_aliases(coll):  # declared, not the kind's convention
+            out["in_place_aliases"] = [list(x) for x in coll.in_place_aliases]
     return out
 
 
@@ -143,6 +145,9 @@ def collective_from_json(data: dict[str, Any]) -> Collective:
                                 for i, a in enumerate(slots)) for r, slots in enumerate(rows("aliases"))),
             root=root,
             chunk_factor=chunk_factor,
+            in_place_aliases=None if "in_place_aliases" not in data else tuple(
+                tuple(None if a is None else _int(a, f"collective in_place_aliases[{r}][{i}]")
+                      for i, a in enumerate(slots)) for r, slots in enumerate(rows("in_place_aliases"))),
         )
     coll = builtin(str(data["kind"]), n_ranks, root, chunk_factor)
     name = str(data.get("name", coll.name))

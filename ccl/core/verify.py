@@ -147,8 +147,10 @@ def _describe_counts(counts: Counter) -> str:
 
 def verify(algorithm: Algorithm, *, in_place: bool = False) -> VerificationResult:
     """Raise VerificationError naming rank, step, slot and what was expected vs found, or
-    return what was checked. With ``in_place=True`` each aliased output slot is the same memory
-    as its input slot (the in-place call of a runtime)."""
+    return what was checked. With ``in_place=True`` each output slot is the same memory as the
+    input slot the runtimes overlay on it (``Collective.in_place_aliases``). This is the
+    lock-step meaning (a step reads before it writes); whether a runtime, which orders nothing
+    but dependencies, gets it right is the lowered Program's question (``verify_program``)."""
     validate.instance(algorithm, Algorithm, "ccl.verify's algorithm")
     validate.flag(in_place, "in_place")
     with gc_paused():  # the state holds millions of tuples
@@ -177,7 +179,7 @@ def _verify(algorithm: Algorithm, in_place: bool, by_range: bool = True) -> Veri
         inputs = state[(r, "input")] = list(map(chunks.single.__getitem__, coll.inputs[r]))
         outputs = state[(r, "output")] = [None] * len(coll.outputs[r])
         state[(r, "scratch")] = [None] * scratch[r]
-        for j, a in enumerate(coll.aliases[r]):
+        for j, a in enumerate(coll.in_place_aliases[r] if in_place else coll.aliases[r]):
             if a is None:
                 continue
             if in_place:

@@ -9,9 +9,12 @@ Independent of the lowering: it re-derives everything from the op lists. Checked
 3. **Matching**: per ordered pair of ranks and channel, the k-th send matches the k-th receive:
    same tag, same step, same number of slots of the same size classes (so both sides agree on
    the message's bytes for every tensor size); tags are unique per pair.
-4. **Races**: on every rank, two accesses to one slot (at least one a write; in place, aliased
-   output and input slots are one slot) are ordered: the later op depends on the earlier one,
-   directly or through other deps (see ``ccl.core.program``).
+4. **Races**: on every rank, two accesses to one slot (at least one a write; in place, an output
+   slot and the input slot an in-place call overlays on it, ``Collective.in_place_aliases``, are
+   one slot) are ordered: the later op depends on the earlier one, directly or through other
+   deps (see ``ccl.core.program``). Nothing else orders them: not list order, not steps, not
+   ops of other ranks, so an in-place read and a later write of one memory are unordered unless
+   a dependency chain joins them.
 5. **Execution**: the ops run under the model (issued in list order, which every runtime may
    do; non-blocking posts, rendezvous completion). Ranks left with ops that can never complete are a deadlock, reported with the op
    every rank is blocked on. Values are multisets of input chunks as in ``ccl.verify``: no read
@@ -45,8 +48,8 @@ class ProgramVerification:
 
 def verify_program(program: Program, *, in_place: bool = False) -> ProgramVerification:
     """Raise VerificationError naming the rank, op and slot of the first problem, or return
-    what was checked. ``in_place=True``: aliased output slots are the memory of their input
-    slots."""
+    what was checked. ``in_place=True``: output slots are the memory of the input slots the
+    runtimes overlay on them (``Collective.in_place_aliases``: an alltoall's whole buffer)."""
     validate.instance(program, Program, "ccl.verify_program's program")
     validate.flag(in_place, "in_place")
     _check_levels(program)
@@ -160,7 +163,8 @@ def _check_races(program: Program, rank: int, in_place: bool) -> None:
     """Every conflicting pair of accesses is ordered by the transitive deps. Each op's ancestors
     are a bitset (a Python int): op i's are the union of its deps' ancestors and the deps."""
     ops = program.ranks[rank]
-    alias = {j: a for j, a in enumerate(program.collective.aliases[rank]) if a is not None} if in_place else {}
+    alias = {j: a for j, a in enumerate(program.collective.in_place_aliases[rank]) if a is not None} \
+        if in_place else {}
     ancestors: list[int] = []
     last_writer: dict[Slot, int] = {}
     readers: dict[Slot, list[int]] = {}
@@ -170,9 +174,14 @@ def _check_races(program: Program, rank: int, in_place: bool) -> None:
             return ("input", alias[idx])
         return (buf, idx)
 
+    overlaid = {a: j for j, a in alias.items()}
+
     def unordered(i: int, j: int, slot: Slot, what: str) -> VerificationError:
         op = ops[i]
-        return _fail(f"rank {rank} op {i} ({op.describe()}) {what} {slot[0]}[{slot[1]}] while op {j} "
+        same = ""
+        if slot[0] == "input" and slot[1] in overlaid:
+            same = f" (in place, output[{overlaid[slot[1]]}] is input[{slot[1]}])"
+        return _fail(f"rank {rank} op {i} ({op.describe()}) {what} {slot[0]}[{slot[1]}]{same} while op {j} "
                      f"({ops[j].describe()}) may still be using it: add a dependency on op {j}",
                      rank, op, buffer=slot[0], index=slot[1])
 
@@ -216,7 +225,7 @@ class _Execution:
         coll = program.collective
         self.chunks = Chunks(coll)
         self.alias = [
-            {j: a for j, a in enumerate(coll.aliases[r]) if a is not None} if in_place else {}
+            {j: a for j, a in enumerate(coll.in_place_aliases[r]) if a is not None} if in_place else {}
             for r in range(coll.n_ranks)
         ]
         chunk_class: dict[int, int] = {}

@@ -165,8 +165,12 @@ def test_local_copies_free_by_default_and_charged_with_local_bandwidth():
     # 1e6 bytes at 100 GB/s: 10 us on rank 0's copy engine, after its own aliased slot (also
     # 1e6 bytes) was copied out of place
     assert simulate(alg, size, local_bandwidth=100.0).time_us == pytest.approx(10.0 + 10.0 + link, rel=REL)
-    # in place there is no initial copy
-    assert simulate(alg, size, local_bandwidth=100.0, in_place=True).time_us == pytest.approx(10.0 + link, rel=REL)
+    # in place there is no initial copy (the option on one Program: the out-of-place lowering's)
+    assert simulate(lower(alg), size, local_bandwidth=100.0, in_place=True).time_us == \
+        pytest.approx(10.0 + link, rel=REL)
+    # an in-place call runs the Program lowered for it: rank 1's output[0] is its input[0], so
+    # its step-1 receive waits for its step-0 send of that memory
+    assert simulate(alg, size, in_place=True).time_us == pytest.approx(2 * link, rel=REL)
 
 
 def test_dependency_mode_beats_barriers():

@@ -57,9 +57,8 @@ def make_fixtures(folder: Path) -> dict[str, str]:
                     "algorithm a(n = 4) implements allgather on t(n) {\n for s in 0..n-1, r in 0..n {\n"
                     "  copy output[(r - s) % n] from r to (r + 1) % n at step s\n }\n}\n"),
     }
-    reference = ROOT.parent / "shared" / "reference" / "msccl-xml" / "rccl-alltoall-8n-0-9kb.xml"
-    if reference.exists():
-        texts["a2a.xml"] = reference.read_text()
+    reference = ROOT / "tests" / "data" / "msccl-xml" / "rccl-alltoall-8n-0-9kb.xml"  # RCCL's (MIT, see NOTICE)
+    texts["a2a.xml"] = reference.read_text()
     for name, text in texts.items():
         (folder / name).write_text(text)
     return texts

@@ -9,7 +9,8 @@ Formats and mutation kinds:
 * ``Program`` (``program_mutants``): drop (its dependants inherit its deps), duplicate, peer,
   reorder (swap two adjacent ops of a rank, each keeping its deps), nodep (remove one
   dependency), swap-buffer, flip-op (local copy <-> reduce), offby1-index, offby1-src,
-  offby1-count, step-shift.
+  offby1-count, step-shift, alias-nodep (``alias_mutants``: a read and a write of one memory
+  that only an in-place call aliases left unordered).
 * MSCCL XML (``xml_mutants``, on the ElementTree of the text): drop-step, reorder (swap two
   adjacent steps of a threadblock), peer (a threadblock's send or recv peer), offby1-srcoff,
   offby1-dstoff, offby1-cnt, flip-type (r <-> rrc, cpy <-> re, rcs <-> rrcs, s -> r ...),
@@ -68,6 +69,33 @@ def _class_of(coll: Collective) -> dict[int, int]:
     for slots in coll.inputs:
         for i, c in enumerate(slots):
             out.setdefault(c, i % k)
+    return out
+
+
+def overlay(coll: Collective) -> list[dict[int, int]]:
+    """Per rank, output slot -> the input slot it is in an in-place call, from the runtimes'
+    pointer arithmetic (NCCL, RCCL, MSCCL, torch.distributed), written here from the buffer
+    sizes alone: one buffer for allreduce, broadcast, reduce and alltoall (the whole of it);
+    the input at rank x its size inside the output for allgather (root x for gather); the
+    output at rank x its size inside the input for reducescatter (root x for scatter). Custom
+    collectives: their declared aliases."""
+    out = []
+    for r in range(coll.n_ranks):
+        n_in, n_out = len(coll.inputs[r]), len(coll.outputs[r])
+        if coll.kind in ("allreduce", "broadcast", "reduce", "alltoall"):
+            shift = 0
+        elif coll.kind == "allgather":
+            shift = -r * n_in
+        elif coll.kind == "gather":
+            shift = -coll.root * n_in
+        elif coll.kind == "reducescatter":
+            shift = r * n_out
+        elif coll.kind == "scatter":
+            shift = coll.root * n_out
+        else:
+            out.append({j: a for j, a in enumerate(coll.aliases[r]) if a is not None})
+            continue
+        out.append({j: j + shift for j in range(n_out) if n_in and 0 <= j + shift < n_in})
     return out
 
 
@@ -164,8 +192,8 @@ def run_program(program: Program, ranks: list[list[Op]], seed: int, in_order: bo
     (by list order); the send reads its slots at some point after posting, the message lands at
     some point after both are posted and then both complete; a local op reads at one event and
     writes at a later one. Events are chosen at random among the enabled ones. ``in_place``: an
-    output slot that aliases an input slot is that slot (else it starts as its copy). Raises
-    Wrong."""
+    output slot is the input slot the runtimes overlay on it (``overlay``); out of place an
+    output slot that aliases an input slot starts as its copy. Raises Wrong."""
     coll, topo = program.collective, program.topology
     rng = random.Random(seed)
     value = _values(coll, seed)
@@ -187,7 +215,7 @@ def run_program(program: Program, ranks: list[list[Op]], seed: int, in_order: bo
             if a is not None and not in_place:
                 m[("output", j)] = m[("input", a)]
         mem.append(m)
-    alias = [{j: a for j, a in enumerate(coll.aliases[r]) if a is not None} if in_place else {} for r in range(n)]
+    alias = overlay(coll) if in_place else [{} for _ in range(n)]
 
     def at(r: int, buf: str, i: int) -> tuple[str, int]:
         if buf == "output" and i in alias[r]:
@@ -405,6 +433,58 @@ def program_mutants(program: Program) -> Iterator[Mutant]:
                                  put(ops[:i] + [op._replace(src_index=op.src_index + delta)] + ops[i + 1:]))
                 yield Mutant("step-shift", f"step{delta:+d} of {d}",
                              put(ops[:i] + [op._replace(step=op.step + delta)] + ops[i + 1:]))
+    yield from alias_mutants(program)
+
+
+def _slots(op: Op) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """(reads, writes) of an op, as (buffer, index) under the names the op uses."""
+    own = [(op.buf, op.index + j) for j in range(op.count)]
+    if op.kind == "send":
+        return own, []
+    if op.kind == "recv":
+        return [], own
+    src = [(op.src_buf, op.src_index + j) for j in range(op.count)]
+    return (src + own if op.kind == "reduce" else src), own
+
+
+def alias_mutants(program: Program) -> Iterator[Mutant]:
+    """``alias-nodep``: an op loses its dependency on an earlier op it conflicts with only
+    because an in-place call overlays an output slot on an input slot (one reads or writes
+    ``output[j]``, the other ``input[a]``, the same memory in place, at least one writes), and
+    nothing else orders the two any more (the op keeps the earlier op's own dependencies): an
+    unordered aliased read/write pair, which a runtime may run either way round."""
+    over = overlay(program.collective)
+    for r, ops in enumerate(program.ranks):
+        alias = over[r]
+
+        def mem(slot: tuple[str, int], alias: dict[int, int] = alias) -> tuple[str, int]:
+            return ("input", alias[slot[1]]) if slot[0] == "output" and slot[1] in alias else slot
+
+        access = [_slots(op) for op in ops]
+        ancestors: list[int] = []
+        for op in ops:
+            mine = 0
+            for d in op.deps:
+                mine |= ancestors[d] | (1 << d)
+            ancestors.append(mine)
+        for i, op in enumerate(ops):
+            for d in op.deps:
+                (r1, w1), (r2, w2) = access[d], access[i]
+                pairs = [(x, y) for xs, ys in ((w1, r2 + w2), (r1, w2)) for x in xs for y in ys]
+                clash = next(((x, y) for x, y in pairs if x != y and mem(x) == mem(y)), None)
+                if clash is None:
+                    continue
+                deps = tuple(sorted((set(op.deps) - {d}) | set(ops[d].deps)))
+                reach = 0
+                for e in deps:
+                    reach |= ancestors[e] | (1 << e)
+                if reach >> d & 1:
+                    continue  # still ordered through another dependency
+                new = [list(x) for x in program.ranks]
+                new[r][i] = op._replace(deps=deps)
+                (b1, x1), (b2, x2) = clash
+                yield Mutant("alias-nodep", f"rank {r} op {i} ({op.describe()}) no longer waits for op {d} "
+                             f"({ops[d].describe()}): {b1}[{x1}] and {b2}[{x2}] are one memory in place", new)
 
 
 def rebuild(program: Program, ranks: list[list[Op]]) -> Program:
@@ -419,8 +499,8 @@ def run_xml(text: str, coll: Collective, topo: Topology | None, in_place: bool, 
     a step reads (and a receiving step takes the oldest message of its connection) at its start
     event and writes (and a sending step queues its message) at its end event; connections
     ``(sender, receiver, chan)`` are FIFO and deep enough. File chunk c is slot c of ``coll``; out
-    of place output and scratch start empty; in place an output slot aliasing an input slot is
-    that slot. Raises Wrong."""
+    of place output and scratch start empty; in place an output slot is the input slot the
+    runtimes overlay on it (``overlay``). Raises Wrong."""
     rng = random.Random(seed)
     value = _values(coll, seed)
     root = ET.fromstring(text)
@@ -431,11 +511,9 @@ def run_xml(text: str, coll: Collective, topo: Topology | None, in_place: bool, 
     if sorted(gpus) != list(range(n)):
         raise Wrong("gpu ids")
     mem: list[dict[tuple[str, int], int]] = []
-    alias = []
+    alias = overlay(coll) if in_place else [{} for _ in range(n)]
     size = []
     for r in range(n):
-        al = {j: a for j, a in enumerate(coll.aliases[r]) if a is not None} if in_place else {}
-        alias.append(al)
         size.append({"i": len(coll.inputs[r]), "o": len(coll.outputs[r]), "s": int(gpus[r].get("s_chunks", "0"))})
         mem.append({("i", i): value[c] for i, c in enumerate(coll.inputs[r])})
 

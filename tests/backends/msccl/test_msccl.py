@@ -19,7 +19,8 @@ from ccl.compiler.msccl import export_xml
 from ccl.core.errors import BackendError, InputError, VerificationError
 
 ROOT = Path(__file__).resolve().parents[3]
-SHIPPED = sorted((ROOT.parent / "shared" / "reference" / "msccl-xml").glob("*.xml"))
+REFERENCE = ROOT / "tests" / "data" / "msccl-xml"  # RCCL's own files (MIT, see NOTICE there)
+SHIPPED = sorted(REFERENCE.glob("*.xml"))
 
 CASES = [
     ("ring:4", "allgather", "ring", 1), ("dgx1", "allgather", "multi-ring", 2),
@@ -116,7 +117,16 @@ def test_old_msccl_spelling_is_read_and_flagged():
     assert any("reduce_scatter" in str(v) for v in limits.check(algo, limits.TARGETS["rccl"]))
 
 
-@pytest.mark.skipif(not SHIPPED, reason="../shared/reference/msccl-xml not beside the repository")
+def test_the_reference_files_ship_with_the_tests():
+    """The published files the tests read are in the repository, with their origin and licence
+    (a clone runs every test without anything beside it)."""
+    assert [p.name for p in SHIPPED] == ["rccl-allreduce-allpairs-8n-simple.xml", "rccl-alltoall-8n-0-9kb.xml",
+                                         "rccl-alltoall-8n-9kb-190kb.xml"]
+    notice = (REFERENCE / "NOTICE").read_text()
+    assert "MIT License" in notice and "ROCm/rccl" in notice
+    assert all(p.name in notice for p in SHIPPED)
+
+
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
 def test_shipped_rccl_files_import_verify_and_simulate(path):
     imported = read_xml(path, "amd8")
@@ -128,12 +138,11 @@ def test_shipped_rccl_files_import_verify_and_simulate(path):
     assert report.time_us > report.bound_us > 0
 
 
-@pytest.mark.skipif(not SHIPPED, reason="../shared/reference/msccl-xml not beside the repository")
 @pytest.mark.parametrize("name,in_place", [("rccl-alltoall-8n-9kb-190kb.xml", False),
                                            ("rccl-allreduce-allpairs-8n-simple.xml", True)])
 def test_shipped_files_run_on_gloo_like_torch(name, in_place):
     pytest.importorskip("torch")
-    path = ROOT.parent / "shared" / "reference" / "msccl-xml" / name
+    path = REFERENCE / name
     report = compiler.run_local(str(path), size=64 * 1024, repeat=0, in_place=in_place)
     assert report.correct is True
 
@@ -422,3 +431,91 @@ def test_exported_files_run_on_gloo_like_torch(tmp_path, topo, coll, solver, chu
     path.write_text(export_xml(program, target="msccl", forward="on")[0])
     report = compiler.run_local(str(path), size=4096, repeat=0, in_place=in_place, topology=topo)
     assert report.correct is True
+
+
+# ---------------------------------------------------------------------- in place, leniency
+def test_elements_the_runtimes_skip_are_skipped_and_reported(tmp_path, capsys, ring_xml):
+    """Both runtimes' parsers read only the elements they have a handler for (<gpu> in <algo>,
+    <tb> in <gpu>, <step> in <tb>) and skip the rest with what is inside: a <copy> inside
+    <gpu> as in published TE-CCL files. The reader does the same and ``ccl verify`` says so."""
+    lines = ring_xml.splitlines()
+    gpu = next(i for i, line in enumerate(lines) if line.strip().startswith('<gpu id="1"'))
+    tb = next(i for i, line in enumerate(lines) if line.strip().startswith("<tb ") and i > gpu)
+    lines.insert(tb + 1, '      <note text="runtimes ignore this"/>')
+    lines.insert(gpu + 1, '    <copy src="i" srcoff="0" dst="o" dstoff="0" cnt="1"><chunk id="0"/></copy>')
+    lines.insert(1, "  <comment>written by hand</comment>")
+    text = "\n".join(lines)
+    algo = model.parse(text, "x.xml")
+    assert [(tag, inside) for _line, tag, inside in algo.skipped] == [
+        ("comment", "<algo>"), ("copy", "gpu 1"), ("note", "gpu 1 tb 0")]
+    assert model.dumps(algo) == ring_xml  # nothing else changed
+    path = tmp_path / "x.xml"
+    path.write_text(text)
+    code, out, _ = _cli(capsys, "verify", path, "-t", "ring:4")
+    assert code == 0 and "skipped, as both runtimes' parsers skip them: <comment> (line 2, in <algo>), <copy> " \
+                          "(line" in out
+    code, out, _ = _cli(capsys, "verify", path, "-t", "ring:4", "--json")
+    assert [s["element"] for s in json.loads(out)["skipped"]] == ["comment", "copy", "note"]
+
+
+def test_a_misspelled_step_is_skipped_as_the_runtimes_do_and_named_when_it_breaks(tmp_path, capsys, ring_xml):
+    lines = ring_xml.splitlines()
+    k = next(i for i, line in enumerate(lines) if 'type="r"' in line)
+    lines[k] = lines[k].replace("<step ", "<stpe ", 1)
+    path = tmp_path / "x.xml"
+    path.write_text("\n".join(lines))
+    code, _, err = _cli(capsys, "verify", path, "-t", "ring:4")
+    assert code == 2 and "step indices must run 0, 1, 2" in err  # the runtimes would run the steps renumbered
+    assert f"the runtimes skip <stpe> (line {k + 1}" in err and len(err.strip().splitlines()) == 1
+
+
+def test_shipped_alltoall_files_are_out_of_place_only_and_racy_in_place():
+    """RCCL's own alltoall files claim out of place only: in place (one buffer for all blocks)
+    their receive into block j and send of block j would race, and the verifier says so."""
+    path = REFERENCE / "rccl-alltoall-8n-0-9kb.xml"
+    text = path.read_text()
+    assert 'inplace="0"' in text
+    algo = model.parse(text.replace('inplace="0"', 'inplace="1"', 1), "a.xml")
+    with pytest.raises(VerificationError, match="in place, output"):
+        verify_imported(interpret.read_program(algo, compiler.load_topology("amd8"), path="a.xml"))
+
+
+@pytest.mark.parametrize("target", ["msccl", "rccl"])
+def test_the_amd8_direct_alltoall_exports_for_both_and_runs_in_place_on_gloo(tmp_path, target):
+    """The issue's case end to end: synthesize, export (each target), verify in both modes; and
+    the msccl file's in-place Program run by torch with one buffer for input and output."""
+    result = compiler.synthesize(compiler.problem_from_options("amd8", "alltoall", solver="direct"))
+    text, summary = export_xml(result, target=target)
+    algo = model.parse(text)
+    assert (algo.inplace, algo.outofplace) == (1, 1) and summary["in_place"]["lowered_in_place"]
+    imported = interpret.read_program(algo, compiler.load_topology("amd8"), path="x.xml")
+    assert verify_imported(imported) == {"out_of_place": True, "in_place": True}
+    if target == "msccl":
+        pytest.importorskip("torch")
+        path = tmp_path / "a.xml"
+        path.write_text(text)
+        report = compiler.run_local(str(path), size=8 * 1024, repeat=0, in_place=True, topology="amd8")
+        assert report.correct is True
+
+
+def test_auto_falls_back_to_out_of_place_when_the_in_place_program_does_not_fit(monkeypatch):
+    """The Program lowered for in-place calls has more ops than the out-of-place one; where
+    only it overflows the target, auto writes the file for out-of-place calls and says why
+    (both and inplace refuse)."""
+    from ccl.compiler import msccl as driver
+
+    real = driver.export.export
+
+    def tight(program, tgt, **kw):
+        if kw["in_place"]:
+            raise BackendError(f"the schedule does not fit {tgt.name}'s limits (as if)")
+        return real(program, tgt, **kw)
+
+    monkeypatch.setattr(driver.export, "export", tight)
+    result = compiler.synthesize(compiler.problem_from_options("ring:4", "alltoall", solver="direct"))
+    text, summary = export_xml(result, target="rccl")
+    assert 'inplace="0" outofplace="1"' in text
+    assert summary["in_place"]["claimed"] is False and summary["in_place"]["lowered_in_place"] is True
+    assert "lowered for in-place calls does not fit rccl" in summary["in_place"]["reason"]
+    with pytest.raises(BackendError, match="as if"):
+        export_xml(result, target="rccl", mode="both")

@@ -59,10 +59,15 @@ def template_jobs(n: int, chunk_factors=(3,), extra: bool = False, modes=None) -
                     except (InputError, InfeasibleError):
                         continue  # hierarchical on one node
                     spec = to_plain(compiler.program(result))
+                    # in place: the Program lowered for in-place calls (what `ccl run --in-place`
+                    # runs), correct in place with the runtimes' aliasing, so run without a copy
+                    spec_ip = to_plain(compiler.program(result, in_place=True))
+                    assert spec_ip["in_place_safe"], f"{name} {kind} k={k} on {topo.name}"
                     for unit, in_place in modes:
                         labels.append(f"{name} {kind} k={k} on {topo.name}, {unit} elements"
                                       f"{' in place' if in_place else ''}")
-                        jobs.append(Job(spec, unit, in_place=in_place, seed=len(jobs), label=labels[-1]))
+                        jobs.append(Job(spec_ip if in_place else spec, unit, in_place=in_place, seed=len(jobs),
+                                        label=labels[-1]))
                     if extra and kind in ("allreduce", "reducescatter", "reduce"):
                         for dtype, op in EXTRA:
                             labels.append(f"{name} {kind} k={k} on {topo.name}, {dtype} {op}")
