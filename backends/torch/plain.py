@@ -13,15 +13,26 @@ from ccl.core.errors import InputError, VerificationError
 from ccl.core.program import Program
 from ccl.core.verify_program import verify_program
 
+from .emulate import emulate_switches
+
 FORMAT = "ccl-torch-program"  # the runtime checks it (runtime.FORMAT)
+EMULATION = ("in-switch reductions and multicasts emulated with point-to-point messages (a hub rank per switch "
+             "slot sums the pushes and sends the result to the other pullers): the values are the switch's, the "
+             "timing is not")
 
 
 def to_plain(program: Program, *, checked: bool = False) -> dict[str, Any]:
     """The plain-data form the runtime reads. Verifies the Program (unless ``checked``) and
-    records whether it is also correct in place."""
+    records whether it is also correct in place. A Program with switch ops (pushes and pulls:
+    in-network reduction) runs as its point-to-point emulation (``emulate.emulate_switches``,
+    verified too); ``emulated`` then says how many switch ops were emulated."""
     if not isinstance(program, Program):
         raise InputError(f"the torch backend runs a Program (see ccl.compiler.program), got {type(program).__name__}")
     if not checked:
+        verify_program(program)
+    switch_ops = program.n_switch_ops
+    if switch_ops:
+        program = emulate_switches(program)
         verify_program(program)
     try:
         verify_program(program, in_place=True)
@@ -49,6 +60,8 @@ def to_plain(program: Program, *, checked: bool = False) -> dict[str, Any]:
         "in_place_safe": in_place_safe,
         "ops": [[[*op[:10], list(op.deps)] for op in ops] for ops in program.ranks],
     }
+    if switch_ops:
+        spec["emulated"] = {"switch_ops": switch_ops, "how": EMULATION}
     if coll.n_chunks <= 1 << 16:  # what a check computes outputs from where torch has no collective
         spec["chunks"] = {"inputs": [list(x) for x in coll.inputs],
                           "outputs": [[sorted(need) for need in slots] for slots in coll.outputs]}
