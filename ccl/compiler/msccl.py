@@ -69,6 +69,7 @@ def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple"
     if isinstance(schedule, Algorithm):
         verify(schedule)
     program = program_stage(schedule, channels=channels, fuse=fuse, check=True)
+    export.check_exportable(program, tgt)
     if instances * program.channels > tgt.max_channels:  # each instance has its own channels
         raise InputError(f"--instances {instances} with {program.channels} channel(s) each needs "
                          f"{instances * program.channels} channels; {tgt.name} allows at most {tgt.max_channels}")
