@@ -60,8 +60,8 @@ class RuntimeCharges:
     runtime: str
     protocol: str
     launch_us: float  # once per call: launch, per-call cost, before the fill
-    hop_us: dict  # link class (``LINK_CLASSES``) -> latency a message pays at least
-    efficiency: dict  # link class -> share of a link's nominal rate a message reaches
+    hop_us: dict  # link class (``LINK_CLASSES``) -> latency a message pays at least (none listed: 0)
+    efficiency: dict  # link class -> share of a link's nominal rate a message reaches (none listed: 1)
     per_step_us: float  # the torch executor's per-step call (0 for the GPU runtimes)
     cal: Calibration
 
@@ -90,9 +90,8 @@ def charges(runtime: str, protocol: str, topology: Topology, cal: Calibration | 
     if protocol not in offered:
         raise InputError(f"runtime {runtime!r} runs protocols {', '.join(offered)}, not {protocol!r}")
     cal = cal or calibration()
-    if runtime == "physics":
-        return RuntimeCharges(runtime, protocol, 0.0, dict.fromkeys(LINK_CLASSES, 0.0), dict.fromkeys(LINK_CLASSES, 1.0),
-                              0.0, cal)
+    if runtime == "physics":  # charges nothing (a class it does not list: latency 0, efficiency 1)
+        return RuntimeCharges(runtime, protocol, 0.0, {"nvlink": 0.0, "net": 0.0}, {"nvlink": 1.0, "net": 1.0}, 0.0, cal)
     gen = generation(topology.accelerator)
     scale = cal.latency(gen.name)
     hop = {c: cal.hop_us[c][protocol] * scale for c in ("nvlink", "net")}

@@ -225,7 +225,9 @@ class Simulator:
                 return "sharp" if sw.node is None and topo.n_nodes > 1 else "switch"
             return "net" if node_of[a] != node_of[b] else "nvlink"
 
-        efficiency = runtime.efficiency if runtime is not None else dict.fromkeys(LINK_CLASSES, 1.0)
+        # a class the runtime's charges do not list is charged nothing (``RuntimeCharges``)
+        efficiency = dict.fromkeys(LINK_CLASSES, 1.0) | (runtime.efficiency if runtime is not None else {})
+        hop_us = dict.fromkeys(LINK_CLASSES, 0.0) | (runtime.hop_us if runtime is not None else {})
         shared = _switch_hops(topo, pairs)  # hops a push or pull shares with other messages: limits of their own
         for limit, total in zip(flat.limits, flat.limit_capacities):
             if limit.name in shared.names:
@@ -249,7 +251,7 @@ class Simulator:
             cls = link_class(*p)
             latency = link.latency  # type: ignore[union-attr]
             if runtime is not None:
-                latency = max(latency, runtime.hop_us[cls]) + runtime.per_step_us
+                latency = max(latency, hop_us[cls]) + runtime.per_step_us
             resources.append(Resource(link.lanes, link.bandwidth * 1e3 * efficiency[cls], latency,  # type: ignore[union-attr]
                                       tuple(limit_of.get(p, ())), cut_through=cls in ("switch", "sharp")))
         msg_bytes = g.msg_count.astype(float) * per_slot

@@ -278,7 +278,12 @@ class _Switches:
             sw, idx = (t.dst, t.dst_index) if t.dst >= self.n else (t.src, t.src_index)
             self.size[sw] = max(self.size.get(sw, 0), idx + t.count)
         self.written: dict[int, tuple[int, list]] = {}  # switch -> (step pushed, values)
-        self.last: dict[tuple[int, int], int] = {}  # (switch, slot) -> the last step that pushed into it
+        self.pushed_in: dict[tuple[int, int], set[int]] = {}  # (switch, slot) -> the steps that push into it
+        for k in algorithm.switch_transfers:
+            t = algorithm.transfers[k]
+            if t.dst >= self.n:
+                for j in range(t.count):
+                    self.pushed_in.setdefault((t.dst, t.dst_index + j), set()).add(t.step)
 
     def name(self, sw: int) -> str:
         return self.topology.vertex_name(sw)
@@ -319,14 +324,17 @@ class _Switches:
     def _pull_error(self, step: int, k: int, slot: int) -> VerificationError:
         t = self.algorithm.transfers[k]
         name = self.name(t.src)
-        before = self.last.get((t.src, slot))
-        if before is None:
-            why = "nothing was ever pushed into it"
-        elif before < step - 1:
+        steps = self.pushed_in.get((t.src, slot), set())
+        before = max((s for s in steps if s < step), default=None)
+        if step in steps:
+            why = f"it is pushed in step {step}, readable in step {step + 1}"
+        elif before is not None:
             why = (f"it was last pushed in step {before}, and a switch keeps a value for the next step only "
                    "(it stores nothing)")
+        elif steps:
+            why = f"it is pushed only later, in step {min(steps)}"
         else:
-            why = f"it is pushed in step {before}, after this read"
+            why = "nothing is ever pushed into it"
         return VerificationError(
             f"step {step}: rank {t.dst} reads switch {name!r} slot {slot}, which holds no value in step {step}: "
             f"{why} (transfer {k}: {t.describe(self.topology)})",
@@ -359,7 +367,6 @@ class _Switches:
             for _, other, _ in ws[1:]:
                 value = add(value, other)
             fresh.setdefault(sw, [None] * self.size[sw])[slot] = value
-            self.last[(sw, slot)] = step
         for sw, values in fresh.items():
             self.written[sw] = (step, values)
 

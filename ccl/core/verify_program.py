@@ -184,13 +184,13 @@ def _switch_instances(program: Program) -> dict[Instance, list[tuple[int, int, i
     its instance; pushes and pulls of an instance move pieces of one size class."""
     topo = program.topology
     pushes: dict[Instance, list[tuple[int, int, int]]] = {}
-    last: dict[tuple[int, int], int] = {}
+    pushed_in: dict[tuple[int, int], set[int]] = {}
     for r, ops in enumerate(program.ranks):
         for i, op in enumerate(ops):
             if op.kind == PUSH or op.kind == PUSH_REDUCE:
                 for j in range(op.count):
                     pushes.setdefault((op.peer, op.slot + j, op.step), []).append((r, i, j))
-                    last[(op.peer, op.slot + j)] = max(last.get((op.peer, op.slot + j), -2), op.step)
+                    pushed_in.setdefault((op.peer, op.slot + j), set()).add(op.step)
     classes: dict[Instance, tuple[int, int, int, int]] = {}  # instance -> (class, rank, op, slot)
     for key, found in pushes.items():
         sw, slot, step = key
@@ -222,10 +222,15 @@ def _switch_instances(program: Program) -> dict[Instance, list[tuple[int, int, i
                 key = (op.peer, op.slot + j, op.step - 1)
                 name = topo.vertex_name(op.peer)
                 if key not in pushes:
-                    before = last.get(key[:2])
-                    why = ("nothing is pushed into it" if before is None else
-                           f"its last push before is in step {before}, and a switch keeps a value for the next step "
-                           "only" if before < op.step - 1 else f"it is pushed in step {before}, after this pull")
+                    steps = pushed_in.get(key[:2], set())
+                    before = max((s for s in steps if s < op.step), default=None)
+                    if op.step in steps:
+                        why = f"it is pushed in step {op.step}, readable in step {op.step + 1}"
+                    elif before is not None:
+                        why = f"its last push before is in step {before}, and a switch keeps a value for the next " \
+                              "step only"
+                    else:
+                        why = f"it is pushed only later, in step {min(steps)}" if steps else "nothing is pushed into it"
                     raise _fail(f"rank {r} op {i} ({op.describe()}) pulls switch {name!r} slot {op.slot + j}, which "
                                 f"holds nothing in step {op.step}: {why}", r, op, buffer="scratch",
                                 index=op.slot + j, expected=f"a push in step {op.step - 1}", found="nothing",

@@ -46,6 +46,8 @@ SCHEDULES = [
     ("ndv2:2", "allgather", "hierarchical", 1, None),
     ("switch:4", "allgather", "packing", 2, None),
     ("ring:5", "broadcast", "packing", 1, 2),
+    ("dgx-h100", "allreduce", "nvls", 2, None),  # switch reductions: pushes, pulls, multicasts
+    ("dgx-h100:2,sharp=on", "allreduce", "nvls-sharp", 1, None),
 ]
 XML_FROM = [0, 1, 3, 6]  # exported from these schedules' Programs (target msccl, fused receives)
 XML_REFERENCE = ["rccl-alltoall-8n-0-9kb.xml"]

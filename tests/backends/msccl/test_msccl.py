@@ -422,3 +422,18 @@ def test_exported_files_run_on_gloo_like_torch(tmp_path, topo, coll, solver, chu
     path.write_text(export_xml(program, target="msccl", forward="on")[0])
     report = compiler.run_local(str(path), size=4096, repeat=0, in_place=in_place, topology=topo)
     assert report.correct is True
+
+
+def test_a_schedule_that_reduces_in_a_switch_is_refused_with_one_line(tmp_path, capsys):
+    """The XML runtimes (MSCCL, RCCL, MSCCL++) have no in-switch reduction step: exporting an
+    NVLS schedule exits 2 with one line saying so, and writes nothing."""
+    sched = tmp_path / "nvls.json"
+    assert _cli(capsys, "synthesize", "-t", "dgx-h100", "-c", "allreduce", "-s", "nvls", "-k", "2", "-o", sched)[0] == 0
+    out_file = tmp_path / "nvls.xml"
+    for target in limits.TARGETS:
+        code, out, err = _cli(capsys, "emit", "msccl", sched, "--target", target, "-o", out_file)
+        assert code == 2 and not out and not out_file.exists()
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and "reduces in a switch" in lines[0] and "Traceback" not in err, err
+    with pytest.raises(InputError, match="has no in-switch reduction step"):
+        export_xml(str(sched), target="msccl")
