@@ -212,3 +212,34 @@ def test_a_push_or_pull_must_name_a_reducing_switch_and_a_slot():
     ops = [[Op("push-reduce", 0, "input", 0, 1, 34, "", -1, 0, 0, (), 0)] if r == 9 else [] for r in range(16)]
     with pytest.raises(VerificationError, match="no link from rank 9 to switch 'rail0'"):
         verify_program(Program("x", builtin("allreduce", 16), topo, ops, ((),) * 16))
+
+
+# ---------------------------------------------------------------------- the DSL
+def test_hand_written_switch_transfers_name_the_switch_and_print_back():
+    import dsl
+    from ccl import DslError
+    from dsl.printer import format_algorithm
+
+    text = """
+from machines import dgx_h100
+algorithm nv implements allreduce(chunks = 8) on dgx_h100 {
+  for r in 0..8 { reduce input[0..8] of r to scratch[0..8] of "nvswitch" at step 0 }
+  for j in 0..8 { copy scratch[j] of "nvswitch" to output[j] of j at step 1 }
+  for j in 0..8 { copy output[j] of j to scratch[8 + j] of "nvswitch" at step 2 }
+  for r in 0..8, j in 0..8 { if j != r { copy scratch[8 + j] of "nvswitch" to output[j] of r at step STEP } }
+}
+"""
+    (hand,) = dsl.load_string(text.replace("STEP", "3"), "nv.ccl").algorithms()
+    assert hand.algorithm.transfers == nvls().transfers
+    (back,) = dsl.load_string(format_algorithm(hand.algorithm), "again.ccl").algorithms()
+    assert back.algorithm.transfers == hand.algorithm.transfers
+    (late,) = dsl.load_string(text.replace("STEP", "4"), "nv.ccl").algorithms()
+    with pytest.raises(VerificationError, match=r"rank 0 reads switch 'nvswitch' slot 9") as err:
+        dsl.verify_algorithm(late)
+    assert str(err.value).startswith("nv.ccl:7:")  # the line of the late pull
+    with pytest.raises(DslError, match="no switch nvswitch2"):
+        dsl.load_string(text.replace('of r to scratch[0..8] of "nvswitch"', 'of r to scratch[0..8] of "nvswitch2"'),
+                        "nv.ccl").algorithms()
+    with pytest.raises(DslError, match="a switch has scratch slots only, not output"):
+        dsl.load_string(text.replace('to scratch[0..8] of "nvswitch"', 'to output[0..8] of "nvswitch"'),
+                        "nv.ccl").algorithms()
