@@ -228,7 +228,8 @@ class Simulator:
         # a class the runtime's charges do not list is charged nothing (``RuntimeCharges``)
         efficiency = dict.fromkeys(LINK_CLASSES, 1.0) | (runtime.efficiency if runtime is not None else {})
         hop_us = dict.fromkeys(LINK_CLASSES, 0.0) | (runtime.hop_us if runtime is not None else {})
-        shared = _switch_hops(topo, pairs)  # hops a push or pull shares with other messages: limits of their own
+        # hops a push or pull shares with other messages: limits of their own
+        shared = _switch_hops(topo, pairs) if np.any(g.msg_one_sided) else _SharedHops()
         for limit, total in zip(flat.limits, flat.limit_capacities):
             if limit.name in shared.names:
                 continue  # the hop's limit, with the switch traffic too, is below
@@ -344,8 +345,6 @@ def _switch_hops(topo: Topology, pairs: list[tuple[int, int]]) -> _SharedHops:
     switch path crosses takes those paths too."""
     out = _SharedHops()
     n = topo.n_ranks
-    if all(a < n and b < n for a, b in pairs):
-        return out
     hops_of: dict[tuple[int, int], set[tuple[int, int]]] = {}
     for p in pairs:
         path = topo.routes_from(p[0])[p[1]] if p[0] < n and p[1] < n else topo.switch_path(*p)
