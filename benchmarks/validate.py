@@ -41,8 +41,8 @@ from backends.cost import nccl  # noqa: E402
 from backends.cost.calibration import CALIBRATION_FILE, Calibration, calibration  # noqa: E402
 from backends.cost.machine import Machine  # noqa: E402
 from ccl.core.collective import builtin  # noqa: E402
-from solvers.bounds import lower_bound  # noqa: E402
 from ccl.core.report import bus_factor  # noqa: E402
+from solvers.bounds import lower_bound  # noqa: E402
 
 DATA = os.path.join(HERE, "data", "measurements.json")
 RESULTS = os.path.join(HERE, "results")

@@ -10,8 +10,11 @@
 the same slot on rank Q; ``copy BUF[i] of R to BUF2[j] of Q`` names both slots; ``reduce`` adds
 instead of overwriting. ``BUF[i..j]`` moves the j - i consecutive slots i, ..., j-1 as one
 transfer. Every transfer has a step, given by ``at step S`` or by an enclosing ``step S { }``.
-``rounds [r0, r1, ...]`` gives SCCL's per-step rounds. The schedule is checked by ``ccl.verify``
-like any solver's; ``verify_algorithm`` reports a failure at the transfer that caused it.
+``rounds [r0, r1, ...]`` gives SCCL's per-step rounds. A switch that reduces is named by a
+string where a rank goes (``reduce input[0..8] of r to scratch[0..8] of "nvswitch"`` pushes
+into it, ``copy scratch[j] of "nvswitch" to output[j] of r`` pulls from it; see
+``ccl.core.algorithm``). The schedule is checked by ``ccl.verify`` like any solver's;
+``verify_algorithm`` reports a failure at the transfer that caused it.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ class AlgorithmBuilder:
     def __init__(self, ev: Evaluator, algorithm_name: str, topology: Topology, sizes: dict[str, tuple[int, ...]]) -> None:
         self.ev = ev
         self.name = algorithm_name
+        self.topology = topology
         self.n_ranks = topology.n_ranks
         self.sizes = sizes
         self.step: int | None = None
@@ -75,7 +79,15 @@ class AlgorithmBuilder:
         self.handlers = {ast.TransferStmt: self.transfer, ast.StepBlock: self.step_block, ast.Rounds: self.rounds_stmt}
 
     def _rank(self, expr: ast.Expr, scope: Scope) -> int:
-        rank = require_int(self.ev.eval(expr, scope), "a rank", expr.span)
+        """A rank, or a switch named by a string (a push into it or a pull from it)."""
+        value = self.ev.eval(expr, scope)
+        if isinstance(value, str):
+            for i, sw in enumerate(self.topology.switches):
+                if sw.name == value:
+                    return self.n_ranks + i
+            names = ", ".join(repr(s.name) for s in self.topology.switches if s.reduce) or "none"
+            raise DslError(f"the topology has no switch {show(value)} (switches that reduce: {names})", expr.span)
+        rank = require_int(value, "a rank or a switch's name", expr.span)
         if not 0 <= rank < self.n_ranks:
             raise DslError(f"rank {rank} is out of range: the topology has ranks 0..{self.n_ranks - 1}", expr.span)
         return rank
@@ -92,6 +104,8 @@ class AlgorithmBuilder:
             index, count = require_int(value, "a slot index", slot.index.span), 1
         if index < 0:
             raise DslError(f"slot index {index} is negative", slot.index.span)
+        if rank >= self.n_ranks and slot.buffer != "scratch":
+            raise DslError(f"a switch has scratch slots only, not {slot.buffer}", slot.span)
         if slot.buffer != "scratch":
             size = self.sizes[slot.buffer][rank]
             if index + count > size:

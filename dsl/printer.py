@@ -252,11 +252,13 @@ def _slot(buf: str, index: int, count: int) -> str:
     return f"{buf}[{index}]" if count == 1 else f"{buf}[{index}..{index + count}]"
 
 
-def format_transfer(t: Transfer) -> str:
+def format_transfer(t: Transfer, topo: Topology | None = None) -> str:
+    """A transfer statement; a switch end (a push or a pull) is the switch's quoted name."""
+    src, dst = (str(t.src), str(t.dst)) if topo is None else (_vertex(topo, t.src), _vertex(topo, t.dst))
     if t.src_buf == t.dst_buf and t.src_index == t.dst_index:
-        return f"{t.op} {_slot(t.src_buf, t.src_index, t.count)} from {t.src} to {t.dst}"
-    return (f"{t.op} {_slot(t.src_buf, t.src_index, t.count)} of {t.src} to "
-            f"{_slot(t.dst_buf, t.dst_index, t.count)} of {t.dst}")
+        return f"{t.op} {_slot(t.src_buf, t.src_index, t.count)} from {src} to {dst}"
+    return (f"{t.op} {_slot(t.src_buf, t.src_index, t.count)} of {src} to "
+            f"{_slot(t.dst_buf, t.dst_index, t.count)} of {dst}")
 
 
 def format_algorithm(alg: Algorithm) -> str:
@@ -278,7 +280,7 @@ def format_algorithm(alg: Algorithm) -> str:
         lines.append(f"{INDENT}rounds [{', '.join(map(str, alg.rounds))}]")
     for step, indices in alg.used_steps:
         lines.append(f"{INDENT}step {step} {{")
-        lines.extend(f"{INDENT * 2}{format_transfer(alg.transfers[k])}" for k in indices)
+        lines.extend(f"{INDENT * 2}{format_transfer(alg.transfers[k], alg.topology)}" for k in indices)
         lines.append(f"{INDENT}}}")
     lines.append("}")
     parts.append("\n".join(lines) + "\n")

@@ -74,6 +74,16 @@ SOLVERS: dict[str, SolverInfo] = {
                    "BlueConnect: ring reducescatters level by level over every level of the finest grid, allgathers "
                    "back; level order rotated over data parts where the levels' links are disjoint",
                    "solvers.templates.cascade"),
+        SolverInfo("nvls", ("allreduce",),
+                   "in-switch reduction (NVLink SHARP): shards reduced in each node's NVSwitch and multicast back, "
+                   "pipelined in chunks; on several nodes nvls-sharp where the network reduces, else nvls-rails",
+                   "solvers.templates.nvls"),
+        SolverInfo("nvls-rails", ("allreduce",),
+                   "NVLS in every node, ring reducescatter + allgather of the node sums along the rails, NVLS "
+                   "multicast back", "solvers.templates.nvls"),
+        SolverInfo("nvls-sharp", ("allreduce",),
+                   "NVLS in every node, the node sums reduced and multicast by the network switches (InfiniBand "
+                   "SHARP, sharp=on), NVLS multicast back", "solvers.templates.nvls"),
         SolverInfo("packing", ("allgather", "reducescatter", "allreduce", "broadcast", "reduce", "gather", "scatter"),
                    "throughput-optimal spanning-tree packing (ForestColl class), pipelined; allreduce as "
                    "reducescatter + allgather over the trees; gather and scatter over max-flow paths",

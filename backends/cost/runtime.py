@@ -15,6 +15,15 @@ latency is the larger of the link's and the protocol's per-hop latency (the runt
 fence round trip, which includes the wire's), and it moves its bytes at the link's nominal rate
 times the calibrated efficiency of c and the protocol's share; a call pays the launch, the
 runtime's own per-call cost and its pipeline fill once.
+
+Switch traffic (pushes and pulls, ``ccl.core.program``) has classes of its own: ``switch``, a
+node's reducing NVSwitch (NVLink SHARP), moves at the nominal rate times the calibrated NVLS
+efficiency (``Calibration.nvls_efficiency``, not the unicast one) and the protocol's share, and
+each push and each pull pays a quarter of the calibrated NVLS latency: a push and its pull are
+one pass through the switch, and an NVLS allreduce (a reducing pass, then a multicast pass)
+pays the whole, as NCCL's own NVLS is priced (``nccl.price``). ``sharp``, a network switch that
+reduces (InfiniBand SHARP), has no calibration of its own: it moves at the network's efficiency
+and each push or pull pays the network's per-hop latency.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from ccl.core.topology import Topology
 
 from .calibration import PROTOCOLS, Calibration, calibration, nccl_constants
 
+LINK_CLASSES = ("nvlink", "net", "switch", "sharp")  # the classes a message's link falls in (``RuntimeCharges``)
 RUNTIMES: dict[str, tuple[str, ...]] = {
     "msccl": PROTOCOLS,
     "rccl": PROTOCOLS,
@@ -50,8 +60,8 @@ class RuntimeCharges:
     runtime: str
     protocol: str
     launch_us: float  # once per call: launch, per-call cost, before the fill
-    hop_us: dict  # link class -> latency a message pays at least
-    efficiency: dict  # link class -> share of a link's nominal rate a message reaches
+    hop_us: dict  # link class (``LINK_CLASSES``) -> latency a message pays at least (none listed: 0)
+    efficiency: dict  # link class -> share of a link's nominal rate a message reaches (none listed: 1)
     per_step_us: float  # the torch executor's per-step call (0 for the GPU runtimes)
     cal: Calibration
 
@@ -80,12 +90,17 @@ def charges(runtime: str, protocol: str, topology: Topology, cal: Calibration | 
     if protocol not in offered:
         raise InputError(f"runtime {runtime!r} runs protocols {', '.join(offered)}, not {protocol!r}")
     cal = cal or calibration()
-    if runtime == "physics":
+    if runtime == "physics":  # charges nothing (a class it does not list: latency 0, efficiency 1)
         return RuntimeCharges(runtime, protocol, 0.0, {"nvlink": 0.0, "net": 0.0}, {"nvlink": 1.0, "net": 1.0}, 0.0, cal)
     gen = generation(topology.accelerator)
     scale = cal.latency(gen.name)
     hop = {c: cal.hop_us[c][protocol] * scale for c in ("nvlink", "net")}
+    hop["switch"] = cal.nvls_latency_us * scale / 4  # a push and a pull: one pass; an allreduce: two passes
+    hop["sharp"] = hop["net"]
     efficiency = {c: cal.efficiency(c, gen.name, protocol) for c in ("nvlink", "net")}
+    nvls = cal.nvls_efficiency.get(gen.name, min(cal.nvls_efficiency.values()))
+    efficiency["switch"] = nvls * cal.protocol_efficiency[protocol]
+    efficiency["sharp"] = efficiency["net"]
     if protocol == "LL":  # LL's per-GPU bandwidth cap (NCCL's llMaxBw), as a share of a rank's links
         cap = cal.ll_cap_scale * nccl_constants()["ll_max_GBps"][str(gen.compcap)][0]
         widest = max((sum(x.capacity for x in topology.out_links[r]) for r in range(topology.n_ranks)), default=0.0)

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
-from ccl.core.errors import BackendError
+from ccl.core.errors import BackendError, InputError
 from ccl.core.program import COPY, RECV, REDUCE, SEND, Program
 
 from .limits import Target, check
@@ -345,11 +345,23 @@ def _steps(rank: int, ops: list[_XOp], tb_of: list[int], n_tbs: int, partner) ->
     return steps
 
 
+def check_exportable(program: Program, tgt: Target) -> None:
+    """InputError when the Program reduces in a switch: an XML file's steps are sends,
+    receives, copies and reductions between GPUs, and the runtimes that run them (MSCCL,
+    RCCL, MSCCL++) have no step that pushes into or pulls from a reducing switch."""
+    if program.n_switch_ops:
+        raise InputError(f"{tgt.name} cannot run schedule {program.name!r}: it reduces in a switch "
+                         f"({program.n_switch_ops} push and pull ops: NVLink SHARP or InfiniBand SHARP), and {tgt.name} "
+                         "XML has no in-switch reduction step; simulate it, or run it with `ccl run` (switch ops "
+                         "emulated)")
+
+
 def export(program: Program, tgt: Target, *, name: str | None = None, proto: str = "Simple",
            in_place: bool, out_of_place: bool, min_bytes: int = 0, max_bytes: int = 0, forward: bool = True) -> Algo:
     """The Algo of a verified Program for ``tgt``; BackendError when it cannot fit the target.
     ``forward``: fuse receives with the sends forwarding them (rcs, rrcs) where the target runs
     fused steps."""
+    check_exportable(program, tgt)
     coll = program.collective
     kind = coll.kind
     if kind not in tgt.coll:

@@ -3,14 +3,17 @@
 Every op is issued as soon as every op it depends on has completed (``ccl.core.program``: a runtime
 may run each op when it is ready; ranks start when their out-of-place alias copies are done).
 Issuing a send or a receive posts it; a message is *ready* when both its send and its receive
-are posted (rendezvous) and the message before it of the same pair and channel is ready (rule 3
+are posted (rendezvous; a push or pull, one-sided, when it is issued, a pull's issue waiting
+for the pushes it reads to land: ``graph``) and the message before it of the same pair and channel is ready (rule 3
 of the model: a runtime posts a pair's messages on a channel in list order), then it queues
 first come first served on its link, takes the lane that frees first, and:
 
 * ``overlap_latency=False`` (the alpha-beta model): holds the lane for latency + bytes /
   bandwidth; its send and its receive complete at the end of that time;
 * ``overlap_latency=True`` (cut-through): holds the lane for bytes / bandwidth; the send
-  completes then, the receive a latency later.
+  completes then, the receive a latency later. Pushes and pulls always move so
+  (``Resource.cut_through``): a switch's latency is the delay of a pass through it, which
+  overlaps the requests in flight, not a round trip a connection waits out per message.
 
 Links under a shared limit are *fluid*: while several of their messages are active, rates are
 max-min fair subject to every lane's rate and every limit's bandwidth (progressive filling),
@@ -84,7 +87,10 @@ class Engine:
         rate = np.array([r.rate for r in resources] + [1.0])[res]
         self.latency = np.array([r.latency for r in resources] + [0.0])[res]  # per message
         data = np.asarray(msg_bytes, dtype=float) / m / rate
-        self.svc_array = data if overlap_latency else data + self.latency  # lane time per message
+        cut = np.array([r.cut_through for r in resources] + [False])[res] | overlap_latency
+        self.lands_after = np.where(cut, self.latency, 0.0)  # per message: its landing after its lane frees
+        self.cut = cut.tolist()
+        self.svc_array = np.where(cut, data, data + self.latency)  # lane time per message
         self.lane_free = [[0.0] * res.lanes for res in resources]
         self.op_times_known = False
         self.rate_updates = 0  # fair rates computed (flows per recomputation, summed): the fluid loops' work
@@ -137,7 +143,8 @@ class Engine:
         step = as_array("q", np.repeat(g.msg_step, m))
         res_of = as_array("q", np.repeat(self.msg_resource, m))
         svc = as_array("d", np.repeat(self.svc_array, m))
-        post = as_array("d", np.repeat(self.latency, m)) if self.overlap else None  # receive lands this after send
+        # a receive lands this after its send leaves
+        post = as_array("d", np.repeat(self.lands_after, m)) if np.any(self.lands_after) else None
         lane_free = self.lane_free
         n_q = g.n_messages * m
         start = self.start = as_array("d", np.full(n_q, INF))
@@ -259,8 +266,8 @@ class Engine:
             if one:
                 lane_free[r][0] = free1[r]
         self.landed = np.asarray(sent, dtype=float)
-        if self.overlap:
-            self.landed = self.landed + np.repeat(self.latency, m)
+        if np.any(self.lands_after):
+            self.landed = self.landed + np.repeat(self.lands_after, m)
         self._phases = (np.array(phases, dtype=np.int64), np.array(begins), barrier) if stepped else None
         self.op_times_known = False
 
@@ -316,7 +323,8 @@ class Engine:
         remaining, _, _ = g.op_lists()
         self.remaining = list(remaining) if m == 1 else [x for x in remaining for _ in range(m)]
         self.dep_ready = [0.0] * (g.n_ops * m)
-        self.posted = bytearray(g.n_messages * m)
+        # one-sided messages (pushes and pulls) have their one op only: as if the other side were posted
+        self.posted = bytearray(np.repeat(g.msg_one_sided.astype(np.uint8), m).tobytes())
         first = np.ones(g.n_messages, dtype=np.uint8)
         first[g.msg_next[g.msg_next >= 0]] = 0
         self.prev_posted = bytearray(np.repeat(first, m).tobytes())  # its predecessor is ready (or none)
@@ -472,9 +480,10 @@ class Engine:
                     self.lane_free[r][lane[q]] = INF
                     take_lane(waiting.popleft(), t, lane[q])
             j = q - msg * m
-            a = t + (resources[r].latency if self.overlap else 0.0)
+            a = t + (resources[r].latency if self.cut[msg] else 0.0)
             landed[q] = a
-            complete(msg_send[msg] * m + j, t)
+            if msg_send[msg] != msg_recv[msg]:  # a push or pull completes once, when it lands
+                complete(msg_send[msg] * m + j, t)
             if a > t:
                 push(heap, (a, COMPLETE, msg_recv[msg] * m + j))
             else:
@@ -527,7 +536,7 @@ class Engine:
                 for q in finished:
                     del active[q]
                     dirty[0] = True
-                    if self.overlap:
+                    if self.cut[q // m]:
                         released(q, t)
                     else:
                         push(heap, (t + resources[res_of[q // m]].latency, RELEASE, q))

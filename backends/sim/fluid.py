@@ -8,7 +8,8 @@ contract cheaply, the run follows messages instead (each waits for the sends and
 reaches through local ops, as in the fast loop), and the ops' times are derived after. Messages on links
 without limits take their lane first come first served and their completions are known at
 once, as in the fast loop. Messages on limited links are *flows*: they share the limits max-min fairly while
-their data moves, then hold their lane for the latency (or, with ``overlap_latency``, land a
+their data moves, then hold their lane for the latency (or, with ``overlap_latency`` and for
+pushes and pulls, land a
 latency after their data has left).
 
 Two things keep a run of many concurrent flows fast:
@@ -134,7 +135,7 @@ def run(engine) -> None:
     svc = as_array("d", np.repeat(engine.svc_array, m))  # lane time of an unlimited message
     nbytes = as_array("d", np.repeat(np.asarray(engine.msg_bytes, dtype=float) / m, m))
     lat_q = as_array("d", np.repeat(engine.latency, m))
-    overlap = engine.overlap
+    cut_q = bytearray(np.repeat(np.asarray(engine.cut, dtype=np.uint8), m).tobytes())  # lands a latency after it leaves
     resources = engine.resources
     limited = [bool(r.limits) for r in resources]
     limits_of = [r.limits for r in resources]
@@ -145,7 +146,7 @@ def run(engine) -> None:
     landed = as_array("d", np.full(n_q, INF))
     lane = engine.lane = as_array("q", np.zeros(n_q, dtype=np.int64))
     if not by_message:  # (the message lists count these waits themselves)
-        posted = bytearray(n_q)  # sides posted (0, 1, 2)
+        posted = bytearray(np.repeat(g.msg_one_sided.astype(np.uint8), m).tobytes())  # a side posted (one-sided: its one)
         post_time = array("d", bytes(8 * n_q))
         first = np.ones(g.n_messages, dtype=np.uint8)
         first[g.msg_next[g.msg_next >= 0]] = 0
@@ -244,7 +245,8 @@ def run(engine) -> None:
             landed[q] = a
             msg = q // m
             j = q - msg * m
-            complete(msg_send[msg] * m + j, s)
+            if msg_send[msg] != msg_recv[msg]:  # a push or pull completes once, when it lands
+                complete(msg_send[msg] * m + j, s)
             if a > s:
                 push(heap, (a, DONE, msg_recv[msg] * m + j))
             else:
@@ -384,7 +386,7 @@ def run(engine) -> None:
                 lanes[k] = e
                 start[q] = b
                 lane[q] = k
-                finish(q, e, e + lat_q[q] if overlap else e)
+                finish(q, e, e + lat_q[q] if cut_q[q] else e)
         elif what == FINISH:
             if not active[x] or due[x] != t:
                 continue  # an older rate's finish, or one already taken
@@ -398,7 +400,7 @@ def run(engine) -> None:
                     users[lim].discard(q)
                     touched.add(lim)
                 active[q] = 0
-                push(heap, (t if overlap else t + lat_q[q], RELEASE, q))
+                push(heap, (t if cut_q[q] else t + lat_q[q], RELEASE, q))
         else:  # RELEASE: the lane is free; the next queued message takes it
             q = x
             r = res_of[q]
@@ -414,7 +416,7 @@ def run(engine) -> None:
                     wait_at[r] = at + 1
                 lane_free[r][k] = INF
                 begin_flow(queue[at], t, k)
-            finish(q, t, t + lat_q[q] if overlap else t)
+            finish(q, t, t + lat_q[q] if cut_q[q] else t)
         if touched and (not heap or heap[0][0] > t):
             reschedule(t)
     engine.landed = np.asarray(landed, dtype=float)

@@ -2,7 +2,11 @@
 
 * **Messages.** The k-th send from rank a to rank b on a channel and the k-th receive at b from
   a on that channel are one message (``ccl.core.program``'s matching rule). A message moves
-  ``count`` slots over the flattened link (a, b).
+  ``count`` slots over the flattened link (a, b). A push or a pull is a one-sided message of its
+  own (its op is both its send and its receive; it completes when it lands) over the links
+  between its rank and its switch (``msg_src`` or ``msg_dst`` is then the switch's vertex id);
+  a pull waits for every push of the switch instances it reads (``ccl.core.program``), as an
+  extra dependency edge from each of those pushes, the only edges between ranks.
 * **Dependencies.** An op is issued once every op it depends on has completed (the Program's
   execution model lets a runtime run each op as soon as it is ready). ``op_lists`` gives the
   general loop, per op, how many ops it waits for and which ops wait for it.
@@ -33,7 +37,8 @@ import numpy as np
 from ccl.core.errors import BackendError
 from ccl.core.program import KIND_CODE, Program
 
-SEND, RECV, COPY, REDUCE = (KIND_CODE[k] for k in ("send", "recv", "copy", "reduce"))
+SEND, RECV, COPY, REDUCE, PUSH, PUSH_REDUCE, PULL = (KIND_CODE[k] for k in ("send", "recv", "copy", "reduce", "push",
+                                                                              "push-reduce", "pull"))
 
 
 @dataclass
@@ -48,8 +53,8 @@ class ProgramGraph:
     op_rank: np.ndarray
     op_step: np.ndarray
     count: np.ndarray
-    op_message: np.ndarray  # message of a send or receive, -1 for local ops
-    is_recv: np.ndarray
+    op_message: np.ndarray  # message of a send, receive, push or pull, -1 for local ops
+    is_recv: np.ndarray  # receives, pushes and pulls: complete when their message lands
     dep_src: np.ndarray
     dep_dst: np.ndarray
     n_messages: int
@@ -60,6 +65,10 @@ class ProgramGraph:
     msg_count: np.ndarray
     msg_step: np.ndarray
     msg_next: np.ndarray  # the next message of the same (src, dst, channel) in list order, -1 at the last
+    # (for pushes and pulls: of the same rank, switch and direction)
+    msg_one_sided: np.ndarray  # a push or pull (its send and receive are one op)
+    msg_rank_src: np.ndarray  # the rank at each end (for a push or pull: its rank at both)
+    msg_rank_dst: np.ndarray
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -90,17 +99,28 @@ class ProgramGraph:
         msg_send, msg_recv = sends[s_order], recvs[r_order]
         by_send = np.argsort(msg_send, kind="stable")
         msg_send, msg_recv = msg_send[by_send], msg_recv[by_send]
+        n_pairs = len(msg_send)
+        switched = np.flatnonzero(kind >= PUSH)  # pushes and pulls: one-sided messages, after the pairs
+        msg_send = np.concatenate([msg_send, switched])
+        msg_recv = np.concatenate([msg_recv, switched])
         n_msg = len(msg_send)
         op_message = np.full(n_ops, -1, dtype=np.int64)
         op_message[msg_send] = np.arange(n_msg)
         op_message[msg_recv] = np.arange(n_msg)
         # rule 3 of the execution model: a pair's messages on a channel are posted in list order
-        pair_key = (rank[msg_send].astype(np.int64) * n + peer[msg_send]) * chans + channel[msg_send]
+        # (and a rank's pushes to a switch, its pulls from it: ``ccl.core.program``'s rule 5)
+        V = program.topology.n_vertices
+        is_pull = kind[switched] == PULL
+        msg_src, msg_dst = rank[msg_send].astype(np.int64), rank[msg_recv].astype(np.int64)
+        rank_src, rank_dst = msg_src.copy(), msg_dst.copy()
+        msg_src[n_pairs:] = np.where(is_pull, peer[switched], rank[switched])
+        msg_dst[n_pairs:] = np.where(is_pull, rank[switched], peer[switched])
+        pair_key = (msg_src * V + msg_dst) * chans + channel[msg_send]
         by_pair = np.argsort(pair_key, kind="stable")  # within a key: message (list) order
         msg_next = np.full(n_msg, -1, dtype=np.int64)
         same = pair_key[by_pair][1:] == pair_key[by_pair][:-1]
         msg_next[by_pair[:-1][same]] = by_pair[1:][same]
-        del peer, channel, s_key, r_key, s_order, r_order, sends, recvs, by_send, pair_key, by_pair, same
+        del s_key, r_key, s_order, r_order, sends, recvs, by_send, pair_key, by_pair, same
         owner_row = np.repeat(np.arange(n_ops, dtype=np.int64), np.diff(t.dep_ptr))
         dep_row = t.rank_ptr[rank_row[owner_row]]
         dep_row += t.dep_idx
@@ -109,12 +129,19 @@ class ProgramGraph:
         dep_dst = inv[owner_row].astype(np.int32)
         del owner_row, inv, rank_row
         op_step = step_row[row].astype(np.int32)
+        if len(switched):
+            src_e, dst_e = _pull_edges(kind, peer, t.slot[row], count, op_step, program.topology.n_vertices)
+            dep_src = np.concatenate([dep_src, src_e.astype(np.int32)])
+            dep_dst = np.concatenate([dep_dst, dst_e.astype(np.int32)])
+        one_sided = np.zeros(n_msg, dtype=bool)
+        one_sided[n_pairs:] = True
         return cls(
             program=program, n_ops=n_ops, row=row, op_rank=rank.astype(np.int32), op_step=op_step,
-            count=count.astype(np.int32), op_message=op_message.astype(np.int32), is_recv=kind == RECV,
+            count=count.astype(np.int32), op_message=op_message.astype(np.int32), is_recv=(kind == RECV) | (kind >= PUSH),
             dep_src=dep_src, dep_dst=dep_dst, n_messages=n_msg, msg_send=msg_send, msg_recv=msg_recv,
-            msg_src=rank[msg_send], msg_dst=rank[msg_recv], msg_count=count[msg_send].astype(np.int64),
-            msg_step=op_step[msg_send].astype(np.int64), msg_next=msg_next,
+            msg_src=msg_src, msg_dst=msg_dst, msg_count=count[msg_send].astype(np.int64),
+            msg_step=op_step[msg_send].astype(np.int64), msg_next=msg_next, msg_one_sided=one_sided,
+            msg_rank_src=rank_src, msg_rank_dst=rank_dst,
         )
 
     def op_lists(self) -> tuple[list[int], list[int], list[int]]:
@@ -304,6 +331,40 @@ class ProgramGraph:
             out_idx = target[np.argsort(done, kind="stable")]
             self._cache[key] = (as_array("q", remaining), as_array("q", out_ptr), as_array("q", out_idx))
         return self._cache[key]
+
+
+def _pull_edges(kind: np.ndarray, peer: np.ndarray, slot: np.ndarray, count: np.ndarray, step: np.ndarray,
+                n_vertices: int) -> tuple[np.ndarray, np.ndarray]:
+    """(push, pull) op pairs: every pull after every push of the switch instances it reads
+    ((switch, slot, step): a pull of step s reads what step s - 1 pushed), each pair once."""
+    push = np.flatnonzero((kind == PUSH) | (kind == PUSH_REDUCE))
+    pull = np.flatnonzero(kind == PULL)
+
+    def units(ops: np.ndarray, shift: int) -> tuple[np.ndarray, np.ndarray]:
+        c = count[ops].astype(np.int64)
+        which = np.repeat(np.arange(len(ops), dtype=np.int64), c)
+        off = np.arange(len(which), dtype=np.int64) - np.repeat(np.cumsum(c) - c, c)
+        at = ops[which]
+        return at, slot[at].astype(np.int64) + off, peer[at].astype(np.int64), step[at].astype(np.int64) + shift
+
+    push_op, push_slot, push_sw, push_step = units(push, 0)
+    pull_op, pull_slot, pull_sw, pull_step = units(pull, -1)
+    span = int(max(push_slot.max(initial=0), pull_slot.max(initial=0))) + 1
+
+    def key_of(sw: np.ndarray, sl: np.ndarray, st: np.ndarray) -> np.ndarray:
+        return ((st + 1) * n_vertices + sw) * span + sl
+
+    push_key = key_of(push_sw, push_slot, push_step)
+    order = np.argsort(push_key, kind="stable")
+    push_key, push_op = push_key[order], push_op[order]
+    pull_key = key_of(pull_sw, pull_slot, pull_step)
+    lo = np.searchsorted(push_key, pull_key, side="left")
+    hi = np.searchsorted(push_key, pull_key, side="right")
+    which = np.repeat(np.arange(len(pull_key), dtype=np.int64), hi - lo)
+    off = np.arange(len(which), dtype=np.int64) - np.repeat(np.cumsum(hi - lo) - (hi - lo), hi - lo)
+    src, dst = push_op[lo[which] + off], pull_op[which]
+    pair = np.unique(dst * max(len(kind), 1) + src)
+    return pair % max(len(kind), 1), pair // max(len(kind), 1)
 
 
 def _stable_order(steps: np.ndarray) -> np.ndarray:

@@ -108,13 +108,22 @@ def _merge(starts: np.ndarray, ends: np.ndarray, gap: float) -> list[tuple[float
 
 
 def heatmap(sim: Simulation, ax: Any, fig: Any) -> None:
-    """Link utilization, rank x rank (blank: no link between the two ranks)."""
+    """Link utilization, rank x rank (blank: no link between the two ranks), then the switches
+    pushes and pulls use (a row and a column each, after the ranks)."""
     n = sim.program.n_ranks
-    grid = np.full((n, n), np.nan)
-    for link in sim.program.topology.flat().links:
+    topo = sim.program.topology
+    switches = sorted({v for link in sim.report.links for v in (link.src, link.dst) if v >= n})
+    at = {v: v for v in range(n)} | {v: n + k for k, v in enumerate(switches)}
+    grid = np.full((n + len(switches), n + len(switches)), np.nan)
+    for link in topo.flat().links:
         grid[link.src, link.dst] = 0.0
     for link in sim.report.links:
-        grid[link.src, link.dst] = link.utilization
+        grid[at[link.src], at[link.dst]] = link.utilization
+    if switches:
+        ticks = list(range(n, n + len(switches)))
+        labels = [topo.vertex_name(v) for v in switches]
+        ax.set_xticks(ticks, labels, rotation=90, fontsize=6)
+        ax.set_yticks(ticks, labels, fontsize=6)
     image = ax.imshow(grid, cmap="magma", vmin=0.0, vmax=max(1e-9, float(np.nanmax(grid)) if np.any(~np.isnan(grid)) else 1.0),
                       interpolation="nearest")
     ax.set_xlabel("destination rank")

@@ -21,9 +21,10 @@ GRID = 2.0**-32  # microseconds: a fluid flow finishes on this grid (about 0.23 
 
 def hub_ready(g: ProgramGraph, m: int, rank_start) -> array:
     """The earliest start of every instance of the message loops (``ProgramGraph.message_lists``):
-    a message's when both its ranks have started, a hub's when its rank has."""
+    a message's when both its ranks have started (a push's or pull's: its rank), a hub's when its
+    rank has."""
     starts = np.asarray(rank_start, dtype=float)
-    return as_array("d", np.concatenate([np.repeat(np.maximum(starts[g.msg_src], starts[g.msg_dst]), m),
+    return as_array("d", np.concatenate([np.repeat(np.maximum(starts[g.msg_rank_src], starts[g.msg_rank_dst]), m),
                                          np.repeat(starts[g.op_rank[g.hubs()]], m)]))
 
 
@@ -41,13 +42,14 @@ def on_grid_array(t: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Resource:
-    """A link: lanes, per-lane rate in bytes/us, latency in us, and the shared limits it is
-    under (indices into the limit capacities)."""
+    """A link: lanes, per-lane rate in bytes/us, latency in us, the shared limits it is under
+    (indices into the limit capacities), and whether its latency holds the lane."""
 
     lanes: int
     rate: float
     latency: float
     limits: tuple[int, ...] = ()
+    cut_through: bool = False  # the latency delays the landing without holding the lane (a switch's pass)
 
 
 class FairShare:

@@ -21,6 +21,14 @@ physics (stated once here; ``engine`` and ``graph`` give the mechanics):
   otherwise crowd out the partial sums coming up a deeper tree).
 * **Shared limits** (a NIC, a PCIe switch, a switch port several flattened links cross) cap
   the summed rate of their links; messages under limits share them max-min fairly.
+* **Switch reductions.** A push is a flow over the links from its rank to its switch
+  (``Topology.switch_path``), a pull over the links back; the pulls of a switch slot start when
+  every push into it has landed (a slot is the unit of pipelining: schedules pipeline by
+  using several). The switch sums and replicates at line rate; its latency delays a push's or
+  pull's landing without holding the lane (a pass through the switch overlaps the requests in
+  flight). A rank's pushes to a switch, and its pulls from it, are posted in list order (an
+  in-order queue, as a pair's messages). Where a push or pull shares a link with other
+  messages (a rank's NVSwitch port, a NIC's uplink), the link's capacity caps them together.
 * **Local ops** (the copy or reduce finishing a staged receive, snapshots, prologue copies,
   and the out-of-place copy of aliased output slots a runtime makes first) are free unless
   ``local_bandwidth`` (GB/s) is given; then each rank has one copy engine of that bandwidth and
@@ -36,8 +44,9 @@ physics (stated once here; ``engine`` and ``graph`` give the mechanics):
   for the machine) adds what the runtime running the Program charges: a message's latency is
   at least the protocol's per-hop latency on its link's class (in a node or across nodes), its
   bytes move at the link's rate times the calibrated efficiency of the class and protocol, and
-  the call starts after the runtime's launch and pipeline fill. Without it, the links alone
-  (the physics the lower bounds assume).
+  the call starts after the runtime's launch and pipeline fill; switch traffic moves at the
+  NVLS efficiency and pays the NVLS latency (``backends.cost.runtime``). Without it, the links
+  alone (the physics the lower bounds assume).
 
 Not modelled: compute time of reductions, GPU SM or copy-engine contention between links of
 one rank. The lower bound and NCCL's algorithms are not the simulator's: the driver
@@ -52,12 +61,13 @@ from typing import Any
 
 import numpy as np
 
-from backends.cost.runtime import RuntimeCharges
+from backends.cost.runtime import LINK_CLASSES, RuntimeCharges
 from ccl.core import limits, validate
 from ccl.core.collector import gc_paused
 from ccl.core.errors import InputError, VerificationError
 from ccl.core.program import Program
 from ccl.core.report import LinkUsage, RankUsage, Report, bus_factor, check_size, slot_bytes
+from ccl.core.topology import Topology
 
 from .engine import Engine
 from .graph import ProgramGraph
@@ -151,17 +161,18 @@ class Simulator:
         return self._graph
 
     def _map_links(self) -> tuple[list[tuple[int, int]], np.ndarray]:
-        """The flattened links the messages use, in (src, dst) order, and each message's."""
+        """The flattened links the messages use (and the rank-switch paths the pushes and
+        pulls use), in (src, dst) order, and each message's."""
         if self._links is not None:
             return self._links
         g = self.graph
         topo = self.program.topology
-        n = topo.n_ranks
-        codes = g.msg_src * n + g.msg_dst
+        n, V = topo.n_ranks, topo.n_vertices
+        codes = g.msg_src * V + g.msg_dst
         uniq, which = np.unique(codes, return_inverse=True)
-        pairs = [(int(c) // n, int(c) % n) for c in uniq]
+        pairs = [(int(c) // V, int(c) % V) for c in uniq]
         for a, b in pairs:
-            if topo.flat_link(a, b) is None:
+            if (topo.flat_link(a, b) if a < n and b < n else topo.switch_path(a, b)) is None:
                 q = int(np.flatnonzero(codes == a * n + b)[0])
                 raise VerificationError(f"message {q} (step {int(g.msg_step[q])}): topology {topo.name!r} has no "
                                         f"link from rank {a} to rank {b}", rank=a, step=int(g.msg_step[q]))
@@ -209,10 +220,19 @@ class Simulator:
         node_of = topo.node_of
 
         def link_class(a: int, b: int) -> str:
+            if a >= n_ranks or b >= n_ranks:  # a push or pull: the switch's own class
+                sw = topo.switches[max(a, b) - n_ranks]
+                return "sharp" if sw.node is None and topo.n_nodes > 1 else "switch"
             return "net" if node_of[a] != node_of[b] else "nvlink"
 
-        efficiency = runtime.efficiency if runtime is not None else {"nvlink": 1.0, "net": 1.0}
+        # a class the runtime's charges do not list is charged nothing (``RuntimeCharges``)
+        efficiency = dict.fromkeys(LINK_CLASSES, 1.0) | (runtime.efficiency if runtime is not None else {})
+        hop_us = dict.fromkeys(LINK_CLASSES, 0.0) | (runtime.hop_us if runtime is not None else {})
+        # hops a push or pull shares with other messages: limits of their own
+        shared = _switch_hops(topo, pairs) if np.any(g.msg_one_sided) else _SharedHops()
         for limit, total in zip(flat.limits, flat.limit_capacities):
+            if limit.name in shared.names:
+                continue  # the hop's limit, with the switch traffic too, is below
             if limit.bandwidth >= total - 1e-12:
                 continue  # can never bind
             used = [p for p in limit.links if p in index]
@@ -222,15 +242,19 @@ class Simulator:
             caps.append(limit.bandwidth * 1e3 * efficiency[cls])
             for p in used:
                 limit_of.setdefault(p, []).append(len(caps) - 1)
+        for bandwidth, cls, used in shared.limits:
+            caps.append(bandwidth * 1e3 * efficiency[cls])
+            for p in used:
+                limit_of.setdefault(p, []).append(len(caps) - 1)
         resources = []
         for p in pairs:
-            link = flat.link(*p)
+            link = flat.link(*p) if p[0] < n_ranks and p[1] < n_ranks else topo.switch_link(*p)
             cls = link_class(*p)
             latency = link.latency  # type: ignore[union-attr]
             if runtime is not None:
-                latency = max(latency, runtime.hop_us[cls]) + runtime.per_step_us
+                latency = max(latency, hop_us[cls]) + runtime.per_step_us
             resources.append(Resource(link.lanes, link.bandwidth * 1e3 * efficiency[cls], latency,  # type: ignore[union-attr]
-                                      tuple(limit_of.get(p, ()))))
+                                      tuple(limit_of.get(p, ())), cut_through=cls in ("switch", "sharp")))
         msg_bytes = g.msg_count.astype(float) * per_slot
         op_bytes = (g.count.astype(float) * per_slot).tolist()
         local_rate = None if local_bandwidth is None else local_bandwidth * 1e3
@@ -253,8 +277,8 @@ class Simulator:
         if engine.op_times_known and g.n_ops:
             np.maximum.at(rank_finish, np.repeat(g.op_rank, m), np.asarray(engine.done, dtype=float))
         if len(sent):
-            np.maximum.at(rank_finish, np.repeat(g.msg_src, m), sent)
-            np.maximum.at(rank_finish, np.repeat(g.msg_dst, m), landed)
+            np.maximum.at(rank_finish, np.repeat(g.msg_rank_src, m), sent)
+            np.maximum.at(rank_finish, np.repeat(g.msg_rank_dst, m), landed)
         end = float(rank_finish.max()) if len(rank_finish) else 0.0
         report = self._report(size, per_slot, mode, m, in_place, overlap_latency, local_bandwidth, end, pairs,
                               resources, res_q, bytes_q, start, sent, rank_finish)
@@ -287,8 +311,9 @@ class Simulator:
                 links.append(LinkUsage(a, b, float(link_bytes[i]), int(link_count[i]),
                                        float(link_busy[i] / res.lanes), capacity, res.lanes, float(util)))
         src_q, dst_q = np.repeat(g.msg_src, m), np.repeat(g.msg_dst, m)
-        sent_bytes = np.bincount(src_q, weights=bytes_q, minlength=n_ranks)
-        recv_bytes = np.bincount(dst_q, weights=bytes_q, minlength=n_ranks)
+        out, into = src_q < n_ranks, dst_q < n_ranks  # a switch's end of a push or pull is no rank's
+        sent_bytes = np.bincount(src_q[out], weights=bytes_q[out], minlength=n_ranks)
+        recv_bytes = np.bincount(dst_q[into], weights=bytes_q[into], minlength=n_ranks)
         ranks = tuple(RankUsage(r, float(sent_bytes[r]), float(recv_bytes[r]), float(rank_finish[r]))
                       for r in range(n_ranks))
         options = {"slices": m, "in_place": in_place, "overlap_latency": overlap, "local_bandwidth_GBps": local_bw,
@@ -299,6 +324,68 @@ class Simulator:
             ops=program.n_ops, time_us=float(end), bus_factor=bus_factor(coll.kind, n_ranks), links=tuple(links),
             ranks=ranks, options=options,
         )
+
+
+class _SharedHops:
+    """The hops pushes and pulls share with other messages (``_switch_hops``): the flattened
+    limits named after them (``names``, replaced) and a limit per hop over every resource
+    crossing it (``limits``: bandwidth in GB/s, link class, pairs)."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.limits: list[tuple[float, str, list[tuple[int, int]]]] = []
+
+
+def _switch_hops(topo: Topology, pairs: list[tuple[int, int]]) -> _SharedHops:
+    """Where a push or pull crosses a link other used pairs cross too (a rank's NVSwitch port
+    carries its unicast messages and its pushes alike; a NIC's uplink its node's traffic and
+    its SHARP pushes), the link's capacity caps them together. The flattened topology's limits
+    see only rank pairs: the limit named after such a hop is replaced by one over every pair
+    and switch path crossing it; a limit the topology declares (PCIe, a NIC port) over a hop a
+    switch path crosses takes those paths too."""
+    out = _SharedHops()
+    n = topo.n_ranks
+    hops_of: dict[tuple[int, int], set[tuple[int, int]]] = {}
+    for p in pairs:
+        path = topo.routes_from(p[0])[p[1]] if p[0] < n and p[1] < n else topo.switch_path(*p)
+        assert path is not None
+        hops_of[p] = set(zip(path, path[1:]))
+    users: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for p, hops in hops_of.items():
+        if p[0] >= n or p[1] >= n:
+            for hop in hops:
+                users[hop] = []
+    for p, hops in hops_of.items():
+        for hop in hops & users.keys():
+            users[hop].append(p)
+    for limit in topo.limits:  # the topology's own caps (a NIC port, a PCIe switch)
+        caps = set(limit.links)
+        crossing = [p for p, hops in hops_of.items() if hops & caps]
+        if any(p[0] >= n or p[1] >= n for p in crossing):
+            out.names.add(limit.name)
+            out.limits.append((limit.bandwidth, _hop_class(topo, crossing), crossing))
+    for hop, used in sorted(users.items()):
+        link = topo.link(*hop)
+        assert link is not None
+        out.names.add(f"{topo.vertex_name(hop[0])}->{topo.vertex_name(hop[1])}")
+        carried = sum((topo.flat_link(*p) if p[0] < n and p[1] < n else topo.switch_link(*p)).capacity  # type: ignore[union-attr]
+                      for p in used)
+        if len(used) > 1 and carried > link.capacity + 1e-9:
+            out.limits.append((link.capacity, _hop_class(topo, used), sorted(used)))
+    return out
+
+
+def _hop_class(topo: Topology, used: list[tuple[int, int]]) -> str:
+    """The efficiency class of a cap over ``used``: the network's when any of them crosses
+    nodes or reaches a switch outside the nodes, else NVLink's."""
+    n = topo.n_ranks
+    for a, b in used:
+        if a < n and b < n:
+            if topo.node_of[a] != topo.node_of[b]:
+                return "net"
+        elif topo.switches[max(a, b) - n].node is None and topo.n_nodes > 1:
+            return "net"
+    return "nvlink"
 
 
 def simulate(program: Program, size: float, **options: Any) -> Report:

@@ -1,7 +1,8 @@
 """Chrome trace JSON (Trace Event Format) of a simulation, for Perfetto and chrome://tracing.
 
 Layout: one process per rank ("rank r"); inside it one thread (track) per lane of every link
-the rank sends on ("-> d" or "-> d lane k"), plus "local ops" for its copies and reductions.
+the rank sends on ("-> d" or "-> d lane k"; pushes "-> switch S", pulls "<- switch S"), plus
+"local ops" for its copies and reductions.
 Every message (every slice of it) is one complete event ("ph": "X", category "message") on the
 track of the lane it used, from when it took the lane to when it released it; every local op is
 one on the rank's local track, from when it was issued to when it finished (no time unless local
@@ -119,6 +120,9 @@ def chunk_labels(sim: Simulation) -> tuple[list[tuple[int | None, int]], list[tu
     row = g.row.tolist()
     kind, buf, index = table.kind.tolist(), table.buf.tolist(), table.index.tolist()
     count, src_buf, src_index = table.count.tolist(), table.src_buf.tolist(), table.src_index.tolist()
+    peer, slot = table.peer.tolist(), table.slot.tolist()
+    held: dict[tuple[int, int, int], tuple[int | None, int]] = {}  # (switch, slot, step pushed) -> value
+    op_message = g.op_message.tolist()
     msg_labels: list[tuple[int | None, int]] = [(None, 0)] * g.n_messages
     op_labels: list[tuple[int | None, int]] = [(None, 0)] * g.n_ops
     send_of = g.msg_send.tolist()
@@ -135,13 +139,28 @@ def chunk_labels(sim: Simulation) -> tuple[list[tuple[int | None, int]], list[tu
                 q = msg_of_send[p]
                 carried[q] = values  # type: ignore[assignment]
                 msg_labels[q] = values[0] if values else (None, 0)  # type: ignore[assignment]
+            elif kind[x] == 4 or kind[x] == 5:  # push, push-reduce: into the switch instance
+                values = [state.get((rank[p], buf[x], index[x] + j), (None, 0)) for j in range(count[x])]
+                msg_labels[op_message[p]] = values[0] if values else (None, 0)  # type: ignore[assignment]
+                for j, v in enumerate(values):
+                    key3 = (peer[x], slot[x] + j, int(steps[p]))
+                    base = held.get(key3)
+                    held[key3] = v if base is None or base[0] is None else \
+                        (base if v[0] is None else (min(base[0], v[0]), base[1] + v[1]))
         for q, values in carried.items():
             x = row[recv_of[q]]
             for j, v in enumerate(values):
                 state[(rank[recv_of[q]], buf[x], index[x] + j)] = v
         for p in range(lo, hi):
             x = row[p]
-            if kind[x] < 2:
+            if kind[x] == 6:  # pull: what the step before pushed
+                values = [held.get((peer[x], slot[x] + j, int(steps[p]) - 1), (None, 0)) for j in range(count[x])]
+                msg_labels[op_message[p]] = values[0] if values else (None, 0)  # type: ignore[assignment]
+                for j, v in enumerate(values):
+                    state[(rank[p], buf[x], index[x] + j)] = v
+        for p in range(lo, hi):
+            x = row[p]
+            if kind[x] != 2 and kind[x] != 3:
                 continue
             r = rank[p]
             for j in range(count[x]):
@@ -185,12 +204,17 @@ def _events(sim: Simulation) -> Iterator[dict[str, Any]]:
         yield {"name": "process_name", "ph": "M", "pid": r, "tid": 0, "args": {"name": f"rank {r}"}}
         yield {"name": "process_sort_index", "ph": "M", "pid": r, "tid": 0, "args": {"sort_index": r}}
     next_tid = [1] * n_ranks
+    topo = program.topology
     for k, (a, b) in enumerate(pairs):
         for lane in range(lanes[k]):
-            tid[(k, lane)] = next_tid[a]
-            name = f"-> {b}" + (f" lane {lane}" if lanes[k] > 1 else "")
-            yield {"name": "thread_name", "ph": "M", "pid": a, "tid": next_tid[a], "args": {"name": name}}
-            next_tid[a] += 1
+            owner = a if a < n_ranks else b  # a pull's track is on its rank
+            tid[(k, lane)] = next_tid[owner]
+            name = f"-> {b}" if b < n_ranks else f"-> switch {topo.vertex_name(b)}"
+            if a >= n_ranks:
+                name = f"<- switch {topo.vertex_name(a)}"
+            name += f" lane {lane}" if lanes[k] > 1 else ""
+            yield {"name": "thread_name", "ph": "M", "pid": owner, "tid": next_tid[owner], "args": {"name": name}}
+            next_tid[owner] += 1
     local_tid = []
     for r in range(n_ranks):
         local_tid.append(next_tid[r])
@@ -204,11 +228,16 @@ def _events(sim: Simulation) -> Iterator[dict[str, Any]]:
     res, lane_of, nbytes = sim.resource.tolist(), sim.lane.tolist(), sim.nbytes.tolist()
     send_of, recv_of = g.msg_send.tolist(), g.msg_recv.tolist()
     steps = g.msg_step.tolist()
+    peer, slot = table.peer.tolist(), table.slot.tolist()
     for q in range(g.n_messages):
         s_row, r_row = row[send_of[q]], row[recv_of[q]]
         a, b = rank[send_of[q]], rank[recv_of[q]]
         src = _slots(a, buf[s_row], index[s_row], count[s_row])
         dst = _slots(b, buf[r_row], index[r_row], count[r_row])
+        if kinds[s_row] >= 4:  # a push or pull: one end is the switch's slots
+            span = "" if count[s_row] == 1 else f"..+{count[s_row]}"
+            switch = f"switch {topo.vertex_name(peer[s_row])} slot {slot[s_row]}{span}"
+            src, dst = (switch, dst) if kinds[s_row] == 6 else (src, switch)
         chunk, chunks = msg_labels[q]
         for j in range(m):
             v = q * m + j
@@ -223,7 +252,7 @@ def _events(sim: Simulation) -> Iterator[dict[str, Any]]:
     op_step = g.op_step.tolist()
     for p in range(g.n_ops):
         x = row[p]
-        if kinds[x] < 2:
+        if kinds[x] != 2 and kinds[x] != 3:  # local ops only
             continue
         r = rank[p]
         cat = "reduce" if kinds[x] == 3 else "copy"

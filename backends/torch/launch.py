@@ -92,6 +92,7 @@ class RunReport:
     native_seconds: float | None
     ours_iterations: tuple[float, ...] = field(default=())
     native_iterations: tuple[float, ...] = field(default=())
+    emulated: str = ""  # what the run emulated (switch ops on point-to-point messages), "" for nothing
 
     @property
     def ratio(self) -> float | None:
@@ -117,6 +118,7 @@ class RunReport:
             "ratio": self.ratio, "algbw_GBps": algbw, "busbw_GBps": busbw, "native_algbw_GBps": nalgbw,
             "native_busbw_GBps": nbusbw,
             "ours_iterations": list(self.ours_iterations), "native_iterations": list(self.native_iterations),
+            **({"emulated": self.emulated} if self.emulated else {}),
         }
 
 
@@ -318,5 +320,11 @@ def run_local_sizes(programs: Sequence[Program], sizes: Sequence[int], *, ranks:
         correct=result.correct, max_error=result.max_error,
         ours_seconds=statistics.median(result.ours) if result.ours else None,
         native_seconds=statistics.median(result.native) if result.native and any(result.native) else None,
-        ours_iterations=result.ours, native_iterations=result.native,
+        ours_iterations=result.ours, native_iterations=result.native, emulated=_emulated(job.spec),
     ) for job, result in zip(jobs, results)]
+
+
+def _emulated(spec: dict) -> str:
+    """What a run of ``spec`` emulates, in words ("" for nothing)."""
+    emulated = spec.get("emulated")
+    return "" if not emulated else f"{emulated['switch_ops']} switch ops: {emulated['how']}"

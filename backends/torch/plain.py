@@ -13,7 +13,12 @@ from ccl.core.errors import InputError, VerificationError
 from ccl.core.program import Program
 from ccl.core.verify_program import verify_program
 
+from .emulate import emulate_switches
+
 FORMAT = "ccl-torch-program"  # the runtime checks it (runtime.FORMAT)
+EMULATION = ("in-switch reductions and multicasts emulated with point-to-point messages (a hub rank per switch "
+             "slot sums the pushes and sends the result to the other pullers): the values are the switch's, the "
+             "timing is not")
 
 
 def to_plain(program: Program, *, checked: bool = False) -> dict[str, Any]:
@@ -21,9 +26,18 @@ def to_plain(program: Program, *, checked: bool = False) -> dict[str, Any]:
     ``checked``) and records whether it is also correct in place (``in_place_safe``: with the
     runtimes' aliasing, ``in_place_aliases``; an in-place call of a Program that is not runs on
     a private copy of the input). A Program correct in place only (an in-place-only MSCCL file's)
-    is taken with ``out_of_place_safe`` False: the runtime refuses out-of-place calls of it."""
+    is taken with ``out_of_place_safe`` False: the runtime refuses out-of-place calls of it. A
+    Program with switch ops (pushes and pulls: in-network reduction) runs as its point-to-point
+    emulation (``emulate.emulate_switches``, verified like any Program); ``emulated`` then says
+    how many switch ops were emulated."""
     if not isinstance(program, Program):
         raise InputError(f"the torch backend runs a Program (see ccl.compiler.program), got {type(program).__name__}")
+    switch_ops = program.n_switch_ops
+    if switch_ops:
+        if not checked:
+            verify_program(program)
+        program = emulate_switches(program)
+        checked = False  # the emulation is verified below, like any Program
     try:
         verify_program(program, in_place=True)
         in_place_safe = True
@@ -60,6 +74,8 @@ def to_plain(program: Program, *, checked: bool = False) -> dict[str, Any]:
         "out_of_place_safe": out_of_place_safe,
         "ops": [[[*op[:10], list(op.deps)] for op in ops] for ops in program.ranks],
     }
+    if switch_ops:
+        spec["emulated"] = {"switch_ops": switch_ops, "how": EMULATION}
     if coll.n_chunks <= 1 << 16:  # what a check computes outputs from where torch has no collective
         spec["chunks"] = {"inputs": [list(x) for x in coll.inputs],
                           "outputs": [[sorted(need) for need in slots] for slots in coll.outputs]}

@@ -234,6 +234,10 @@ class ScheduleRunner:
         self.reduced_runs = [tuple(x) for x in spec["reduced"][r]]
         self.scratch_classes = list(spec["scratch"][r])
         self.ops = [tuple(op[:10]) + (tuple(op[10]),) for op in spec["ops"][r]]
+        unknown = sorted({op[0] for op in self.ops} - {"send", "recv", "copy", "reduce"})
+        if unknown:  # pushes and pulls (a switch's reduction) run only as their point-to-point emulation
+            raise ScheduleError(f"the schedule {spec['name']!r} has {unknown[0]} ops, which this runtime does not run "
+                                "(the backend's to_plain emulates switch ops with point-to-point messages)", "input")
         self.network = [op[0] in ("send", "recv") for op in self.ops]
         self.has_reduce = bool(self.reduced_runs) or any(op[0] == "reduce" for op in self.ops)
         self.in_place_safe = bool(spec["in_place_safe"])

@@ -51,8 +51,13 @@ def cmd_torch(args: argparse.Namespace) -> int:
         return 0
     write_text_atomic(args.output, script)
     n = program.n_ranks
+    emulated = ""
+    if program.n_switch_ops:  # torch has no switch to reduce in: the script runs them emulated
+        summary["emulated_switch_ops"] = program.n_switch_ops
+        emulated = (f"\n  emulated: {program.n_switch_ops} switch ops run as point-to-point messages (values the "
+                    "switch's, timing not)")
     emit(args, summary, f"ok: {program.name}: {program.collective} -> {args.output} "
-                        f"({program.n_ops} ops, {program.n_messages} messages)\n"
+                        f"({program.n_ops} ops, {program.n_messages} messages){emulated}\n"
                         f"  run: torchrun --nproc-per-node {n} {args.output} --size 16MiB --check --repeat 10")
     return 0
 

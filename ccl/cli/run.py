@@ -78,6 +78,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if entry is not None:
         data["entry"] = _entry_json(entry)
         lines.insert(1, f"  served by {entry.label!r}, the set's entry for sizes {entry.range_text()}")
+    if report.emulated:
+        lines.append(f"  emulated: {report.emulated}")
     if report.repeat:
         lines.append(f"  {'':<6} {'time':>12} {'algbw GB/s':>11} {'busbw GB/s':>11}   (median of {report.repeat})")
         lines.append(f"  {'ours':<6} {_ms(report.ours_seconds):>12} {_bw(algbw):>11} {_bw(busbw):>11}")
@@ -129,12 +131,16 @@ def _sweep(args: argparse.Namespace, runs: list, ok: bool) -> None:
     head = (f"{'ok' if ok else f'WRONG at {wrong} of {len(runs)} sizes'}: "
             f"{'the set' if is_set else first.name}: {first.collective} on {first.ranks} local gloo ranks, "
             f"{len(runs)} sizes, {first.dtype}, {first.op}, {place}; {timing}")
+    emulated = sorted({r.report.emulated for r in runs if r.report.emulated})
+    if emulated:
+        head += "\n  emulated: " + "; ".join(emulated)
     changed = [r for r in runs if r.report.size_bytes != r.size]
     if changed:
         head += "\n  rounded down (--round): " + ", ".join(
             f"{format_size(r.size)} -> {format_size(r.report.size_bytes)}" for r in changed)
     data = {"ok": ok, "file": args.file, "collective": first.collective, "ranks": first.ranks, "dtype": first.dtype,
-            "op": first.op, "in_place": first.in_place, "repeat": first.repeat, "rows": rows}
+            "op": first.op, "in_place": first.in_place, "repeat": first.repeat, "rows": rows,
+            **({"emulated": emulated} if emulated else {})}
     emit(args, data, "\n".join([head] + table(columns, cells)))
 
 

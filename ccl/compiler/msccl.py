@@ -140,6 +140,7 @@ def _claim(schedule: Any, mode: str, tgt: Any, instances: int, channels: int,
     and says why. The last value is the out-of-place Program ``auto`` falls back on when the
     one lowered in place does not fit the target (None where there is no such choice)."""
     plain = program_stage(schedule, channels=channels, fuse=fuse, check=True)
+    export.check_exportable(plain, tgt)  # the MSCCL runtimes cannot run in-switch reductions
     if instances * plain.channels > tgt.max_channels:  # each instance has its own channels
         raise InputError(f"--instances {instances} with {plain.channels} channel(s) each needs "
                          f"{instances * plain.channels} channels; {tgt.name} allows at most {tgt.max_channels}")

@@ -13,6 +13,18 @@ whose source and destination rank are equal is a local copy or reduce and uses n
 input buffer may be written (MSCCL algorithms work in place); backends protect a caller's input
 when a schedule does so.
 
+Switch transfers (in-network reduction: NVLink SHARP, InfiniBand SHARP). A transfer may name a
+switch that reduces (``Switch.reduce``; vertex id >= n_ranks) as its source or its destination,
+never both ends: on the switch's side the buffer is ``scratch`` and the index names one of the
+switch's *ephemeral* slots. A rank -> switch transfer (a *push*) writes switch slots in step t:
+``reduce`` writes add up (several ranks reducing into one slot leave it their sum), a ``copy``
+write sets it (and must then be the only write to that slot in the step: the source of a
+multicast). In step t + 1 any number of switch -> rank transfers (*pulls*) read it (several: a
+multicast); after that the value is gone: the switch stores nothing, so reading a switch slot in
+any other step, or one never written, is an error (``ccl.verify``). The rank and the switch must
+be joined by links in the transfer's direction (``Topology.switch_path``: a direct link, or
+through the rank's NIC for a network switch).
+
 ``rounds`` (optional, one per step, and then it fixes the number of steps) is SCCL's bandwidth accounting: in step s a link with L
 lanes carries at most L x rounds[s] slots, and the simulator charges the rounds.
 """
@@ -75,12 +87,20 @@ class Transfer(_TransferFields):
         transfers; ``Algorithm`` still checks every rank, index and count."""
         return tuple.__new__(cls, fields)
 
-    def describe(self) -> str:
+    def describe(self, topology: Topology | None = None) -> str:
+        """``step 3: copy rank 0 input[2] -> rank 1 output[2]``; given the topology, a switch
+        end is named (``switch 'nvswitch' scratch[0]``)."""
         span = "" if self.count == 1 else f"..+{self.count}"
         return (
-            f"step {self.step}: {self.op} rank {self.src} {self.src_buf}[{self.src_index}{span}]"
-            f" -> rank {self.dst} {self.dst_buf}[{self.dst_index}{span}]"
+            f"step {self.step}: {self.op} {_vertex(self.src, topology)} {self.src_buf}[{self.src_index}{span}]"
+            f" -> {_vertex(self.dst, topology)} {self.dst_buf}[{self.dst_index}{span}]"
         )
+
+
+def _vertex(v: int, topology: Topology | None) -> str:
+    if topology is None or v < topology.n_ranks or v >= topology.n_vertices:
+        return f"rank {v}"
+    return f"switch {topology.switches[v - topology.n_ranks].name!r}"
 
 
 @dataclass(frozen=True)
@@ -113,6 +133,7 @@ class Algorithm:
         }
         last = -1
         max_step = limits.STEPS.value
+        switched: list[int] = []  # transfers to or from a switch (checked on the slow path)
         for k, t in enumerate(transfers):
             step, src, sbuf, sidx, dst, dbuf, didx, count, _ = t
             # a Transfer has checked its own fields (integers, not negative, known buffer and op)
@@ -122,9 +143,16 @@ class Algorithm:
                 and not (src == dst and sbuf == dbuf and abs(sidx - didx) < count)
             )
             if not ok:
-                raise CollectiveError(f"algorithm {self.name!r}: transfer {k} ({t!r}): {_problem(t, n, sizes)}")
+                vertices = self.topology.n_vertices
+                to_switch = (src >= n or dst >= n) and src < vertices and dst < vertices
+                problem = _switch_problem(t, self.topology, sizes) if step < max_step and to_switch \
+                    else _problem(t, n, sizes)
+                if problem:
+                    raise CollectiveError(f"algorithm {self.name!r}: transfer {k} ({t!r}): {problem}")
+                switched.append(k)
             if step > last:
                 last = step
+        self.__dict__["switch_transfers"] = tuple(switched)  # the cached property, known now
         if self.rounds is not None:
             rounds = validate.sequence(self.rounds, f"algorithm {self.name!r}: rounds", error=CollectiveError)
             if len(rounds) > max_step:
@@ -158,13 +186,22 @@ class Algorithm:
         return tuple((s, tuple(out[s])) for s in sorted(out))
 
     @cached_property
+    def switch_transfers(self) -> tuple[int, ...]:
+        """Indices of the transfers to or from a switch (``__post_init__`` finds them)."""
+        n = self.collective.n_ranks
+        return tuple(k for k, t in enumerate(self.transfers) if t.src >= n or t.dst >= n)
+
+    @cached_property
     def scratch_slots(self) -> tuple[int, ...]:
-        """Scratch slots each rank needs (one past the highest index used)."""
-        out = [0] * self.collective.n_ranks
+        """Scratch slots each rank needs (one past the highest index used; a switch's
+        ephemeral slots are not a rank's)."""
+        n = self.collective.n_ranks
+        out = [0] * n
+        plain = not self.switch_transfers
         for t in self.transfers:
-            if t.src_buf == "scratch":
+            if t.src_buf == "scratch" and (plain or t.src < n):
                 out[t.src] = max(out[t.src], t.src_index + t.count)
-            if t.dst_buf == "scratch":
+            if t.dst_buf == "scratch" and (plain or t.dst < n):
                 out[t.dst] = max(out[t.dst], t.dst_index + t.count)
         return tuple(out)
 
@@ -222,6 +259,35 @@ def _field_problem(fields: tuple) -> str:
         if buf not in BUFFERS:
             return f"buffer {validate.show(buf)} ({name}) is not one of {BUFFERS}"
     return f"op {validate.show(op)} is not one of {OPS}"
+
+
+def _switch_problem(t: Transfer, topology: Topology, sizes: dict[str, list[int]]) -> str:
+    """Why a transfer with a switch end is not a valid push or pull, in words ("" if it is)."""
+    step, src, sbuf, sidx, dst, dbuf, didx, count, _ = t
+    n = topology.n_ranks
+    if src >= n and dst >= n:
+        return (f"moves from switch {topology.vertex_name(src)!r} to switch {topology.vertex_name(dst)!r}: a switch "
+                "transfer joins a rank and a switch")
+    rank, switch, rbuf, ridx, sw_buf, sw_idx = (src, dst, sbuf, sidx, dbuf, didx) if dst >= n else \
+        (dst, src, dbuf, didx, sbuf, sidx)
+    name = topology.vertex_name(switch)
+    if not topology.switches[switch - n].reduce:
+        return (f"switch {name!r} does not reduce or multicast: ranks send through it to each other, never to "
+                "it (a switch that does is declared `switch NAME reduce`)")
+    if sw_buf != "scratch":
+        return f"a switch has scratch slots only, not {sw_buf}[{sw_idx}] (switch {name!r})"
+    if sw_idx + count > limits.SLOTS.value:
+        return limits.SLOTS.message(sw_idx + count, f"switch {name!r} slot {sw_idx + count - 1} is too many slots")
+    verb = "reads" if rank == src else "writes"
+    if ridx + count > sizes[rbuf][rank]:
+        if rbuf == "scratch":
+            return limits.SLOTS.message(ridx + count, f"{verb} scratch[{ridx}..{ridx + count - 1}] of rank {rank}, "
+                                                      "too many scratch slots for one rank")
+        return f"{verb} {rbuf}[{ridx}..{ridx + count - 1}] of rank {rank}, which has {sizes[rbuf][rank]} {rbuf} slots"
+    if topology.switch_path(src, dst) is None:
+        way = f"from rank {rank} to switch {name!r}" if rank == src else f"from switch {name!r} to rank {rank}"
+        return f"topology {topology.name!r} has no link {way}"
+    return ""
 
 
 def _problem(t: Transfer, n: int, sizes: dict[str, list[int]]) -> str:

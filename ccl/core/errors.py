@@ -186,8 +186,10 @@ class VerificationError(CclError):
         transfer: int | None = None,
         expected: str | None = None,
         found: str | None = None,
+        switch: str | None = None,
     ) -> None:
         super().__init__(message)
+        self.switch = switch  # the switch whose slot ``index`` is meant, when one is
         self.rank = rank
         self.step = step
         self.buffer = buffer
@@ -207,6 +209,8 @@ class VerificationError(CclError):
             expected=self.expected,
             found=self.found,
         )
+        if self.switch is not None:
+            out["switch"] = self.switch
         return out
 
 

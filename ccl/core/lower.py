@@ -41,6 +41,11 @@ same Program is correct out of place too. Without it only ``Collective.aliases``
 that start out holding their input) are one slot: for every built-in but alltoall the two are
 the same and so are the Programs; an out-of-place alltoall Program needs no staging.
 6. **Compaction.** Scratch slots no op uses (the algorithm's unused indices) are dropped.
+7. **Switches.** A transfer to a reducing switch becomes a ``push`` (``push-reduce`` for a
+   reduce) on its rank, one from a switch a ``pull``: they fuse, take tags and order like sends
+   and receives (a pull is staged like a receive: when its destination is still read in its
+   step, and when it reduces into its destination); a switch's slots keep their numbers (the
+   switch stores nothing, so nothing needs renaming).
 
 Every phase works on numpy columns (a ring allreduce on 1,024 ranks, five million ops, lowers in
 seconds); only steps whose local ops can conflict with each other are ordered in Python (``ccl.core.lower_ranks``).
@@ -86,8 +91,8 @@ def _lower(algorithm: Algorithm, channels: int, fuse: bool, in_place: bool) -> P
     runs = _fuse(moves, fuse, algorithm.topology)
     scratch, prologue = moves.scratch, moves.prologue
     del moves  # programs reach millions of ops: keep only what the next stage needs
-    _tag(runs, coll.n_ranks, channels)
-    assembly = Assembly(coll, scratch, prologue, runs, aliases)
+    _tag(runs, algorithm.topology.n_vertices, channels, coll.n_ranks)
+    assembly = Assembly(coll, scratch, prologue, runs, aliases, algorithm.topology.n_vertices)
     del runs
     table, scratch = assembly.build()
     return Program(
@@ -141,7 +146,7 @@ def _fuse(mv: Moves, fuse: bool, topology: Topology) -> Runs:
     ``fuse``, the moves of one step over a link of L > 1 lanes are cut into L near-equal groups
     (in slot order) that never merge, so the link keeps a message per lane busy."""
     if fuse:
-        order = _move_order(mv, topology.n_ranks)
+        order = _move_order(mv, topology.n_vertices)
         group = _lane_groups(mv.step[order], mv.src[order], mv.dst[order], topology)
     else:
         order = np.lexsort((mv.dst_index, mv.src_index, mv.transfer, mv.reduce, mv.dst_buf, mv.src_buf, mv.dst,
@@ -165,7 +170,8 @@ def _fuse(mv: Moves, fuse: bool, topology: Topology) -> Runs:
 
 def _move_order(mv: Moves, n: int) -> np.ndarray:
     """The moves sorted by (step, src, dst, src buffer, dst buffer, op, src slot, dst slot):
-    two stable sorts of combined keys where they fit in 63 bits, a lexsort otherwise."""
+    two stable sorts of combined keys where they fit in 63 bits, a lexsort otherwise (``n``:
+    the vertices, ranks and switches)."""
     if not len(mv.step):
         return np.zeros(0, dtype=np.int64)
     span = int(max(mv.src_index.max(), mv.dst_index.max())) + 1
@@ -185,7 +191,7 @@ def _lane_groups(step: np.ndarray, src: np.ndarray, dst: np.ndarray, topology: T
     remote = src != dst
     if not np.any(remote):
         return group
-    n = topology.n_ranks
+    n = topology.n_vertices
     pairs = np.unique(src[remote] * n + dst[remote])
     lanes_of = {int(p): _lanes(topology, int(p) // n, int(p) % n) for p in pairs.tolist()}
     multi = [p for p, lanes in lanes_of.items() if lanes > 1]
@@ -204,12 +210,15 @@ def _lane_groups(step: np.ndarray, src: np.ndarray, dst: np.ndarray, topology: T
 
 
 def _lanes(topology: Topology, a: int, b: int) -> int:
-    link = topology.flat_link(a, b)
+    n = topology.n_ranks
+    link = topology.flat_link(a, b) if a < n and b < n else topology.switch_link(a, b)
     return 1 if link is None else link.lanes
 
 
-def _tag(runs: Runs, n: int, channels: int) -> None:
-    """Tags: messages of a pair numbered in run order; channels round-robin within a step."""
+def _tag(runs: Runs, n: int, channels: int, n_ranks: int) -> None:
+    """Tags: messages of a pair numbered in run order (``n``: the vertices; a rank's pushes to
+    a switch and its pulls from it are numbered per pair the same way); channels round-robin
+    within a step for messages between ranks, channel 0 for switch ops."""
     net = np.flatnonzero(runs.src != runs.dst)
     if not len(net):
         return
@@ -225,4 +234,5 @@ def _tag(runs: Runs, n: int, channels: int) -> None:
     key = runs.step[net] * (n * n) + pair
     first = np.r_[True, key[1:] != key[:-1]]
     start = np.maximum.accumulate(np.where(first, np.arange(len(key)), 0))
-    runs.channel[net] = (np.arange(len(key)) - start) % channels
+    runs.channel[net] = np.where((runs.src[net] < n_ranks) & (runs.dst[net] < n_ranks),
+                                 (np.arange(len(key)) - start) % channels, 0)

@@ -14,12 +14,13 @@ from .collective import Collective
 from .lower_slots import INPUT, OUTPUT, SCRATCH
 from .program import KIND_CODE, OpTable
 
-SEND, RECV, COPY, REDUCE = (KIND_CODE[k] for k in ("send", "recv", "copy", "reduce"))
+SEND, RECV, COPY, REDUCE, PUSH, PUSH_REDUCE, PULL = (KIND_CODE[k] for k in ("send", "recv", "copy", "reduce", "push",
+                                                                              "push-reduce", "pull"))
 PROLOGUE, RECVS, SENDS, LOCAL = 0, 1, 2, 3  # sections of a rank's step, in list order
 # op rows: the sort key (rank, step, section, sub) and the op's fields, with their dtypes
 _ROW = {"rank": "int32", "step": "int32", "section": "int8", "sub": "int64", "kind": "int8", "buf": "int8",
         "index": "int32", "count": "int32", "peer": "int32", "src_buf": "int8", "src_index": "int32",
-        "tag": "int32", "channel": "int32"}
+        "tag": "int32", "channel": "int32", "slot": "int32"}
 _AFTER_RECEIVES = 1 << 61  # staging uses of snapshots come after every receive's
 
 
@@ -57,12 +58,13 @@ class Assembly:
     then lets them go: the caller should keep no other reference."""
 
     def __init__(self, coll: Collective, scratch: list[list[int | None]], prologue: np.ndarray, runs: Runs,
-                 aliases: tuple[tuple[int | None, ...], ...] | None = None) -> None:
+                 aliases: tuple[tuple[int | None, ...], ...] | None = None, n_vertices: int | None = None) -> None:
         self.coll = coll
         # output slot -> the input slot that is the same memory (for hazards and staging):
         # ``coll.aliases`` out of place, ``coll.in_place_aliases`` for a Program correct in place
         self.alias_table = coll.aliases if aliases is None else aliases
         self.n = coll.n_ranks
+        self.V = n_vertices or self.n  # ranks, then switches: a switch's runs have it as src (pull) or dst (push)
         self.k = coll.chunk_factor
         self.scratch = scratch
         self.prologue = prologue
@@ -133,11 +135,12 @@ class Assembly:
         return self._finish()
 
     def _staged(self, net: np.ndarray) -> np.ndarray:
-        """Receives that land in staging: receive-reduces, and receives into a slot the rank
-        still reads in the same step (by a send or a local op)."""
+        """Receives (and pulls) that land in staging: receive-reduces, and receives into a slot
+        the rank still reads in the same step (by a send, a push or a local op)."""
         runs = self.runs
-        staged = net & runs.reduce
-        check = np.flatnonzero(net & ~runs.reduce)
+        into_rank = runs.dst < self.n  # a push's reduce is the switch's, not a staging one
+        staged = net & runs.reduce & into_rank
+        check = np.flatnonzero(net & ~runs.reduce & into_rank)
         if not len(check):
             return staged
         base, canon = self._layout()
@@ -149,7 +152,7 @@ class Assembly:
             slot = canon[base[rank[at] * 3 + buf[at]] + index[at] + off]
             return runs.step[at] * total + slot, which
 
-        readers = np.arange(len(runs), dtype=np.int64)  # every run reads on its source rank
+        readers = np.flatnonzero(runs.src < self.n)  # every run but a pull reads on its source rank
         read_keys, _ = keys(readers, runs.src, runs.src_buf, runs.src_index)
         recv_keys, which = keys(check, runs.dst, runs.dst_buf, runs.dst_index)
         read_keys.sort()
@@ -279,6 +282,7 @@ class Assembly:
     def _add(self, n_rows: int, **cols) -> None:
         if not n_rows:
             return
+        cols.setdefault("slot", -1)
         for name, dtype in _ROW.items():
             value = np.asarray(cols[name])
             if value.ndim == 0:
@@ -298,6 +302,25 @@ class Assembly:
 
     def _emit_messages(self, net: np.ndarray, stage_of: np.ndarray, big: int) -> None:
         runs = self.runs
+        n = self.n
+        push = net[runs.dst[net] >= n]
+        pull = net[runs.src[net] >= n]
+        net = net[(runs.src[net] < n) & (runs.dst[net] < n)]
+        if len(push):  # a rank's pushes go with its sends, its pulls with its receives
+            self._add(len(push), rank=runs.src[push], step=runs.step[push], section=SENDS,
+                      sub=runs.dst[push] * big + runs.tag[push], kind=np.where(runs.reduce[push], PUSH_REDUCE, PUSH),
+                      buf=runs.src_buf[push], index=runs.src_index[push], count=runs.count[push], peer=runs.dst[push],
+                      src_buf=-1, src_index=-1, tag=runs.tag[push], channel=runs.channel[push],
+                      slot=runs.dst_index[push])
+        if len(pull):
+            st = stage_of[pull]
+            staged = st >= 0
+            self._add(len(pull), rank=runs.dst[pull], step=runs.step[pull], section=RECVS,
+                      sub=runs.src[pull] * big + runs.tag[pull], kind=PULL,
+                      buf=np.where(staged, SCRATCH, runs.dst_buf[pull]),
+                      index=np.where(staged, st, runs.dst_index[pull]), count=runs.count[pull], peer=runs.src[pull],
+                      src_buf=-1, src_index=-1, tag=runs.tag[pull], channel=runs.channel[pull],
+                      slot=runs.src_index[pull])
         st = stage_of[net]
         staged = st >= 0
         common = {"step": runs.step[net], "count": runs.count[net], "tag": runs.tag[net],
@@ -326,7 +349,7 @@ class Assembly:
         if free is None or not len(free):
             return
         runs = self.runs
-        self._add(len(free), rank=runs.src[free], step=runs.step[free], section=LOCAL, sub=self.n * big + free,
+        self._add(len(free), rank=runs.src[free], step=runs.step[free], section=LOCAL, sub=self.V * big + free,
                   kind=np.where(runs.reduce[free], REDUCE, COPY), buf=runs.dst_buf[free],
                   index=runs.dst_index[free], count=runs.count[free], peer=-1, src_buf=runs.src_buf[free],
                   src_index=runs.src_index[free], tag=-1, channel=0)
@@ -369,7 +392,7 @@ class Assembly:
         scratch = self._compact(cols)
         table = OpTable(rank_ptr, dep_ptr, dep_idx, kind=cols["kind"], step=cols["step"], buf=cols["buf"],
                         index=cols["index"], count=cols["count"], peer=cols["peer"], src_buf=cols["src_buf"],
-                        src_index=cols["src_index"], tag=cols["tag"], channel=cols["channel"])
+                        src_index=cols["src_index"], tag=cols["tag"], channel=cols["channel"], slot=cols["slot"])
         return table, scratch
 
     def _dependencies(self, cols: dict[str, np.ndarray], rank_ptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -382,10 +405,12 @@ class Assembly:
             return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
         base, canon = self._layout()
         keys = []  # per access: (slot * n_ops + op) * 2 + is_write, so one sort orders them
-        for ids, buf, index, write in ((np.flatnonzero(kind == SEND), "buf", "index", 0),
-                                       (np.flatnonzero(kind >= COPY), "src_buf", "src_index", 0),
+        local = (kind == COPY) | (kind == REDUCE)
+        pushes = (kind == PUSH) | (kind == PUSH_REDUCE)
+        for ids, buf, index, write in ((np.flatnonzero((kind == SEND) | pushes), "buf", "index", 0),
+                                       (np.flatnonzero(local), "src_buf", "src_index", 0),
                                        (np.flatnonzero(kind == REDUCE), "buf", "index", 0),
-                                       (np.flatnonzero(kind != SEND), "buf", "index", 1)):
+                                       (np.flatnonzero((kind != SEND) & ~pushes), "buf", "index", 1)):
             counts = cols["count"][ids]
             if np.all(counts == 1):
                 at, off = ids, 0

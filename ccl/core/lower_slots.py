@@ -96,10 +96,10 @@ def unit_moves(algorithm: Algorithm, in_place_aliases: tuple[tuple[int | None, .
         dst, dbuf, didx = c["dst"][tid], c["dst_buf"][tid], c["dst_index"][tid] + off
         reduce = c["reduce"][tid]
 
-    # Scratch slots of the algorithm, per rank.
+    # Scratch slots of the algorithm, per rank (a switch's slots are its own, and ephemeral).
     alg_scratch = np.zeros(n, dtype=np.int64)
     for rank, buf, idx in ((src, sbuf, sidx), (dst, dbuf, didx)):
-        use = buf == SCRATCH
+        use = (buf == SCRATCH) & (rank < n)
         if np.any(use):
             np.maximum.at(alg_scratch, rank[use], idx[use] + 1)
     scratch: list[list[int | None]] = [[None] * int(x) for x in alg_scratch]
@@ -120,6 +120,7 @@ def unit_moves(algorithm: Algorithm, in_place_aliases: tuple[tuple[int | None, .
                 f"step {t.step}: rank {t.dst} {t.dst_buf}[{di}] holds piece {di % k} of a base slot but the "
                 f"schedule stores a piece {int(vcls[pos])} there ({t.describe()}); runtimes need every slot to "
                 "hold pieces of one size")
+        _check_switch_classes(algorithm, vcls, tid, step, src, sidx, dst, didx, n)
     # Input slots the schedule writes get scratch slots of their own (in input order), and so
     # do, in place, input slots read after the output slot overlaid on them is written.
     wrote_input = dbuf == INPUT
@@ -141,8 +142,10 @@ def unit_moves(algorithm: Algorithm, in_place_aliases: tuple[tuple[int | None, .
         rpos = np.minimum(np.searchsorted(keys, rkey), len(keys) - 1)
         src_redirected = (sbuf == INPUT) & (keys[rpos] == rkey)
         prologue = _prologue(keys, red_scratch, stride, step, rkey, src_redirected, wkey, wrote_input, reduce)
-    # Versions of scratch slots come after the redirected inputs.
-    new_sidx, new_didx = _versions(scratch, vcls, step, src, sidx, reads, dst, didx, writes, reduce)
+    # Versions of scratch slots come after the redirected inputs (a rank's: a switch slot holds
+    # one step's pieces only, which are of one class).
+    new_sidx, new_didx = _versions(scratch, vcls, step, src, sidx, reads & (src < n), dst, didx, writes & (dst < n),
+                                   reduce)
     if np.any(wrote_input) or len(snapshot):
         new_sidx = np.where(src_redirected, red_scratch[rpos], new_sidx)
         sbuf = np.where(src_redirected, SCRATCH, sbuf)
@@ -182,6 +185,27 @@ def clobbered_inputs(in_place_aliases, stride: int, step, src, sbuf, sidx, dst, 
     last_read = np.full(len(pairs), -1, dtype=np.int64)
     last_read[hit] = r_step[at[hit]]
     return np.unique(want[first_write < last_read])
+
+
+def _check_switch_classes(algorithm: Algorithm, vcls, tid, step, src, sidx, dst, didx, n: int) -> None:
+    """The pushes into one switch slot in one step move pieces of one size class (a pull's
+    class is its pushes', and its destination's is checked like any write)."""
+    push = np.flatnonzero(dst >= n)
+    if not len(push):
+        return
+    key = np.stack([step[push], dst[push], didx[push]], axis=1)
+    _, first, which = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    which = which.ravel()
+    bad = vcls[push] != vcls[push[first]][which]
+    if np.any(bad):
+        pos = int(push[np.argmax(bad)])
+        t = algorithm.transfers[int(tid[pos])]
+        other = algorithm.transfers[int(tid[push[first[which[np.argmax(bad)]]]])]
+        raise CollectiveError(
+            f"step {t.step}: switch {algorithm.topology.vertex_name(t.dst)!r} slot {int(didx[pos])} sums a piece "
+            f"{int(vcls[pos])} ({t.describe(algorithm.topology)}) with a piece "
+            f"{int(vcls[push[first[which[np.argmax(bad)]]]])} ({other.describe(algorithm.topology)}); runtimes "
+            "need every slot to hold pieces of one size")
 
 
 def _prologue(keys, red_scratch, stride, step, rkey, src_redirected, wkey, wrote_input, reduce):

@@ -10,7 +10,13 @@ Operations (``Op``) of one rank, by ``kind``:
 * ``send``: send slots ``buf[index .. index+count)`` to rank ``peer``;
 * ``recv``: receive ``count`` slots from rank ``peer`` into ``buf[index ..)``;
 * ``copy``: local copy ``src_buf[src_index ..)`` -> ``buf[index ..)``;
-* ``reduce``: local reduction ``buf[index ..) op= src_buf[src_index ..)``.
+* ``reduce``: local reduction ``buf[index ..) op= src_buf[src_index ..)``;
+* ``push``, ``push-reduce``: send slots ``buf[index .. index+count)`` into slots ``slot ..
+  slot+count)`` of the reducing switch ``peer`` (a vertex id >= n_ranks): ``push-reduce`` adds
+  to what the other pushes of the step put there, ``push`` sets it (the one source of a
+  multicast);
+* ``pull``: receive ``count`` slots from slots ``slot ..`` of the switch ``peer`` into
+  ``buf[index ..)``: the value the pushes of the step before left there (their sum).
 
 A receive-reduce is a ``recv`` into scratch slots (a staging area) followed by a ``reduce``
 from there; a receive whose destination is still being read in the same step is staged the same
@@ -20,8 +26,15 @@ whenever that is safe. ``step`` is the Algorithm step an op comes from (-1: the 
 copies made before anything else). ``deps`` are indices of earlier ops of the same rank that
 must have *completed* before this op may start: all of them (see the execution model).
 ``tag`` numbers the messages between an ordered pair of ranks (the k-th send from a to b has
-tag k, and so has its receive); ``channel`` spreads the messages of one pair and step over
-parallel connections.
+tag k, and so has its receive; a rank's pushes to a switch and its pulls from it are numbered
+the same way); ``channel`` spreads the messages of one pair and step over parallel
+connections; ``slot`` is the switch slot of a push or pull (-1 for the other ops).
+
+Switch ops (in-network reduction, ``ccl.core.algorithm``). A switch stores nothing: the pushes
+of step s into a slot and the pulls of step s + 1 from it are one *switch instance* (switch,
+slot, s). A pull may complete only once every push of its instances has landed; a ``push``
+(copy) is the only push of its instance; pushes and pulls of an instance move pieces of one
+size class.
 
 Memory model. Every rank has an ``input``, an ``output`` and a ``scratch`` buffer, each a
 sequence of slots. A base slot of the collective (chunk factor 1) holds U elements; a chunk
@@ -50,13 +63,22 @@ Execution model (what a runtime must do, and all it may assume):
    its tag is the same on both sides, so tag-matching transports (gloo) agree with
    order-matching ones (NCCL). A runtime posts the messages of one pair and channel in list
    order.
+5. Pushes and pulls are non-blocking too. A push completes some time after it is issued, when
+   its data has landed in the switch, without waiting for anything (the switch takes it as it
+   comes: NVLink SHARP and InfiniBand SHARP reduce in flight). A pull completes some time after
+   it is issued *and* every push of its switch instances has landed. A pull waits for nothing
+   on its own rank but its deps: which pushes it reads is fixed by (switch, slot, step). A
+   runtime posts a rank's pushes to a switch on a channel in list order, and its pulls from it
+   (as rule 3: a connection's queue).
 4. A runtime may wait for more than the deps (for example post all the network ops of one step
    as one batch after waiting for the union of their deps, or issue in list order).
 
 Deadlock freedom. A Program is *well-leveled* when (a) every rank's list is sorted by step, and
 within a step its sends and receives come before its local ops; (b) the deps of a send or
 receive of step s are ops of steps < s; (c) a send and the receive it matches have the same
-step. ``lower`` produces well-leveled Programs and ``verify_program`` checks (a)-(c).
+step; (d) pushes and pulls count as sends and receives in (a) and (b), and a pull of step s
+reads only instances pushed in step s - 1. ``lower`` produces well-leveled Programs and
+``verify_program`` checks (a)-(d).
 
 Theorem: under the execution model, every op of a well-leveled Program completes, whatever
 order (1) and extra waiting (4) the runtime chooses, as long as it issues every op it may and
@@ -70,7 +92,10 @@ receives (a), which are issued without waiting on each other (b) and never block
 that batches a step's messages waits only for ops of steps < s (4, b). So every send and
 receive of step s is posted, and each matches a receive or send of step s (c) that is the same
 message in FIFO order on its channel (3): all earlier messages of the pair and channel have
-steps <= s and are posted too. Hence all sends and receives of step s complete. The local ops
+steps <= s and are posted too. Hence all sends and receives of step s complete. The pushes
+of step s are issued the same way (b) and complete unconditionally (5); the pulls of step s
+are issued the same way and read instances pushed in step s - 1 (d), whose pushes have
+completed by the induction hypothesis, so they complete (5). The local ops
 of step s depend on ops of steps <= s that precede them in the list (deps point backwards), so
 they complete in list order at the latest. So every op of step s completes; steps are finite.
 The base case is the same argument with nothing assumed. QED. Matched pairs (c) and per-pair
@@ -97,7 +122,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import validate
+from . import limits, validate
 from .algorithm import BUFFERS
 from .collective import Collective
 from .errors import CollectiveError
@@ -107,10 +132,15 @@ if TYPE_CHECKING:  # numpy is imported where it is used: `import ccl` (which exp
     import numpy as np
 
 SEND, RECV, COPY, REDUCE = "send", "recv", "copy", "reduce"
-OP_KINDS = (SEND, RECV, COPY, REDUCE)  # codes 0..3 in an OpTable
+PUSH, PUSH_REDUCE, PULL = "push", "push-reduce", "pull"
+OP_KINDS = (SEND, RECV, COPY, REDUCE, PUSH, PUSH_REDUCE, PULL)  # codes 0..6 in an OpTable
 NETWORK = (SEND, RECV)
+SWITCH_OPS = (PUSH, PUSH_REDUCE, PULL)  # ops between a rank and a reducing switch
+LOCAL = (COPY, REDUCE)
 PROLOGUE = -1
-OP_FIELDS = ("kind", "step", "buf", "index", "count", "peer", "src_buf", "src_index", "tag", "channel", "deps")
+OP_FIELDS = ("kind", "step", "buf", "index", "count", "peer", "src_buf", "src_index", "tag", "channel", "deps",
+             "slot")
+PLAIN_OP_FIELDS = OP_FIELDS[:11]  # an op without a switch slot: the form of Programs without switch ops
 KIND_CODE = {k: i for i, k in enumerate(OP_KINDS)}
 BUFFER_CODE = {b: i for i, b in enumerate(BUFFERS)}  # "" (no source buffer) is -1
 
@@ -137,19 +167,25 @@ class Op(NamedTuple):
 
     kind: str
     step: int
-    buf: str  # send: the buffer read; recv, copy, reduce: the buffer written
+    buf: str  # send, push: the buffer read; recv, pull, copy, reduce: the buffer written
     index: int
     count: int
-    peer: int = -1  # send: destination rank; recv: source rank; -1 for local ops
+    peer: int = -1  # send: destination rank; recv: source rank; push, pull: the switch; -1 for local ops
     src_buf: str = ""  # copy, reduce: the buffer read
     src_index: int = -1
-    tag: int = -1  # send, recv: message number between the two ranks
+    tag: int = -1  # send, recv: message number between the two ranks (push, pull: the rank and the switch)
     channel: int = 0
     deps: tuple[int, ...] = ()
+    slot: int = -1  # push, pull: the first switch slot
 
     @property
     def is_network(self) -> bool:
-        return self.kind == SEND or self.kind == RECV
+        """A send, receive, push or pull: posted, completed by the transport (not a local op)."""
+        return self.kind != COPY and self.kind != REDUCE
+
+    @property
+    def is_switch(self) -> bool:
+        return self.kind in SWITCH_OPS
 
     def describe(self) -> str:
         """``step 3 recv output[4..5] from rank 2 (tag 7)``."""
@@ -159,6 +195,10 @@ class Op(NamedTuple):
             return f"{step} send {where} to rank {self.peer} (tag {self.tag})"
         if self.kind == RECV:
             return f"{step} recv {where} from rank {self.peer} (tag {self.tag})"
+        if self.kind == PULL:
+            return f"{step} pull {where} from switch {self.peer} slot {_span(self.slot, self.count)}"
+        if self.kind in SWITCH_OPS:
+            return f"{step} {self.kind} {where} into switch {self.peer} slot {_span(self.slot, self.count)}"
         return f"{step} {self.kind} {self.src_buf}[{_span(self.src_index, self.count)}] -> {where}"
 
 
@@ -175,7 +215,8 @@ def piece_sizes(unit: int, chunk_factor: int) -> tuple[int, ...]:
 
 # Column names and dtypes of an OpTable (kinds and buffers as codes, see OP_KINDS and BUFFERS).
 COLUMNS = (("kind", "int8"), ("step", "int32"), ("buf", "int8"), ("index", "int32"), ("count", "int32"),
-           ("peer", "int32"), ("src_buf", "int8"), ("src_index", "int32"), ("tag", "int32"), ("channel", "int32"))
+           ("peer", "int32"), ("src_buf", "int8"), ("src_index", "int32"), ("tag", "int32"), ("channel", "int32"),
+           ("slot", "int32"))
 _INT32_MAX = 2**31 - 1
 
 
@@ -190,6 +231,8 @@ class OpTable:
         import numpy as np
 
         names = [name for name, _ in COLUMNS]
+        if "slot" not in columns and "kind" in columns:  # a table without switch ops may leave it out
+            columns["slot"] = np.full(len(columns["kind"]), -1, dtype=np.int32)
         if sorted(columns) != sorted(names):
             raise CollectiveError(f"an op table has the columns {names}, got {sorted(columns)}")
         n_ops = len(columns["kind"])
@@ -217,16 +260,19 @@ class OpTable:
 
     @classmethod
     def from_ops(cls, ranks: Sequence[Sequence[Op | tuple]]) -> OpTable:
-        """Columns from per-rank lists of ``Op`` (or 11-tuples in ``OP_FIELDS`` order)."""
+        """Columns from per-rank lists of ``Op`` (or tuples in ``OP_FIELDS`` order; ``slot`` may
+        be left out: -1)."""
         import numpy as np
 
         rows: list[tuple] = []
         rank_ptr = [0]
         for r, ops in enumerate(ranks):
             for i, op in enumerate(ops):
-                if len(op) != len(OP_FIELDS):
+                if len(op) == len(PLAIN_OP_FIELDS):
+                    op = (*op, -1)
+                elif len(op) != len(OP_FIELDS):
                     raise CollectiveError(f"rank {r} op {i} ({op!r}): an op has the {len(OP_FIELDS)} fields "
-                                          f"{OP_FIELDS}")
+                                          f"{OP_FIELDS} (slot may be left out)")
                 rows.append(tuple(op))
             rank_ptr.append(len(rows))
         columns: dict[str, list] = {name: [] for name, _ in COLUMNS}
@@ -238,11 +284,11 @@ class OpTable:
             problem = _field_problem(op)
             if problem:
                 raise CollectiveError(f"rank {r} op {g - rank_ptr[r]} ({op!r}): {problem}")
-            kind, step, buf, index, count, peer, src_buf, src_index, tag, channel, deps = op
+            kind, step, buf, index, count, peer, src_buf, src_index, tag, channel, deps, slot = op
             for name, value in zip(("kind", "step", "buf", "index", "count", "peer", "src_buf", "src_index",
-                                    "tag", "channel"),
+                                    "tag", "channel", "slot"),
                                    (KIND_CODE[kind], step, BUFFER_CODE[buf], index, count, peer,
-                                    BUFFER_CODE.get(src_buf, -1), src_index, tag, channel)):
+                                    BUFFER_CODE.get(src_buf, -1), src_index, tag, channel, slot)):
                 columns[name].append(value)
             dep_idx.extend(deps)
             dep_ptr.append(len(dep_idx))
@@ -277,7 +323,7 @@ class OpTable:
         return tuple(new(Op, row) for row in zip(
             kinds, self.step[lo:hi].tolist(), bufs, self.index[lo:hi].tolist(), self.count[lo:hi].tolist(),
             self.peer[lo:hi].tolist(), srcs, self.src_index[lo:hi].tolist(), self.tag[lo:hi].tolist(),
-            self.channel[lo:hi].tolist(), deps))
+            self.channel[lo:hi].tolist(), deps, self.slot[lo:hi].tolist()))
 
     def __eq__(self, other: object) -> bool:
         import numpy as np
@@ -352,7 +398,7 @@ class Program:
             op = table.rank_ops(r)[i]
             sizes = {"input": len(self.collective.inputs[r]), "output": len(self.collective.outputs[r]),
                      "scratch": len(scratch[r])}
-            problem = _op_problem(op, i, r, n, sizes, self.channels) or "malformed"
+            problem = _op_problem(op, i, r, self.topology, sizes, self.channels) or "malformed"
             raise CollectiveError(f"{where}: rank {r} op {i} ({op!r}): {problem}")
 
     def __eq__(self, other: object) -> bool:
@@ -386,8 +432,15 @@ class Program:
     def kind_counts(self) -> dict[str, int]:
         import numpy as np
 
-        counts = np.bincount(self.ops.kind, minlength=len(OP_KINDS)).tolist() if len(self.ops) else [0] * 4
+        counts = np.bincount(self.ops.kind, minlength=len(OP_KINDS)).tolist() if len(self.ops) else \
+            [0] * len(OP_KINDS)
         return dict(zip(OP_KINDS, counts))
+
+    @property
+    def n_switch_ops(self) -> int:
+        """Pushes and pulls (ops between a rank and a reducing switch)."""
+        kinds = self.kind_counts
+        return kinds[PUSH] + kinds[PUSH_REDUCE] + kinds[PULL]
 
     @property
     def n_messages(self) -> int:
@@ -447,14 +500,16 @@ class Program:
             "recvs": kinds[RECV],
             "copies": kinds[COPY],
             "reduces": kinds[REDUCE],
+            **({"pushes": kinds[PUSH] + kinds[PUSH_REDUCE], "pulls": kinds[PULL]} if self.n_switch_ops else {}),
             "scratch_slots": [len(x) for x in self.scratch],
         }
 
     def to_text(self) -> str:
         """A readable listing: every rank's ops in order with their dependencies."""
         coll = self.collective
+        switch = f", {self.n_switch_ops} switch ops" if self.n_switch_ops else ""
         head = (f"program {self.name}: {coll} on topology {self.topology.name}; {self.steps} steps, "
-                f"{self.n_ops} ops, {self.n_messages} messages, {self.channels} channel(s)")
+                f"{self.n_ops} ops, {self.n_messages} messages{switch}, {self.channels} channel(s)")
         lines = [head]
         for r in range(self.n_ranks):
             ops = self.ops.rank_ops(r)
@@ -483,14 +538,25 @@ def _first_bad_op(program: Program) -> tuple[int, int] | None:
     sizes[:, 2] = [len(x) for x in program.scratch]
     kind, buf, src_buf = t.kind.astype(np.int64), t.buf.astype(np.int64), t.src_buf.astype(np.int64)
     index, count, src_index = t.index.astype(np.int64), t.count.astype(np.int64), t.src_index.astype(np.int64)
-    bad = (kind < 0) | (kind > 3) | (t.step < PROLOGUE) | (count < 1) | (buf < 0) | (buf > 2)
+    bad = (kind < 0) | (kind >= len(OP_KINDS)) | (t.step < PROLOGUE) | (count < 1) | (buf < 0) | (buf > 2)
     ok_buf = np.clip(buf, 0, 2)
     bad |= (index < 0) | (index + count > sizes[rank, ok_buf])
+    local = (kind == KIND_CODE[COPY]) | (kind == KIND_CODE[REDUCE])
     network = kind <= 1
+    switch = ~local & ~network
     peer = t.peer.astype(np.int64)
-    bad |= network & ((peer < 0) | (peer >= n) | (peer == rank) | (t.tag < 0) | (t.channel < 0) |
-                      (t.channel >= program.channels) | (src_buf != -1) | (src_index != -1))
-    local = ~network
+    slot = t.slot.astype(np.int64)
+    posted = network | switch
+    bad |= posted & ((t.tag < 0) | (t.channel < 0) | (t.channel >= program.channels) | (src_buf != -1) |
+                     (src_index != -1))
+    bad |= network & ((peer < 0) | (peer >= n) | (peer == rank))
+    bad |= ~switch & (slot != -1)
+    if np.any(switch):
+        reduces = np.zeros(program.topology.n_vertices + 1, dtype=bool)
+        reduces[list(program.topology.reducing_switches)] = True
+        ok_peer = np.clip(peer, 0, len(reduces) - 1)
+        ok_peer[(peer < 0) | (peer >= len(reduces) - 1)] = len(reduces) - 1  # the sentinel: False
+        bad |= switch & (~reduces[ok_peer] | (slot < 0) | (slot + count > limits.SLOTS.value))
     ok_src = np.clip(src_buf, 0, 2)
     bad |= local & ((peer != -1) | (t.tag != -1) | (src_buf < 0) | (src_buf > 2) | (src_index < 0) |
                     (src_index + count > sizes[rank, ok_src]) |
@@ -510,41 +576,50 @@ def _first_bad_op(program: Program) -> tuple[int, int] | None:
 
 def _field_problem(op: tuple) -> str:
     """Why an op's fields cannot be stored (types and names), in words ("" if they can)."""
-    kind, step, buf, index, count, peer, src_buf, src_index, tag, channel, deps = op
+    kind, step, buf, index, count, peer, src_buf, src_index, tag, channel, deps, slot = op
     if kind not in OP_KINDS:
         return f"kind {kind!r} is not one of {OP_KINDS}"
     if buf not in BUFFERS:
         return f"buffer {buf!r} is not one of {BUFFERS}"
     if src_buf not in BUFFERS and src_buf != "":
         return f"source buffer {src_buf!r} is not one of {BUFFERS}"
-    ints = (step, index, count, peer, src_index, tag, channel)
+    ints = (step, index, count, peer, src_index, tag, channel, slot)
     if any(isinstance(x, bool) or not isinstance(x, int) for x in ints):
-        return "step, index, count, peer, src_index, tag and channel must be integers"
+        return "step, index, count, peer, src_index, tag, channel and slot must be integers"
     if any(abs(x) > _INT32_MAX for x in ints):
-        return "step, index, count, peer, src_index, tag and channel must fit in 32 bits"
+        return "step, index, count, peer, src_index, tag, channel and slot must fit in 32 bits"
     if not isinstance(deps, tuple) or any(isinstance(d, bool) or not isinstance(d, int) for d in deps):
         return "deps must be a tuple of op indices"
     return ""
 
 
-def _op_problem(op: Op, i: int, rank: int, n: int, sizes: dict[str, int], channels: int) -> str:
+def _op_problem(op: Op, i: int, rank: int, topology: Topology, sizes: dict[str, int], channels: int) -> str:
     """Why an op is malformed, in words ("" if it is well formed)."""
-    kind, step, buf, index, count, peer, src_buf, src_index, tag, channel, deps = op
+    kind, step, buf, index, count, peer, src_buf, src_index, tag, channel, deps, slot = op
+    n = topology.n_ranks
     if step < PROLOGUE:
         return f"step {step} is below the prologue ({PROLOGUE})"
     if count < 1:
         return f"count {count} is not positive"
     if not 0 <= index or index + count > sizes[buf]:
         return f"{buf}[{index}..{index + count - 1}] is outside the rank's {sizes[buf]} {buf} slots"
-    if kind in NETWORK:
-        if not 0 <= peer < n or peer == rank:
+    if kind not in SWITCH_OPS and slot != -1:
+        return f"slot {slot} belongs to a push or pull only (-1 for a {kind})"
+    if kind in NETWORK or kind in SWITCH_OPS:
+        if kind in NETWORK and (not 0 <= peer < n or peer == rank):
             return f"peer {peer} is not another rank in 0..{n - 1}"
+        if kind in SWITCH_OPS:
+            if peer not in topology.reducing_switches:
+                return f"peer {peer} is not a switch that reduces (topology {topology.name!r}: " \
+                       f"{list(topology.reducing_switches) or 'none'})"
+            if slot < 0 or slot + count > limits.SLOTS.value:
+                return limits.SLOTS.message(slot + count, f"switch slots {slot}..{slot + count - 1} are out of range")
         if tag < 0:
             return f"tag {tag} is negative"
         if not 0 <= channel < channels:
             return f"channel {channel} is not in 0..{channels - 1}"
         if src_buf or src_index != -1:
-            return "a send or receive has no source slots (src_buf '' and src_index -1)"
+            return f"a {kind} has no source slots (src_buf '' and src_index -1)"
     else:
         if peer != -1 or tag != -1:
             return "a local op has peer -1 and tag -1"

@@ -21,7 +21,7 @@ from .collective import BUILTIN_KINDS, Collective, builtin, runtime_aliases
 from .errors import CclError, CollectiveError, InputError
 from .limits import read_input_json
 from .problem import Request
-from .program import OP_FIELDS, Program
+from .program import OP_FIELDS, PLAIN_OP_FIELDS, Program
 from .topology import LINK_FIELDS, Link, SharedLimit, Switch, Topology
 
 FORMAT_VERSION = 1
@@ -254,9 +254,12 @@ def program_to_json(program: Program) -> dict[str, Any]:
     a list). ``program_from_json`` reads it back."""
     summary = program.summary()
     summary["n_ops"] = summary.pop("ops")
+    switched = program.n_switch_ops > 0  # the slot field only where pushes and pulls need it
     return {"format": PROGRAM_FORMAT, "version": 1, **summary,
-            "scratch": [list(x) for x in program.scratch], "op_fields": list(OP_FIELDS),
-            "ops": [[[*op[:10], list(op.deps)] for op in ops] for ops in program.ranks],
+            "scratch": [list(x) for x in program.scratch],
+            "op_fields": list(OP_FIELDS if switched else PLAIN_OP_FIELDS),
+            "ops": [[[*op[:10], list(op.deps), *((op.slot,) if switched else ())] for op in ops]
+                    for ops in program.ranks],
             "collective_spec": collective_to_json(program.collective),
             "topology_spec": topology_to_json(program.topology)}
 
@@ -267,8 +270,9 @@ def program_from_json(data: dict[str, Any]) -> Program:
         raise InputError(f"not a program file (expected \"format\": \"{PROGRAM_FORMAT}\")")
     if data.get("version") != 1:
         raise InputError(f"program file version {data.get('version')!r} is not supported (this tool reads version 1)")
-    if list(data.get("op_fields", OP_FIELDS)) != list(OP_FIELDS):
-        raise InputError(f"op_fields must be {list(OP_FIELDS)}")
+    fields = list(data.get("op_fields", PLAIN_OP_FIELDS))
+    if fields not in (list(OP_FIELDS), list(PLAIN_OP_FIELDS)):
+        raise InputError(f"op_fields must be {list(OP_FIELDS)} (or without slot: {list(PLAIN_OP_FIELDS)})")
     if "collective_spec" not in data or "topology_spec" not in data:
         raise InputError("a program file needs collective_spec and topology_spec (written by this tool's "
                          "`ccl import` and `--emit program`)")
@@ -276,9 +280,9 @@ def program_from_json(data: dict[str, Any]) -> Program:
     for r, ops in enumerate(data["ops"]):
         row = []
         for i, op in enumerate(ops):
-            if not isinstance(op, list) or len(op) != len(OP_FIELDS) or not isinstance(op[-1], list):
-                raise InputError(f"rank {r} op {i}: expected an array of {len(OP_FIELDS)} fields {list(OP_FIELDS)}")
-            row.append((*op[:10], tuple(op[10])))
+            if not isinstance(op, list) or len(op) != len(fields) or not isinstance(op[10], list):
+                raise InputError(f"rank {r} op {i}: expected an array of {len(fields)} fields {fields}")
+            row.append((*op[:10], tuple(op[10]), *op[11:]))
         rows.append(row)
     topology = topology_from_json(data["topology_spec"])
     _check_ranks(data["collective_spec"], topology)

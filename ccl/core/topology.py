@@ -340,6 +340,56 @@ class Topology:
             routes.setdefault(w, path)
         return routes
 
+    def switch_path(self, src: int, dst: int) -> tuple[int, ...] | None:
+        """The vertex path of a transfer between a rank and a switch that reduces (one of
+        ``src``, ``dst`` a rank, the other such a switch): a direct link, or else the path with
+        least latency (then fewest hops) through NIC vertices only, the way a GPU reaches a
+        network switch through its own NIC. None when there is none, or when the pair is not a
+        rank and a reducing switch. A switch reduction never relays through another rank or
+        switch: what reaches the switch is what the rank sent."""
+        cache = self._cache.setdefault("switch_paths", {})
+        key = (src, dst)
+        if key not in cache:
+            cache[key] = self._switch_path(src, dst)
+        return cache[key]
+
+    def _switch_path(self, src: int, dst: int) -> tuple[int, ...] | None:
+        n = self.n_ranks
+        if not (0 <= src < self.n_vertices and 0 <= dst < self.n_vertices) or (src < n) == (dst < n):
+            return None
+        switch = self.switches[max(src, dst) - n]
+        if not switch.reduce:
+            return None
+        if (src, dst) in self._link_map:
+            return (src, dst)
+        best: dict[int, tuple[float, int]] = {}
+        heap: list[tuple[float, int, tuple[int, ...]]] = [(0.0, 0, (src,))]
+        while heap:
+            lat, hops, path = heapq.heappop(heap)
+            v = path[-1]
+            if v == dst:
+                return path
+            if v in best:
+                continue
+            best[v] = (lat, hops)
+            for link in self.out_links[v]:
+                w = link.dst
+                through = w == dst or (w >= n and self.switches[w - n].kind == "nic")
+                if through and w not in best:
+                    heapq.heappush(heap, (lat + link.latency, hops + 1, path + (w,)))
+        return None
+
+    def switch_link(self, src: int, dst: int) -> Link | None:
+        """The path of ``switch_path`` as one link (its narrowest hop's lanes and capacity, the
+        hops' latencies summed), or None."""
+        path = self.switch_path(src, dst)
+        return None if path is None else self._path_link(path)
+
+    @cached_property
+    def reducing_switches(self) -> tuple[int, ...]:
+        """Vertex ids of the switches that reduce and multicast."""
+        return tuple(self.n_ranks + i for i, s in enumerate(self.switches) if s.reduce)
+
     def flat_link(self, src: int, dst: int) -> Link | None:
         """The flattened rank-to-rank link, or None if the ranks cannot talk without relaying
         through another rank."""

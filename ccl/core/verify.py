@@ -9,6 +9,17 @@ flattened topology, no read or reduce sees a slot before it holds a value, no co
 another write in one step, and (where the schedule gives rounds) every link and shared limit
 carries at most lanes x rounds slots per step.
 
+Switches that reduce (in-network reduction, see ``ccl.core.algorithm``): a rank -> switch
+transfer (a push) in step t writes the switch's slots: ``reduce`` pushes into one slot add up
+(their sum, whatever it held before: nothing), a ``copy`` push sets it and must be the only push
+into that slot in the step (the source of a multicast). The slot's value is readable in step
+t + 1 only, by any number of switch -> rank transfers (pulls; several are a multicast), and is
+gone after: the switch stores nothing. A pull of a slot not written in the step before is an
+error naming the rank, the step, the switch and the slot. Values are multisets as on ranks, so a
+chunk a switch sums twice is caught at the output it reaches. Pushes read the state before their
+step, like every transfer; pulls write like any other transfer (a pull colliding with another
+write into a rank's slot is an error).
+
 Multisets are kept as bitmasks: chunks that appear together in some required sum form a group
 and get bit positions in it, so a value is (group, mask of chunks, mask of chunks counted more
 than once). Values mixing groups can never be a correct output and are kept as explicit counts
@@ -194,8 +205,12 @@ def _verify(algorithm: Algorithm, in_place: bool, by_range: bool = True) -> Veri
             pair = (t.src, t.dst)
             ok = link_ok.get(pair)
             if ok is None:
-                ok = link_ok[pair] = topo.flat_link(t.src, t.dst) is not None
+                switched = t.src >= n or t.dst >= n
+                ok = link_ok[pair] = (topo.switch_path(*pair) if switched else topo.flat_link(*pair)) is not None
             if not ok:
+                if t.src >= n or t.dst >= n:
+                    raise VerificationError(_no_switch_link(k, t, topo), rank=min(t.src, t.dst), step=t.step,
+                                            transfer=k, switch=topo.vertex_name(max(t.src, t.dst)))
                 raise VerificationError(
                     f"transfer {k} ({t.describe()}): topology {topo.name!r} has no link from rank "
                     f"{t.src} to rank {t.dst}",
@@ -208,9 +223,14 @@ def _verify(algorithm: Algorithm, in_place: bool, by_range: bool = True) -> Veri
         _check_capacity(algorithm)
 
     ranged = by_range and not alias
+    switches = _Switches(algorithm, chunks) if algorithm.switch_transfers else None
     for step, indices in algorithm.used_steps:
+        if switches is not None:
+            indices, pushed = switches.begin(state, alias, step, indices)
         if not (ranged and _range_step(state, chunks, transfers, step, indices)):
             _slot_step(state, alias, chunks, transfers, step, indices)
+        if switches is not None:
+            switches.end(step, pushed)
 
     if alias:
         def values_of(r: int, m: int) -> list:
@@ -231,11 +251,133 @@ def _verify(algorithm: Algorithm, in_place: bool, by_range: bool = True) -> Veri
     )
 
 
-def _read_error(transfers, step: int, k: int, j: int) -> VerificationError:
+def _no_switch_link(k: int, t, topo) -> str:
+    n = topo.n_ranks
+    rank, switch = (t.src, t.dst) if t.dst >= n else (t.dst, t.src)
+    name = topo.vertex_name(switch)
+    if not topo.switches[switch - n].reduce:
+        return (f"transfer {k} ({t.describe(topo)}): switch {name!r} does not reduce or multicast, so no rank "
+                "can send to it or receive from it")
+    way = f"from rank {rank} to switch {name!r}" if t.src == rank else f"from switch {name!r} to rank {rank}"
+    return f"transfer {k} ({t.describe(topo)}): topology {topo.name!r} has no link {way}"
+
+
+class _Switches:
+    """The switches' slots during the run: ``begin`` takes a step's transfers apart (pushes
+    read their values now, from the state before the step; pulls stay with the rank transfers,
+    reading the values pushed in the step before, which ``begin`` makes visible and checks);
+    ``end`` sums the step's pushes into the values visible in the next step only."""
+
+    def __init__(self, algorithm: Algorithm, chunks: Chunks) -> None:
+        self.algorithm = algorithm
+        self.topology = algorithm.topology
+        self.chunks = chunks
+        self.n = algorithm.collective.n_ranks
+        self.switched = frozenset(algorithm.switch_transfers)
+        self.size: dict[int, int] = {}
+        for k in algorithm.switch_transfers:
+            t = algorithm.transfers[k]
+            sw, idx = (t.dst, t.dst_index) if t.dst >= self.n else (t.src, t.src_index)
+            self.size[sw] = max(self.size.get(sw, 0), idx + t.count)
+        self.written: dict[int, tuple[int, list]] = {}  # switch -> (step pushed, values)
+        self.pushed_in: dict[tuple[int, int], set[int]] = {}  # (switch, slot) -> the steps that push into it
+        for k in algorithm.switch_transfers:
+            t = algorithm.transfers[k]
+            if t.dst >= self.n:
+                for j in range(t.count):
+                    self.pushed_in.setdefault((t.dst, t.dst_index + j), set()).add(t.step)
+
+    def name(self, sw: int) -> str:
+        return self.topology.vertex_name(sw)
+
+    def begin(self, state: dict, alias: dict, step: int, indices) -> tuple[list[int], list]:
+        transfers = self.algorithm.transfers
+        n = self.n
+        for sw, size in self.size.items():  # what each switch holds in this step
+            held = self.written.get(sw)
+            state[(sw, "scratch")] = held[1] if held is not None and held[0] == step - 1 else [None] * size
+        rest: list[int] = []
+        pushed: list[tuple[int, list]] = []
+        switched = self.switched
+        for k in indices:
+            if k not in switched:
+                rest.append(k)
+                continue
+            t = transfers[k]
+            if t.dst >= n:  # a push reads the state before the step
+                values = []
+                for j in range(t.count):
+                    key = (t.src, t.src_buf, t.src_index + j)
+                    if alias:
+                        key = alias.get(key, key)
+                    value = state[key[:2]][key[2]]
+                    if value is None:
+                        raise _read_error(transfers, step, k, j, self.topology)
+                    values.append(value)
+                pushed.append((k, values))
+                continue
+            held = state[(t.src, "scratch")]
+            for j in range(t.count):
+                if held[t.src_index + j] is None:
+                    raise self._pull_error(step, k, t.src_index + j)
+            rest.append(k)
+        return rest, pushed
+
+    def _pull_error(self, step: int, k: int, slot: int) -> VerificationError:
+        t = self.algorithm.transfers[k]
+        name = self.name(t.src)
+        steps = self.pushed_in.get((t.src, slot), set())
+        before = max((s for s in steps if s < step), default=None)
+        if step in steps:
+            why = f"it is pushed in step {step}, readable in step {step + 1}"
+        elif before is not None:
+            why = (f"it was last pushed in step {before}, and a switch keeps a value for the next step only "
+                   "(it stores nothing)")
+        elif steps:
+            why = f"it is pushed only later, in step {min(steps)}"
+        else:
+            why = "nothing is ever pushed into it"
+        return VerificationError(
+            f"step {step}: rank {t.dst} reads switch {name!r} slot {slot}, which holds no value in step {step}: "
+            f"{why} (transfer {k}: {t.describe(self.topology)})",
+            rank=t.dst, step=step, buffer="scratch", index=slot, transfer=k, expected="a value pushed in step "
+            f"{step - 1}", found="nothing", switch=name)
+
+    def end(self, step: int, pushed: list) -> None:
+        if not pushed:
+            return
+        transfers = self.algorithm.transfers
+        writes: dict[tuple[int, int], list[tuple[str, tuple, int]]] = {}
+        for k, values in pushed:
+            t = transfers[k]
+            for j, value in enumerate(values):
+                writes.setdefault((t.dst, t.dst_index + j), []).append((t.op, value, k))
+        fresh: dict[int, list] = {}
+        add = self.chunks.add
+        for (sw, slot), ws in writes.items():
+            if len(ws) > 1 and any(op == "copy" for op, _, _ in ws):
+                copied = min(k for op, _, k in ws if op == "copy")
+                ks = [copied, min(k for _, _, k in ws if k != copied)]
+                first, second = transfers[ks[0]], transfers[ks[1]]
+                raise VerificationError(
+                    f"step {step}: switch {self.name(sw)!r} slot {slot} receives a copy and another write in the same "
+                    f"step (transfers {ks[0]} and {ks[1]}: {first.describe(self.topology)}; "
+                    f"{second.describe(self.topology)}): a copy into a switch slot is a multicast's one source, "
+                    "reductions add up",
+                    rank=second.src, step=step, buffer="scratch", index=slot, transfer=ks[1], switch=self.name(sw))
+            value = ws[0][1]
+            for _, other, _ in ws[1:]:
+                value = add(value, other)
+            fresh.setdefault(sw, [None] * self.size[sw])[slot] = value
+        for sw, values in fresh.items():
+            self.written[sw] = (step, values)
+
+
+def _read_error(transfers, step: int, k: int, j: int, topology=None) -> VerificationError:
     t = transfers[k]
     return VerificationError(
         f"step {step}: rank {t.src} reads {t.src_buf}[{t.src_index + j}] before anything "
-        f"was written there (transfer {k}: {t.describe()})",
+        f"was written there (transfer {k}: {t.describe(topology)})",
         rank=t.src,
         step=step,
         buffer=t.src_buf,
@@ -434,7 +576,8 @@ def _check_capacity(algorithm: Algorithm) -> None:
             for i in limit_of.get((t.src, t.dst), ()):
                 limit_load[i] += t.count
         for (a, b), used in sorted(load.items()):
-            link = flat.link(a, b)
+            n = flat.n_ranks
+            link = flat.link(a, b) if a < n and b < n else algorithm.topology.switch_link(a, b)
             assert link is not None
             if used > link.lanes * rounds:
                 raise VerificationError(

@@ -3,12 +3,16 @@
 Independent of the lowering: it re-derives everything from the op lists. Checked, in order:
 
 1. **Level order** (the conditions of the deadlock-freedom theorem in ``ccl.core.program``): each
-   rank's ops are sorted by step with sends and receives before local ops within a step, and
-   every send or receive depends only on ops of earlier steps.
-2. **Links**: every message goes over a link of the flattened topology.
+   rank's ops are sorted by step with sends, receives, pushes and pulls before local ops within
+   a step, and every one of those depends only on ops of earlier steps.
+2. **Links**: every message goes over a link of the flattened topology; every push and pull
+   over the links between its rank and its switch (``Topology.switch_path``).
 3. **Matching**: per ordered pair of ranks and channel, the k-th send matches the k-th receive:
    same tag, same step, same number of slots of the same size classes (so both sides agree on
-   the message's bytes for every tensor size); tags are unique per pair.
+   the message's bytes for every tensor size); tags are unique per pair. Per switch instance
+   (switch, slot, step of its pushes): every slot a pull of step s reads was pushed in step
+   s - 1, a ``push`` (copy) is its instance's only push, and the pushes and pulls of an instance
+   move pieces of one size class.
 4. **Races**: on every rank, two accesses to one slot (at least one a write; in place, an output
    slot and the input slot an in-place call overlays on it, ``Collective.in_place_aliases``, are
    one slot) are ordered: the later op depends on the earlier one, directly or through other
@@ -16,7 +20,8 @@ Independent of the lowering: it re-derives everything from the op lists. Checked
    ops of other ranks, so an in-place read and a later write of one memory are unordered unless
    a dependency chain joins them.
 5. **Execution**: the ops run under the model (issued in list order, which every runtime may
-   do; non-blocking posts, rendezvous completion). Ranks left with ops that can never complete are a deadlock, reported with the op
+   do; non-blocking posts, rendezvous completion; a push lands at once, a pull completes once
+   every push of its instances has landed and yields their sum). Ranks left with ops that can never complete are a deadlock, reported with the op
    every rank is blocked on. Values are multisets of input chunks as in ``ccl.verify``: no read
    of an empty slot, no reduce into one, every slot holds pieces of its own size class, and at
    the end every output slot holds exactly its required sum.
@@ -29,7 +34,7 @@ from dataclasses import dataclass
 
 from . import validate
 from .errors import VerificationError
-from .program import PROLOGUE, RECV, REDUCE, SEND, Op, Program
+from .program import PROLOGUE, PULL, PUSH, PUSH_REDUCE, RECV, REDUCE, SEND, Op, Program
 from .verify import Chunks, check_outputs
 
 Slot = tuple[str, int]
@@ -55,10 +60,11 @@ def verify_program(program: Program, *, in_place: bool = False) -> ProgramVerifi
     _check_levels(program)
     _check_links(program)
     _check_matching(program)
+    instances = _switch_instances(program)
     for r in range(program.n_ranks):
         _check_races(program, r, in_place)
-    writes_input = any(op.kind != SEND and op.buf == "input" for ops in program.ranks for op in ops)
-    _Execution(program, in_place).run()
+    writes_input = any(op.kind not in _READS_ONLY and op.buf == "input" for ops in program.ranks for op in ops)
+    _Execution(program, in_place, instances).run()
     return ProgramVerification(
         ops=program.n_ops,
         messages=program.n_messages,
@@ -91,20 +97,32 @@ def _check_levels(program: Program) -> None:
                                     "messages together would deadlock", r, op)
 
 
+_READS_ONLY = (SEND, PUSH, PUSH_REDUCE)  # ops that write nothing of their rank's
+
+
 def _check_links(program: Program) -> None:
     topo = program.topology
     seen: dict[tuple[int, int], bool] = {}
     for r, ops in enumerate(program.ranks):
         for i, op in enumerate(ops):
-            if op.kind != SEND:
+            if op.kind == SEND:
+                pair = (r, op.peer)
+            elif op.kind == PULL:
+                pair = (op.peer, r)
+            elif op.kind in _READS_ONLY:
+                pair = (r, op.peer)
+            else:
                 continue
-            pair = (r, op.peer)
             ok = seen.get(pair)
             if ok is None:
-                ok = seen[pair] = topo.flat_link(r, op.peer) is not None
+                ok = seen[pair] = (topo.flat_link(*pair) if op.kind == SEND else topo.switch_path(*pair)) is not None
             if not ok:
-                raise _fail(f"rank {r} op {i} ({op.describe()}): topology {topo.name!r} has no link from "
-                            f"rank {r} to rank {op.peer}", r, op)
+                if op.kind == SEND:
+                    where = f"from rank {r} to rank {op.peer}"
+                else:
+                    name = topo.vertex_name(op.peer)
+                    where = f"from switch {name!r} to rank {r}" if op.kind == PULL else f"from rank {r} to switch {name!r}"
+                raise _fail(f"rank {r} op {i} ({op.describe()}): topology {topo.name!r} has no link {where}", r, op)
 
 
 def _classes(program: Program, rank: int, op: Op) -> tuple[int, ...]:
@@ -121,13 +139,14 @@ def _check_matching(program: Program) -> None:
                 sends.setdefault((r, op.peer, op.channel), []).append(i)
             elif op.kind == RECV:
                 recvs.setdefault((op.peer, r, op.channel), []).append(i)
-            else:
+            elif not op.is_switch:
                 continue
             key = (op.kind, op.peer, op.tag)
             if key in tags:
+                whom = f"switch {op.peer}" if op.is_switch else f"rank {op.peer}"
                 raise _fail(f"rank {r} ops {tags[key]} and {i} both {op.kind} tag {op.tag} "
-                            f"{'to' if op.kind == SEND else 'from'} rank {op.peer}: tags must be unique "
-                            "per pair of ranks", r, op)
+                            f"{'from' if op.kind in (RECV, PULL) else 'to'} {whom}: tags must be unique "
+                            "per pair", r, op)
             tags[key] = i
     for key in sorted(set(sends) | set(recvs)):
         a, b, chan = key
@@ -157,6 +176,75 @@ def _check_matching(program: Program) -> None:
                 raise _fail(f"message {k} from rank {a} to rank {b} on channel {chan}: the send (rank {a} op "
                             f"{out[k]}: {s.describe()}) and the receive (rank {b} op {into[k]}: {t.describe()}) "
                             f"disagree: {what}", b, t)
+
+
+Instance = tuple[int, int, int]  # (switch, slot, step of its pushes)
+
+
+def _switch_instances(program: Program) -> dict[Instance, list[tuple[int, int, int]]]:
+    """Every switch instance's pushes ((rank, op, offset in the op)), checked against the pulls:
+    each slot a pull of step s reads was pushed in step s - 1; a ``push`` (copy) is alone in
+    its instance; pushes and pulls of an instance move pieces of one size class."""
+    topo = program.topology
+    pushes: dict[Instance, list[tuple[int, int, int]]] = {}
+    pushed_in: dict[tuple[int, int], set[int]] = {}
+    for r, ops in enumerate(program.ranks):
+        for i, op in enumerate(ops):
+            if op.kind == PUSH or op.kind == PUSH_REDUCE:
+                for j in range(op.count):
+                    pushes.setdefault((op.peer, op.slot + j, op.step), []).append((r, i, j))
+                    pushed_in.setdefault((op.peer, op.slot + j), set()).add(op.step)
+    classes: dict[Instance, tuple[int, int, int, int]] = {}  # instance -> (class, rank, op, slot)
+    for key, found in pushes.items():
+        sw, slot, step = key
+        for r, i, j in found:
+            op = program.ranks[r][i]
+            cls = program.slot_class(r, op.buf, op.index + j)
+            if key not in classes:
+                classes[key] = (cls, r, i, j)
+            elif classes[key][0] != cls:
+                c0, r0, i0, _ = classes[key]
+                raise _fail(f"rank {r} op {i} ({op.describe()}) pushes a piece of size class {cls} into switch "
+                            f"{topo.vertex_name(sw)!r} slot {slot}, where rank {r0} op {i0} "
+                            f"({program.ranks[r0][i0].describe()}) pushes one of class {c0} in the same step",
+                            r, op, buffer="scratch", index=slot, switch=topo.vertex_name(sw))
+        copies = [(r, i) for r, i, _ in found if program.ranks[r][i].kind == PUSH]
+        if copies and len(found) > 1:
+            r, i = copies[0]
+            r2, i2 = next((a, b) for a, b, _ in found if (a, b) != (r, i))
+            op = program.ranks[r][i]
+            raise _fail(f"rank {r} op {i} ({op.describe()}) sets switch {topo.vertex_name(sw)!r} slot {slot} in step "
+                        f"{step}, which rank {r2} op {i2} ({program.ranks[r2][i2].describe()}) also pushes into: a "
+                        "push (copy) is its slot's one source, push-reduces add up", r, op, buffer="scratch",
+                        index=slot, switch=topo.vertex_name(sw))
+    for r, ops in enumerate(program.ranks):
+        for i, op in enumerate(ops):
+            if op.kind != PULL:
+                continue
+            for j in range(op.count):
+                key = (op.peer, op.slot + j, op.step - 1)
+                name = topo.vertex_name(op.peer)
+                if key not in pushes:
+                    steps = pushed_in.get(key[:2], set())
+                    before = max((s for s in steps if s < op.step), default=None)
+                    if op.step in steps:
+                        why = f"it is pushed in step {op.step}, readable in step {op.step + 1}"
+                    elif before is not None:
+                        why = f"its last push before is in step {before}, and a switch keeps a value for the next " \
+                              "step only"
+                    else:
+                        why = f"it is pushed only later, in step {min(steps)}" if steps else "nothing is pushed into it"
+                    raise _fail(f"rank {r} op {i} ({op.describe()}) pulls switch {name!r} slot {op.slot + j}, which "
+                                f"holds nothing in step {op.step}: {why}", r, op, buffer="scratch",
+                                index=op.slot + j, expected=f"a push in step {op.step - 1}", found="nothing",
+                                switch=name)
+                cls = program.slot_class(r, op.buf, op.index + j)
+                if classes[key][0] != cls:
+                    c0, r0, i0, _ = classes[key]
+                    raise _fail(f"rank {r} op {i} ({op.describe()}) pulls switch {name!r} slot {op.slot + j} into "
+                                f"{op.buf}[{op.index + j}], of size class {cls}, but rank {r0} op {i0} pushed a piece "
+                                f"of class {c0} there", r, op, buffer=op.buf, index=op.index + j, switch=name)
+    return pushes
 
 
 def _check_races(program: Program, rank: int, in_place: bool) -> None:
@@ -190,9 +278,9 @@ def _check_races(program: Program, rank: int, in_place: bool) -> None:
         for d in op.deps:
             mine |= ancestors[d] | (1 << d)
         ancestors.append(mine)
-        if op.kind == SEND:
+        if op.kind in _READS_ONLY:
             reads, writes = [mem(op.buf, op.index + j) for j in range(op.count)], []
-        elif op.kind == RECV:
+        elif op.kind == RECV or op.kind == PULL:
             reads, writes = [], [mem(op.buf, op.index + j) for j in range(op.count)]
         else:
             writes = [mem(op.buf, op.index + j) for j in range(op.count)]
@@ -220,8 +308,13 @@ def _check_races(program: Program, rank: int, in_place: bool) -> None:
 class _Execution:
     """Runs the Program under the execution model on symbolic values."""
 
-    def __init__(self, program: Program, in_place: bool) -> None:
+    def __init__(self, program: Program, in_place: bool, instances: dict | None = None) -> None:
         self.program = program
+        # switch instances: pushes not landed yet, the value so far, the pulls waiting for it
+        self.unlanded = {key: len(found) for key, found in (instances or {}).items()}
+        self.held: dict[Instance, tuple] = {}
+        self.pulling: dict[Instance, list[tuple[int, int]]] = {}
+        self.pull_left: dict[tuple[int, int], int] = {}
         coll = program.collective
         self.chunks = Chunks(coll)
         self.alias = [
@@ -329,6 +422,10 @@ class _Execution:
                     key = (op.peer, r, op.channel)
                     recvq.setdefault(key, deque()).append(i)
                     self._match(key, sendq, recvq, complete)
+                elif op.kind == PUSH or op.kind == PUSH_REDUCE:
+                    self._push(r, i, op, complete)
+                elif op.kind == PULL:
+                    self._pull(r, i, op, complete)
                 else:
                     values = self.read(r, i, op, op.src_buf, op.src_index)
                     self.write(r, i, op, values, op.kind == REDUCE)
@@ -348,6 +445,40 @@ class _Execution:
         coll = program.collective
         check_outputs(coll, self.chunks, lambda r, m: [self.state[r].get(self.mem(r, "output", j)) for j in range(m)],
                        max(program.steps - 1, 0))
+
+    def _push(self, r: int, i: int, op: Op, complete) -> None:
+        """A push lands at once: its values join their instances; pulls waiting for the last
+        push of an instance may complete."""
+        values = self.read(r, i, op, op.buf, op.index)
+        complete(r, i)
+        for j, v in enumerate(values):
+            key = (op.peer, op.slot + j, op.step)
+            held = self.held.get(key)
+            self.held[key] = v if held is None else self.chunks.add(held, v)
+            self.unlanded[key] -= 1
+            if not self.unlanded[key]:
+                for b, k in self.pulling.pop(key, ()):
+                    self.pull_left[(b, k)] -= 1
+                    if not self.pull_left[(b, k)]:
+                        self._land(b, k, complete)
+
+    def _pull(self, r: int, i: int, op: Op, complete) -> None:
+        """A pull completes once every push of its instances has landed."""
+        left = 0
+        for j in range(op.count):
+            key = (op.peer, op.slot + j, op.step - 1)
+            if self.unlanded[key]:
+                self.pulling.setdefault(key, []).append((r, i))
+                left += 1
+        self.pull_left[(r, i)] = left
+        if not left:
+            self._land(r, i, complete)
+
+    def _land(self, r: int, i: int, complete) -> None:
+        op = self.program.ranks[r][i]
+        values = [self.held[(op.peer, op.slot + j, op.step - 1)] for j in range(op.count)]
+        self.write(r, i, op, values, False)
+        complete(r, i)
 
     def _match(self, key, sendq, recvq, complete) -> None:
         out, into = sendq.get(key), recvq.get(key)

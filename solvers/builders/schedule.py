@@ -6,6 +6,8 @@ linked ranks is one transfer; between unlinked ranks it follows a shortest path 
 explicit forwarding transfers through scratch slots of the intermediate ranks. A logical step
 whose longest route has h hops becomes h physical steps, so the step semantics (read the state
 of the previous step, write at the end of this one) still hold for the logical schedule.
+A transfer naming a reducing switch (a push or a pull, ``ccl.core.algorithm``) is never routed:
+it joins a rank and its switch directly.
 """
 
 from __future__ import annotations
@@ -41,11 +43,14 @@ class Router:
         )
 
     def path(self, src: int, dst: int) -> tuple[int, ...]:
+        """The rank path from ``src`` to ``dst``; a transfer to or from a reducing switch goes
+        straight (a push or a pull: the Algorithm checks its links)."""
         pair = (src, dst)
         known = self._pair.get(pair)
         if known is not None:
             return known
-        if src == dst or self.linked(src, dst):
+        n = self.topology.n_ranks
+        if src == dst or src >= n or dst >= n or self.linked(src, dst):
             self._pair[pair] = pair
             return pair
         if src not in self._paths:

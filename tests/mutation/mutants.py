@@ -8,14 +8,20 @@ Formats and mutation kinds:
   source buffer), flip-op (copy <-> reduce), offby1-src, offby1-dst, offby1-count.
 * ``Program`` (``program_mutants``): drop (its dependants inherit its deps), duplicate, peer,
   reorder (swap two adjacent ops of a rank, each keeping its deps), nodep (remove one
-  dependency), swap-buffer, flip-op (local copy <-> reduce), offby1-index, offby1-src,
-  offby1-count, step-shift, alias-nodep (``alias_mutants``: a read and a write of one memory
-  that only an in-place call aliases left unordered).
+  dependency), swap-buffer, flip-op (local copy <-> reduce, push <-> push-reduce),
+  offby1-index, offby1-src, offby1-count, offby1-slot (a push's or pull's switch slot),
+  step-shift, alias-nodep (``alias_mutants``: a read and a write of one memory that only an
+  in-place call aliases left unordered).
 * MSCCL XML (``xml_mutants``, on the ElementTree of the text): drop-step, reorder (swap two
   adjacent steps of a threadblock), peer (a threadblock's send or recv peer), offby1-srcoff,
   offby1-dstoff, offby1-cnt, flip-type (r <-> rrc, cpy <-> re, rcs <-> rrcs, s -> r ...),
   swap-buffer (i/o/s of srcbuf or dstbuf), nodep (remove depid/deps). Offsets and buffers are
   mutated only where the step type reads them (a send's dstoff means nothing).
+
+Switch transfers (in-network reduction) run as the IR defines them: a push's value joins its
+switch slot (reductions add up, a copy must be alone), pulls of the next step read the sum, and
+the slot is empty in every other step; in Programs a pull delivers once every push of its
+(switch, slot, step) has landed.
 
 Reference semantics (each a small interpreter written here, sharing nothing with ``ccl.verify``,
 ``ccl.verify_program`` or ``backends.msccl``): values are random 62-bit integers, sums exact,
@@ -122,9 +128,16 @@ def run_algorithm(coll: Collective, topo: Topology, transfers: list[Transfer]) -
         if t.step < 0:
             raise Wrong(f"negative step {t.step}")
         steps.setdefault(t.step, []).append(t)
+    held: dict[tuple[int, int], int] = {}  # a switch's slots: what the step before pushed, for this step only
     for step in sorted(steps):
+        if step - 1 not in steps:
+            held = {}
         writes: dict[tuple[int, str, int], list[tuple[str, int]]] = {}
+        pushed: dict[tuple[int, int], list[tuple[str, int]]] = {}
         for t in steps[step]:
+            if t.src >= n or t.dst >= n:  # a push (rank -> switch) or a pull (switch -> rank)
+                _switch_transfer(topo, t, step, mem, held, size, writes, pushed)
+                continue
             if not (0 <= t.src < n and 0 <= t.dst < n) or t.count < 1:
                 raise Wrong(f"bad transfer {t}")
             if t.src != t.dst and topo.flat_link(t.src, t.dst) is None:
@@ -146,10 +159,49 @@ def run_algorithm(coll: Collective, topo: Topology, transfers: list[Transfer]) -
                 if slot not in mem:
                     raise Wrong(f"step {step}: reduce into empty {slot}")
                 mem[slot] += sum(v for _, v in ws)
+        held = {}
+        for slot, ws in pushed.items():  # a switch sums its reductions; a copy must be alone
+            if any(op == "copy" for op, _ in ws) and len(ws) > 1:
+                raise Wrong(f"step {step}: colliding pushes into switch slot {slot}")
+            held[slot] = sum(v for _, v in ws)
     for r, slots in enumerate(coll.outputs):
         for j in range(len(slots)):
             if mem.get((r, "output", j)) != _expect(coll, value, r, j):
                 raise Wrong(f"rank {r} output[{j}] wrong")
+
+
+def _switch_transfer(topo: Topology, t: Transfer, step: int, mem: dict, held: dict, size: dict, writes: dict,
+                     pushed: dict) -> None:
+    """A transfer with a switch end, in lock step: a push's values join the switch slot (read
+    before the step's writes), a pull reads what the step before pushed and writes like any
+    transfer."""
+    n = topo.n_ranks
+    if t.count < 1 or max(t.src, t.dst) >= topo.n_vertices or min(t.src, t.dst) >= n:
+        raise Wrong(f"bad switch transfer {t}")
+    rank, sw = (t.src, t.dst) if t.dst >= n else (t.dst, t.src)
+    if not topo.switches[sw - n].reduce:
+        raise Wrong(f"switch {sw} does not reduce")
+    if (t.dst_buf if t.dst >= n else t.src_buf) != "scratch":
+        raise Wrong(f"switch slots are scratch: {t}")
+    if topo.switch_path(t.src, t.dst) is None:
+        raise Wrong(f"no link {t.src} -> {t.dst}")
+    for j in range(t.count):
+        if t.dst >= n:
+            i = t.src_index + j
+            if t.src_buf != "scratch" and not 0 <= i < size[t.src_buf][rank]:
+                raise Wrong(f"{t.src_buf}[{i}] out of range on rank {rank}")
+            got = mem.get((rank, t.src_buf, i))
+            if got is None:
+                raise Wrong(f"step {step}: empty read {t}")
+            pushed.setdefault((sw, t.dst_index + j), []).append((t.op, got))
+        else:
+            i = t.dst_index + j
+            if t.dst_buf != "scratch" and not 0 <= i < size[t.dst_buf][rank]:
+                raise Wrong(f"{t.dst_buf}[{i}] out of range on rank {rank}")
+            got = held.get((sw, t.src_index + j))
+            if got is None:
+                raise Wrong(f"step {step}: switch {sw} slot {t.src_index + j} holds nothing")
+            writes.setdefault((rank, t.dst_buf, i), []).append((t.op, got))
 
 
 def algorithm_mutants(algorithm: Algorithm) -> Iterator[Mutant]:
@@ -252,6 +304,29 @@ def run_program(program: Program, ranks: list[list[Op]], seed: int, in_order: bo
                 sends.setdefault((r, op.peer, op.channel), []).append(i)
             elif op.kind == "recv":
                 recvs.setdefault((op.peer, r, op.channel), []).append(i)
+    # switch instances (switch, slot, step of the pushes): how many pushes each will have
+    expected: dict[tuple[int, int, int], int] = {}
+    copies: set[tuple[int, int, int]] = set()
+    for r, ops in enumerate(ranks):
+        for i, op in enumerate(ops):
+            if op.kind in ("push", "push-reduce", "pull"):
+                if not (n <= op.peer < topo.n_vertices and topo.switches[op.peer - n].reduce) or op.slot < 0:
+                    raise Wrong(f"rank {r} op {i}: switch {op.peer} slot {op.slot}")
+                way = (op.peer, r) if op.kind == "pull" else (r, op.peer)
+                if topo.switch_path(*way) is None:
+                    raise Wrong(f"no link {way[0]} -> {way[1]}")
+            if op.kind in ("push", "push-reduce"):
+                for j in range(op.count):
+                    inst = (op.peer, op.slot + j, op.step)
+                    expected[inst] = expected.get(inst, 0) + 1
+                    if op.kind == "push":
+                        copies.add(inst)
+    for inst in copies:
+        if expected[inst] > 1:
+            raise Wrong(f"a copy and another push into switch instance {inst}")
+    landed: dict[tuple[int, int, int], int] = {}
+    sums: dict[tuple[int, int, int], tuple[int, int]] = {}
+    waiting: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
     for key in set(sends) | set(recvs):
         a, b, _ = key
         out, into = sends.get(key, []), recvs.get(key, [])
@@ -293,6 +368,20 @@ def run_program(program: Program, ranks: list[list[Op]], seed: int, in_order: bo
             if issuable(r, x):
                 enabled.append(("issue", r, x))
 
+    def pull_instances(op: Op) -> list[tuple[int, int, int]]:
+        return [(op.peer, op.slot + j, op.step - 1) for j in range(op.count)]
+
+    def maybe_pull(r: int, i: int) -> None:
+        """A pull issued: once every push of its instances has landed, it may deliver."""
+        missing = [inst for inst in pull_instances(ranks[r][i]) if landed.get(inst, 0) < expected.get(inst, 0)]
+        if any(not expected.get(inst) for inst in pull_instances(ranks[r][i])):
+            raise Wrong(f"rank {r} op {i} pulls a switch slot nobody pushes into in the step before")
+        if missing:
+            for inst in missing:
+                waiting.setdefault(inst, []).append((r, i))
+        else:
+            enabled.append(("pull", r, i))
+
     def maybe_deliver(r: int, i: int) -> None:
         p = partner.get((r, i))
         if p is None:
@@ -318,6 +407,8 @@ def run_program(program: Program, ranks: list[list[Op]], seed: int, in_order: bo
             op = ranks[r][i]
             if op.kind == "recv":
                 maybe_deliver(r, i)
+            elif op.kind == "pull":
+                maybe_pull(r, i)
             else:
                 enabled.append(("read", r, i))
         elif ev[0] == "read":
@@ -327,6 +418,10 @@ def run_program(program: Program, ranks: list[list[Op]], seed: int, in_order: bo
                 held[(r, i)] = read(r, op.buf, op.index, op.count)
                 status[r][i] = 2
                 maybe_deliver(r, i)
+            elif op.kind in ("push", "push-reduce"):
+                held[(r, i)] = read(r, op.buf, op.index, op.count)
+                status[r][i] = 2
+                enabled.append(("land", r, i))
             else:
                 src = read(r, op.src_buf, op.src_index, op.count)
                 if op.kind == "reduce":
@@ -339,6 +434,24 @@ def run_program(program: Program, ranks: list[list[Op]], seed: int, in_order: bo
             _, r, i = ev
             op = ranks[r][i]
             write(r, op.buf, op.index, held.pop((r, i)))
+            complete(r, i)
+        elif ev[0] == "land":  # a push's values reach the switch, which sums them
+            _, r, i = ev
+            op = ranks[r][i]
+            for j, v in enumerate(held.pop((r, i))):
+                inst = (op.peer, op.slot + j, op.step)
+                cur = sums.get(inst)
+                sums[inst] = v if cur is None else (cur[0] if cur[0] == v[0] else -1, cur[1] + v[1])
+                landed[inst] = landed.get(inst, 0) + 1
+                if landed[inst] == expected[inst]:
+                    for x in waiting.pop(inst, ()):
+                        if all(landed.get(u, 0) == expected[u] for u in pull_instances(ranks[x[0]][x[1]])):
+                            enabled.append(("pull", *x))
+            complete(r, i)
+        elif ev[0] == "pull":
+            _, r, i = ev
+            op = ranks[r][i]
+            write(r, op.buf, op.index, [sums[inst] for inst in pull_instances(op)])
             complete(r, i)
         else:
             _, s, t = ev
@@ -400,6 +513,14 @@ def program_mutants(program: Program) -> Iterator[Mutant]:
             new = [o._replace(deps=_shift(o.deps, i + 1, 1)) for o in ops]
             new.insert(i + 1, op)
             yield Mutant("duplicate", f"duplicate {d}", put(new))
+            if op.kind in ("push", "push-reduce", "pull"):
+                for delta in (1, -1):
+                    if op.slot + delta >= 0:
+                        yield Mutant("offby1-slot", f"slot{delta:+d} of {d}",
+                                     put(ops[:i] + [op._replace(slot=op.slot + delta)] + ops[i + 1:]))
+                if op.kind != "pull":
+                    flip = "push-reduce" if op.kind == "push" else "push"
+                    yield Mutant("flip-op", f"flip {d}", put(ops[:i] + [op._replace(kind=flip)] + ops[i + 1:]))
             if op.kind in ("send", "recv") and n > 2:
                 peer = (op.peer + 1) % n
                 if peer == r:

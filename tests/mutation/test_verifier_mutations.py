@@ -50,6 +50,8 @@ SCHEDULES = [
     ("ring:5", "broadcast", "packing", 1, 2),
     ("ndv2:2", "alltoall", "hierarchical", 1, None),
     ("line:3", "alltoall", "smt", 1, None),  # in place it clobbers inputs it still sends: snapshots
+    ("dgx-h100", "allreduce", "nvls", 2, None),  # switch reductions: pushes, pulls, multicasts
+    ("dgx-h100:2,sharp=on", "allreduce", "nvls-sharp", 1, None),
 ]
 XML_FROM = [0, 1, 3, 6, 11]  # exported from these schedules (target msccl, fused receives, both modes)
 XML_REFERENCE = ["rccl-alltoall-8n-0-9kb.xml"]

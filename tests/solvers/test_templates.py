@@ -17,7 +17,8 @@ from ccl.core.topology import Topology
 
 MULTINODE_SOLVERS = ["hierarchical", "rail-rings", "hierarchical-pipelined"]
 GRID_SOLVERS = ["torus-2d", "torus-2d-tree", "blueconnect"]  # multi-node machines and linked grids
-FLAT_SOLVERS = [name for name in solvers.TEMPLATES if name not in MULTINODE_SOLVERS + GRID_SOLVERS]
+SWITCH_SOLVERS = ["nvls", "nvls-rails", "nvls-sharp"]  # machines whose switches reduce: tests/solvers/test_nvls.py
+FLAT_SOLVERS = [name for name in solvers.TEMPLATES if name not in MULTINODE_SOLVERS + GRID_SOLVERS + SWITCH_SOLVERS]
 
 
 def families(n: int) -> list[Topology]:

@@ -345,7 +345,7 @@ def _every_template():
 
     out = []
     for name, info in solvers.SOLVERS.items():
-        if not info.template:
+        if not info.template or name.startswith("nvls"):  # switch reductions have no XML: refused, below
             continue
         for kind in info.kinds:
             if kind in ("gather", "scatter"):
@@ -519,3 +519,18 @@ def test_auto_falls_back_to_out_of_place_when_the_in_place_program_does_not_fit(
     assert "lowered for in-place calls does not fit rccl" in summary["in_place"]["reason"]
     with pytest.raises(BackendError, match="as if"):
         export_xml(result, target="rccl", mode="both")
+
+
+def test_a_schedule_that_reduces_in_a_switch_is_refused_with_one_line(tmp_path, capsys):
+    """The XML runtimes (MSCCL, RCCL, MSCCL++) have no in-switch reduction step: exporting an
+    NVLS schedule exits 2 with one line saying so, and writes nothing."""
+    sched = tmp_path / "nvls.json"
+    assert _cli(capsys, "synthesize", "-t", "dgx-h100", "-c", "allreduce", "-s", "nvls", "-k", "2", "-o", sched)[0] == 0
+    out_file = tmp_path / "nvls.xml"
+    for target in limits.TARGETS:
+        code, out, err = _cli(capsys, "emit", "msccl", sched, "--target", target, "-o", out_file)
+        assert code == 2 and not out and not out_file.exists()
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and "reduces in a switch" in lines[0] and "Traceback" not in err, err
+    with pytest.raises(InputError, match="has no in-switch reduction step"):
+        export_xml(str(sched), target="msccl")
