@@ -20,6 +20,7 @@ import stat
 from dataclasses import dataclass
 from typing import Any
 
+from .display import number, shown
 from .errors import InputError
 
 
@@ -45,8 +46,8 @@ class Limit:
         except ValueError:
             value = 0
         if value < 1:
-            raise InputError(f"{self.env}={text!r}: expected a positive integer (the {self.name} limit, "
-                             f"default {self.default})")
+            raise InputError(f"{self.env}={shown(repr(text[:40]))}: expected a positive integer (the {self.name} "
+                             f"limit, default {self.default})")
         return value
 
     def hint(self) -> str:
@@ -61,8 +62,9 @@ class Limit:
         return amount
 
     def message(self, amount: int, what: str, limit: int | None = None) -> str:
+        """The one line; ``amount`` may be an integer of any size (``ccl.core.display.number``)."""
         limit = self.value if limit is None else limit
-        return f"{what}: {amount} {self.unit}, over the limit of {limit} {self.unit} ({self.hint()})"
+        return f"{what}: {number(amount)} {self.unit}, over the limit of {limit} {self.unit} ({self.hint()})"
 
 
 MiB = 1 << 20
@@ -72,12 +74,17 @@ RANKS = Limit("ranks", "CCL_MAX_RANKS", 1 << 20, "ranks")
 LINKS = Limit("links", "CCL_MAX_LINKS", 1 << 20, "links")
 SLOTS = Limit("buffer slots", "CCL_MAX_SLOTS", 1 << 23, "slots")
 STEPS = Limit("steps", "CCL_MAX_STEPS", 1 << 20, "steps")
+LANES = Limit("lanes of a link", "CCL_MAX_LANES", 1024, "lanes")
 SMT_VARS = Limit("exact-solver model size", "CCL_MAX_SMT_VARS", 1 << 21, "variables")
+SMT_MEMORY = Limit("exact-solver memory", "CCL_MAX_SMT_MEMORY", 4096, "MiB")
 LOCAL_PROCESSES = Limit("local processes", "CCL_MAX_LOCAL_PROCESSES", 256, "processes")
 DSL_WORK = Limit("description work", "CCL_MAX_DSL_WORK", 20_000_000, "steps of work")
 SIM_OPS = Limit("simulated op instances", "CCL_MAX_SIM_OPS", 1 << 24, "op instances")
+SET_ENTRIES = Limit("schedule set entries", "CCL_MAX_SET_ENTRIES", 1024, "entries")
+XML_STEPS = Limit("MSCCL XML steps", "CCL_MAX_XML_STEPS", 1 << 20, "steps")
 
-ALL = (INPUT_BYTES, RANKS, LINKS, SLOTS, STEPS, SIM_OPS, SMT_VARS, DSL_WORK, LOCAL_PROCESSES)
+ALL = (INPUT_BYTES, RANKS, LINKS, LANES, SLOTS, STEPS, SIM_OPS, SMT_VARS, SMT_MEMORY, DSL_WORK, LOCAL_PROCESSES,
+       SET_ENTRIES, XML_STEPS)
 
 
 # ---------------------------------------------------------------------- files

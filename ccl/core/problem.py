@@ -92,8 +92,7 @@ class Request:
             value = getattr(self, name)
             if value is None and name != "chunks":
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(f"{name} must be a positive integer, got {value!r}")
+            validate.integer(value, name, least=1)
             if name != "chunks":
                 limits.STEPS.check(value, f"the request's {name}")
         if self.size is not None:
