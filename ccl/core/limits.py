@@ -80,11 +80,13 @@ SMT_MEMORY = Limit("exact-solver memory", "CCL_MAX_SMT_MEMORY", 4096, "MiB")
 LOCAL_PROCESSES = Limit("local processes", "CCL_MAX_LOCAL_PROCESSES", 256, "processes")
 DSL_WORK = Limit("description work", "CCL_MAX_DSL_WORK", 20_000_000, "steps of work")
 SIM_OPS = Limit("simulated op instances", "CCL_MAX_SIM_OPS", 1 << 24, "op instances")
+CHANNELS = Limit("channels", "CCL_MAX_CHANNELS", 1024, "channels")
 SET_ENTRIES = Limit("schedule set entries", "CCL_MAX_SET_ENTRIES", 1024, "entries")
-XML_STEPS = Limit("MSCCL XML steps", "CCL_MAX_XML_STEPS", 1 << 20, "steps")
+XML_MOVES = Limit("MSCCL XML chunk moves", "CCL_MAX_XML_MOVES", 1 << 23, "chunk moves")
+XML_DEPS = Limit("MSCCL XML dependencies", "CCL_MAX_XML_DEPS", 1 << 24, "dependencies")
 
-ALL = (INPUT_BYTES, RANKS, LINKS, LANES, SLOTS, STEPS, SIM_OPS, SMT_VARS, SMT_MEMORY, DSL_WORK, LOCAL_PROCESSES,
-       SET_ENTRIES, XML_STEPS)
+ALL = (INPUT_BYTES, RANKS, LINKS, LANES, SLOTS, STEPS, CHANNELS, SIM_OPS, SMT_VARS, SMT_MEMORY, DSL_WORK,
+       LOCAL_PROCESSES, SET_ENTRIES, XML_MOVES, XML_DEPS)
 
 
 # ---------------------------------------------------------------------- files
@@ -208,6 +210,17 @@ def check_parse_memory(text: str | bytes, name: str) -> None:
     needed = len(text) + items * JSON_BYTES_PER_ITEM
     if needed > budget:
         raise _too_large_to_parse(name, needed, budget)
+
+
+def check_memory(name: str, needed: int, what: str = "read") -> None:
+    """InputError when ``needed`` bytes (an estimate made before the work) exceed what one
+    input may take (``parse_memory_budget``)."""
+    budget = parse_memory_budget()
+    if needed > budget:
+        raise InputError(f"{name}: too large to {what} in memory (needs about {needed >> 20} MiB, "
+                         f"{max(budget, 0) >> 20} MiB allowed): an input may take the memory free or "
+                         f"{JSON_MEMORY_FACTOR} bytes per byte of the input file limit ({INPUT_BYTES.value} bytes, "
+                         f"{INPUT_BYTES.env}), whichever is less")
 
 
 def parse_json(text: str, name: str) -> Any:

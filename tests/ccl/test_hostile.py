@@ -178,3 +178,131 @@ def test_cache_clear_removes_only_its_own_entries(cached, capsys):
     assert not entry.exists()
     assert all((folder / name).read_text() == text for name, text in keep.items())
     assert linked.is_symlink() and outside.read_text() == "{}"
+
+
+# ---------------------------------------------------------------------- capped runs of the CLI
+CAP = 2 << 30  # bytes of address space for the child: a regression that allocates by a hostile count dies there
+
+DRIVER = r"""
+import contextlib, io, json, os, sys, time
+from ccl.cli import main
+results = []
+for argv, env in json.load(sys.stdin):
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    out, err = io.StringIO(), io.StringIO()
+    start = time.monotonic()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        try:
+            rc = main(argv)
+        except SystemExit as exc:
+            rc = exc.code
+        except BaseException as exc:
+            rc, err = repr(exc), io.StringIO(repr(exc))
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    results.append([rc, out.getvalue(), err.getvalue(), time.monotonic() - start])
+print(json.dumps(results))
+"""
+
+
+def run_capped(cases: list[tuple[list[str], dict[str, str]]], cwd: Path, cap: int = CAP) -> list[tuple]:
+    """``ccl.cli.main(argv)`` for every case in one child under the memory cap: (exit code,
+    stdout, stderr, seconds) each."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CCL_MAX_")}
+    env.update(CCL_QUIET="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", DRIVER], input=json.dumps(cases), capture_output=True, text=True,
+                          cwd=cwd, env=env, preexec_fn=limit, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return [tuple(x) for x in json.loads(proc.stdout)]
+
+
+def one_line(err: str, *words: str) -> None:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ccl"), err
+    assert "Traceback" not in err and "internal error" not in err
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+
+
+# ---------------------------------------------------------------------- MSCCL XML: counts and sizes
+def _xml_allgather(path: Path) -> str:
+    assert main(["synthesize", "-t", "ring:4", "-c", "allgather", "-s", "ring", "-q", "-o", str(path.with_suffix(".json"))]) == 0
+    assert main(["emit", "msccl", str(path.with_suffix(".json")), "-q", "-o", str(path)]) == 0
+    return path.read_text()
+
+
+def _with_steps(text: str, steps: list[str]) -> str:
+    """The file with ``steps`` (step elements without their index) added after gpu 0 tb 0's
+    first step."""
+    lines = text.split("\n")
+    at = next(i for i, line in enumerate(lines) if 'type="cpy"' in line) + 1
+    new = [f'      <step s="{k}" {body}/>' for k, body in enumerate(steps, start=1)]
+    return "\n".join(lines[:at] + new + lines[at:])
+
+
+NOP = 'type="nop" srcbuf="i" srcoff="0" dstbuf="o" dstoff="0" cnt="0" depid="-1" deps="-1" hasdep="0"'
+
+
+@pytest.fixture(scope="module")
+def xml_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("xml")
+    text = _xml_allgather(d / "ag.xml")
+    files = {
+        "s_chunks_1e8": text.replace('s_chunks="0"', 's_chunks="100000000"', 1),
+        "s_chunks_1e12": text.replace('s_chunks="0"', 's_chunks="1000000000000"', 1),
+        "s_chunks_total": text.replace('s_chunks="0"', 's_chunks="5000000"'),  # each gpu within, together over
+        "s_chunks_digits": text.replace('s_chunks="0"', 's_chunks="' + "9" * 5000 + '"', 1),
+        "ngpus": text.replace('ngpus="4"', 'ngpus="1000000000000"', 1),
+        "nchannels": text.replace('nchannels="1"', 'nchannels="1000000000"', 1),
+        "nops_10000": _with_steps(text, [NOP] * 10_000),
+        "nops_30000": _with_steps(text, [NOP] * 30_000),
+        "never_signals": _with_steps(text, [NOP.replace('depid="-1" deps="-1"', 'depid="1" deps="0"')]),
+    }
+    # a file whose steps alone would take more memory than the child has: refused before parsing
+    files["steps_300000"] = _with_steps(text, [NOP] * 300_000)
+    for name, body in files.items():
+        (d / f"{name}.xml").write_text(body)
+    return d
+
+
+XML_CASES = {
+    # name: (argv, exit code, words of the one line; None: exit 0)
+    "s_chunks_1e8": (["verify", "s_chunks_1e8.xml"], 2, ["s_chunks", "100000000", "CCL_MAX_SLOTS"]),
+    "s_chunks_1e12": (["verify", "s_chunks_1e12.xml"], 2, ["s_chunks", "CCL_MAX_SLOTS"]),
+    "s_chunks_total": (["verify", "s_chunks_total.xml"], 2, ["together", "CCL_MAX_SLOTS"]),
+    "s_chunks_digits": (["simulate", "s_chunks_digits.xml", "--size", "1MiB"], 2, ["s_chunks", "at most 20"]),
+    "ngpus": (["verify", "ngpus.xml"], 2, ["ngpus", "CCL_MAX_RANKS"]),
+    "nchannels": (["verify", "nchannels.xml"], 2, ["nchannels", "CCL_MAX_CHANNELS"]),
+    "nops_10000": (["verify", "nops_10000.xml"], 0, None),
+    "nops_30000": (["simulate", "nops_30000.xml", "--size", "1MiB"], 0, None),
+    "steps_300000": (["verify", "steps_300000.xml"], 2, ["300020 steps", "too large to read in memory"]),
+    "never_signals": (["verify", "never_signals.xml"], 4, ["gpu 0 tb 0 step 1", "hasdep=0", "never signals"]),
+    "never_signals_run": (["simulate", "never_signals.xml", "--size", "1MiB"], 4, ["never signals"]),
+}
+
+
+@pytest.fixture(scope="module")
+def xml_results(xml_files):
+    names = list(XML_CASES)
+    return dict(zip(names, run_capped([(XML_CASES[n][0], {}) for n in names], xml_files)))
+
+
+@pytest.mark.parametrize("name", list(XML_CASES))
+def test_msccl_xml_counts_are_checked_before_memory_is_spent(name, xml_results):
+    _, code, words = XML_CASES[name]
+    rc, out, err, seconds = xml_results[name]
+    assert rc == code, (name, rc, err)
+    if words is None:
+        assert out.strip() and not err.strip()
+        assert seconds < 60  # linear in the steps: no quadratic dependency sets
+    else:
+        one_line(err, *words)
