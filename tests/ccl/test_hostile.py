@@ -20,10 +20,15 @@ from pathlib import Path
 
 import pytest
 
+import ccl
 from ccl.cli import main
 from ccl.compiler import cache as result_cache
 from ccl.compiler import load_topology
+from ccl.compiler.group_bound import recognize
 from ccl.compiler.tuner import tune
+from ccl.core.algorithm import Algorithm
+from ccl.core.collective import Collective, builtin
+from ccl.core.groups import parse_groups, union
 from ccl.core.schedule_set import save_set, set_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,8 +122,6 @@ def test_a_set_planted_under_a_key_is_not_served(cached, planted, layout, capsys
     assert not again.cached
     assert again.schedule_set.collective.kind == "allreduce" and again.schedule_set.topology == ring4
     # the API and the command line answer the same: the request's own schedules
-    import ccl
-
     assert ccl.tune("ring:4", "allreduce", **ask).collective.kind == "allreduce"
     assert main(["synthesize", "-t", "ring:4", "-c", "allreduce", "--sizes", "1KiB,1MiB", "--solvers", "ring,direct",
                  "--json", "-o", str(entry.parent.parent / "out.json")]) == 0
@@ -306,3 +309,55 @@ def test_msccl_xml_counts_are_checked_before_memory_is_spent(name, xml_results):
         assert seconds < 60  # linear in the steps: no quadratic dependency sets
     else:
         one_line(err, *words)
+
+
+# ---------------------------------------------------------------------- groups
+@pytest.mark.parametrize("spec,words", [
+    ("0-1000000000", ["rank 1000000000", "0..7"]),
+    ("0-" + "9" * 40, ["not a rank or a range"]),
+    ("0-5;3-7", ["a rank is in two groups"]),
+    ("0-3;" * 100_000 + "4-7", ["a rank is in two groups"]),
+    ("stride:" + "9" * 40, ["not a rank or a range"]),
+])
+def test_group_specs_are_counted_before_they_are_expanded(spec, words, tmp_path):
+    [(rc, _, err, seconds)] = run_capped([(["synthesize", "-t", "ring:8", "-c", "allgather", "-s", "ring", "--groups", spec,
+                                            "--size", "1MiB", "-o", "x.json"], {})], tmp_path, cap=1 << 30)
+    assert rc == 2 and seconds < 10
+    one_line(err, *words)
+
+
+@pytest.mark.parametrize("topology,kind,spec,solver,extra", [
+    ("dgx-h100:2", "allreduce", "dp", "ring", []),
+    ("ring:8", "allgather", "0-3;4-7", "ring", []),
+    ("dgx1", "broadcast", "3,1,2,0;4-7", "binomial-tree", ["--root", "1"]),
+    ("dgx1", "gather", "3,1,2,0;4-7", "direct", ["--root", "2"]),
+    ("dgx-h100:2", "alltoall", "tp", "direct", []),
+])
+def test_simulate_scores_a_groups_schedule_against_the_bound_synthesize_used(tmp_path, capsys, topology, kind, spec,
+                                                                            solver, extra):
+    out = tmp_path / "g.json"
+    assert main(["synthesize", "-t", topology, "-c", kind, "-s", solver, "--groups", spec, "--size", "1MiB", *extra,
+                 "-o", str(out), "--json"]) == 0
+    made = json.loads(capsys.readouterr().out)
+    assert main(["simulate", str(out), "--size", "1MiB", "--json"]) == 0
+    timed = json.loads(capsys.readouterr().out)
+    report = timed.get("report", timed)
+    assert report["bound_us"] == pytest.approx(made["bound_us"], abs=1e-3)  # the synthesize report rounds to 3 places
+    assert report["time_us"] == pytest.approx(made["together_us"], abs=1e-3)
+    assert "group(s) of " + kind in report["bound_method"]
+
+
+def test_only_collectives_made_of_groups_are_read_as_groups():
+    """A custom collective is read as groups only when every set of ranks sharing chunks is
+    exactly a built-in collective, all of one kind; its name is never trusted on its own."""
+    ring8 = load_topology("ring:8")
+    one_way = Collective("x-groups-0-3;4-7", "custom", 8, ((0,),) + ((),) * 7,
+                         ((),) * 2 + ((frozenset({0}),),) + ((),) * 5, ((),) * 2 + ((None,),) + ((),) * 5)
+    assert recognize(one_way, ring8) is None  # rank 0's chunk to rank 2 only: no built-in collective
+    groups = parse_groups("0-3;4-7", ring8)
+    parts = [Algorithm("a", builtin("allgather", 4), load_topology("ring:4"), (), None, "x"),
+             Algorithm("b", builtin("reducescatter", 4), load_topology("ring:4"), (), None, "x")]
+    assert recognize(union(ring8, groups, parts).collective, ring8) is None  # two kinds
+    same = union(ring8, groups, [parts[0], parts[0]], name="renamed")
+    found = recognize(same.collective, ring8)
+    assert found is not None and found.kind == "allgather" and found.groups.members == ((0, 1, 2, 3), (4, 5, 6, 7))
