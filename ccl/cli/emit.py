@@ -18,12 +18,14 @@ from backends.torch.codegen import emit_script, emit_set_script
 from .. import compiler
 from ..compiler.loader import is_xml, load_any, load_schedule
 from ..compiler.msccl import export_xml, msccl_bytes
+from ..core.display import shown
 from ..core.errors import BackendError, InputError
 from ..core.schedule_set import ScheduleSet
 from ..core.serialize import write_all, write_text_atomic
 from ..core.units import parse_size
 from .common import Parser, command, emit, positive_int
 from .outputs import declare, guard, inputs_of, make_folder
+from .progress import Progress
 from .stages import add_lowering_options, lowering
 
 
@@ -121,7 +123,9 @@ def _msccl_set(args: argparse.Namespace, sset: Any) -> int:
     kind, n = sset.collective.kind, sset.topology.n_ranks
     files, skipped, rows = [], [], []
     width = len(str(len(sset.entries) - 1))
+    progress = Progress()
     for k, e in enumerate(sset.entries):
+        progress(f"emit: entry {k + 1} of {len(sset.entries)} ({shown(e.label)})", k / len(sset.entries))
         lo, hi = msccl_bytes(kind, n, e.min_bytes, e.max_bytes)
         label = re.sub(r"[^A-Za-z0-9_.-]", "_", e.label)
         name = f"{sset.name}-{k:0{width}d}-{label}"
@@ -139,6 +143,7 @@ def _msccl_set(args: argparse.Namespace, sset: Any) -> int:
         path = os.path.join(args.output, f"{name}.xml")
         files.append((path, text))
         rows.append({"entry": k, "label": e.label, "file": path, **summary})
+    progress.close()
     if not files:
         raise BackendError("no entry of the set fits the target: " + "; ".join(
             f"{s['label']}: {s['reason']}" for s in skipped))

@@ -161,6 +161,10 @@ class Topology:
             raise TopologyError(limits.RANKS.message(self.n_ranks, f"topology {self.name!r} has too many ranks"))
         if len(self.links) > limits.LINKS.value:
             raise TopologyError(limits.LINKS.message(len(self.links), f"topology {self.name!r} has too many links"))
+        widest = max(self.links, key=lambda x: x.lanes, default=None)
+        if widest is not None and widest.lanes > limits.LANES.value:  # solvers and the simulator keep a slot per lane
+            raise TopologyError(limits.LANES.message(widest.lanes, f"topology {self.name!r}: link {widest.src} -> "
+                                                                   f"{widest.dst} has too many lanes"))
         n_vertices = self.n_ranks + len(self.switches)
         names = [s.name for s in self.switches]
         if len(set(names)) != len(names):

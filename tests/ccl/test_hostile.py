@@ -30,6 +30,7 @@ from ccl.core.algorithm import Algorithm
 from ccl.core.collective import Collective, builtin
 from ccl.core.groups import parse_groups, union
 from ccl.core.schedule_set import save_set, set_text
+from ccl.core.serialize import topology_to_json
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -361,3 +362,49 @@ def test_only_collectives_made_of_groups_are_read_as_groups():
     same = union(ring8, groups, [parts[0], parts[0]], name="renamed")
     found = recognize(same.collective, ring8)
     assert found is not None and found.kind == "allgather" and found.groups.members == ((0, 1, 2, 3), (4, 5, 6, 7))
+
+
+# ---------------------------------------------------------------------- topologies, sets, exact solver
+@pytest.fixture(scope="module")
+def big_counts(tmp_path_factory):
+    d = tmp_path_factory.mktemp("counts")
+    topo = {"format": "ccl-topology", "version": 1, "topology": topology_to_json(load_topology("ring:4"))}
+    topo["topology"]["links"][0][4] = 10**9
+    (d / "lanes.json").write_text(json.dumps(topo))
+    sset = tune(load_topology("ring:4"), "allgather", sizes="1KiB,1MiB", solvers=["ring"], cache=False).schedule_set
+    data = json.loads(set_text(sset))
+    entry = data["entries"][0]
+    data["entries"] = [dict(json.loads(json.dumps(entry)), min_bytes=k, max_bytes=None if k == 20_000 else k + 1)
+                       for k in range(20_001)]
+    (d / "set20001.json").write_text(json.dumps(data))
+    return d
+
+
+COUNT_CASES = {
+    "lanes-synthesize": (["synthesize", "-t", "lanes.json", "-c", "allgather", "-s", "milp", "-o", "x.json"], {}, 2,
+                         ["1000000000 lanes", "CCL_MAX_LANES"]),
+    "lanes-smt": (["synthesize", "-t", "lanes.json", "-c", "allgather", "-s", "smt", "-o", "x.json"], {}, 2,
+                  ["CCL_MAX_LANES"]),
+    "set-emit": (["emit", "msccl", "set20001.json", "-o", "out"], {}, 2, ["20001 entries", "CCL_MAX_SET_ENTRIES"]),
+    "set-verify": (["verify", "set20001.json"], {}, 2, ["20001 entries", "CCL_MAX_SET_ENTRIES"]),
+    "smt-memory": (["synthesize", "-t", "ndv2:2", "-c", "alltoall", "-s", "smt", "-o", "x.json"],
+                   {"CCL_MAX_SMT_MEMORY": "300"}, 2, ["300 MiB", "CCL_MAX_SMT_MEMORY"]),
+    "smt-model": (["synthesize", "-t", "ndv2:2", "-c", "alltoall", "-s", "smt", "-o", "x.json"],
+                  {"CCL_MAX_SMT_VARS": "1000"}, 2, ["exact model", "CCL_MAX_SMT_VARS"]),
+}
+
+
+@pytest.fixture(scope="module")
+def count_results(big_counts):
+    names = list(COUNT_CASES)
+    return dict(zip(names, run_capped([(COUNT_CASES[n][0], COUNT_CASES[n][1]) for n in names], big_counts)))
+
+
+@pytest.mark.parametrize("name", list(COUNT_CASES))
+def test_counts_beyond_the_limits_are_refused_before_the_work(name, count_results, big_counts):
+    _, _, code, words = COUNT_CASES[name]
+    rc, _, err, seconds = count_results[name]
+    assert rc == code, (name, rc, err)
+    one_line(err, *words)
+    assert seconds < 90
+    assert not (big_counts / "out").exists() and not (big_counts / "x.json").exists()
