@@ -408,3 +408,132 @@ def test_counts_beyond_the_limits_are_refused_before_the_work(name, count_result
     one_line(err, *words)
     assert seconds < 90
     assert not (big_counts / "out").exists() and not (big_counts / "x.json").exists()
+
+
+# ---------------------------------------------------------------------- probe files and names
+def probe_data(n: int = 4) -> dict:
+    """Measurements as ``measure`` writes them: every pair at 10 us + bytes / 5 GB/s."""
+    sizes = [4096, 262144, 4194304]
+    pairs = {f"{a},{b}": {str(s): 10.0 + s / 5e3 for s in sizes} for a in range(n) for b in range(a + 1, n)}
+    fan = {str(r): 10.0 + (n - 1) * sizes[-1] / 15e3 for r in range(n)}
+    return {"format": "ccl-probe", "n_ranks": n, "sizes": sizes, "repeat": 5, "backend": "gloo", "pairs": pairs,
+            "fan_out": fan, "fan_in": dict(fan), "hosts": ["a"] * n,
+            "concurrent": [{"first": [0, 1], "second": [2, 3], "first_us": 850.0, "second_us": 850.0}]}
+
+
+def _set(path: tuple, value):
+    def change(d: dict) -> None:
+        node = d
+        for k in path[:-1]:
+            node = node[k]
+        if value is KeyError:
+            del node[path[-1]]
+        else:
+            node[path[-1]] = value
+    return change
+
+
+MALFORMED_PROBES = {
+    "no n_ranks": _set(("n_ranks",), KeyError),
+    "n_ranks text": _set(("n_ranks",), "4"),
+    "n_ranks true": _set(("n_ranks",), True),
+    "n_ranks 1": _set(("n_ranks",), 1),
+    "n_ranks huge": _set(("n_ranks",), 10**9),
+    "n_ranks float": _set(("n_ranks",), 4.5),
+    "no sizes": _set(("sizes",), KeyError),
+    "sizes empty": _set(("sizes",), []),
+    "sizes text": _set(("sizes",), ["4KiB"]),
+    "sizes zero": _set(("sizes",), [0, 4096]),
+    "no pairs": _set(("pairs",), KeyError),
+    "pairs list": _set(("pairs",), [[0, 1]]),
+    "pair missing": _set(("pairs", "1,2"), KeyError),
+    "pair empty": _set(("pairs", "0,1"), {}),
+    "pair list": _set(("pairs", "0,1"), [1, 2]),
+    "time zero": _set(("pairs", "0,1", "4096"), 0),
+    "time negative": _set(("pairs", "0,1", "4096"), -3.0),
+    "time text": _set(("pairs", "0,1", "4096"), "fast"),
+    "time null": _set(("pairs", "0,1", "4096"), None),
+    "time nan": _set(("pairs", "0,1", "4096"), float("nan")),
+    "time inf": _set(("pairs", "0,1", "4096"), float("inf")),
+    "size key text": _set(("pairs", "0,1", "abc"), 5.0),
+    "size key zero": _set(("pairs", "0,1", "0"), 5.0),
+    "fan rank out of range": _set(("fan_out", "9"), 100.0),
+    "fan rank text": _set(("fan_out", "x"), 100.0),
+    "fan time zero": _set(("fan_in", "0"), 0),
+    "fan list": _set(("fan_out",), [1, 2]),
+    "concurrent not list": _set(("concurrent",), {"first": [0, 1]}),
+    "concurrent row text": _set(("concurrent", 0), "x"),
+    "concurrent rank out of range": _set(("concurrent", 0, "first"), [0, 7]),
+    "concurrent same rank": _set(("concurrent", 0, "second"), [2, 2]),
+    "concurrent one rank": _set(("concurrent", 0, "first"), [0]),
+    "concurrent time text": _set(("concurrent", 0, "first_us"), "slow"),
+    "concurrent time negative": _set(("concurrent", 0, "second_us"), -1),
+    "hosts short": _set(("hosts",), ["a"]),
+    "hosts numbers": _set(("hosts",), [1, 2, 3, 4]),
+    "format": _set(("format",), "other"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED_PROBES))
+def test_malformed_probe_files_are_bad_input(case, tmp_path, capsys):
+    data = probe_data()
+    MALFORMED_PROBES[case](data)
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(data))
+    out = tmp_path / "x.ccl"
+    assert main(["probe", "--from", str(path), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    one_line(err, "probe measurement")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["probed", "p_2", "for", "ranks"])
+def test_probe_writes_a_file_check_reads_with_the_name_given(name, tmp_path, capsys):
+    path, out = tmp_path / "m.json", tmp_path / "p.ccl"
+    path.write_text(json.dumps(probe_data()))
+    assert main(["probe", "--from", str(path), "--name", name, "-o", str(out)]) == 0
+    assert main(["check", str(out)]) == 0
+    assert main(["synthesize", "-t", f"{out}:{name}", "-c", "allgather", "-s", "ring", "-o", str(tmp_path / "a.json"),
+                 "-q"]) == 0
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("name", ["a b", "x\n  ranks 99", "1st", "", "a\x1b[2J", "true", "a-b", "a{b}", "x" * 200])
+def test_probe_refuses_a_name_a_description_cannot_use(name, tmp_path, capsys):
+    path, out = tmp_path / "m.json", tmp_path / "p.ccl"
+    path.write_text(json.dumps(probe_data()))
+    assert main(["probe", "--from", str(path), "--name", name, "-o", str(out)]) == 2
+    one_line(capsys.readouterr().err, "--name")
+    assert not out.exists()
+
+
+def test_a_poor_fit_is_marked_and_warned_about(tmp_path, capsys):
+    data = probe_data()
+    data["fan_out"]["2"] = 5e6  # one measurement the model cannot explain (a busy machine)
+    path, out = tmp_path / "m.json", tmp_path / "p.ccl"
+    path.write_text(json.dumps(data))
+    assert main(["probe", "--from", str(path), "-o", str(out), "--json"]) == 0
+    captured = capsys.readouterr()
+    fit = json.loads(captured.out)["fit"]
+    assert fit["poor"] is True and fit["max_error"] > 0.9 and "explains the measurements poorly" in fit["warning"]
+    assert captured.err.startswith("ccl: warning: the fitted topology explains the measurements poorly")
+    assert "# WARNING: the fitted topology" in out.read_text()
+    path.write_text(json.dumps(probe_data()))
+    assert main(["probe", "--from", str(path), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["fit"]["poor"] is False and not captured.err.strip()
+
+
+def test_text_of_a_probe_file_cannot_inject_lines(tmp_path, capsys):
+    data = probe_data()
+    data["backend"] = "gloo)\ntopology evil {\n ranks 1\n}\n# ("
+    data["repeat"] = "\x1b[2J5"
+    path, out = tmp_path / "m.json", tmp_path / "p.ccl"
+    path.write_text(json.dumps(data))
+    assert main(["probe", "--from", str(path), "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "\x1b" not in printed and not any(line.startswith("topology evil") for line in printed.splitlines())
+    text = out.read_text()
+    assert "\x1b" not in text and not any(line.startswith("topology evil") for line in text.splitlines())
+    assert main(["check", str(out), "--json"]) == 0
+    assert "evil" not in json.dumps(json.loads(capsys.readouterr().out).get("topologies", ""))
