@@ -537,3 +537,23 @@ def test_text_of_a_probe_file_cannot_inject_lines(tmp_path, capsys):
     assert "\x1b" not in text and not any(line.startswith("topology evil") for line in text.splitlines())
     assert main(["check", str(out), "--json"]) == 0
     assert "evil" not in json.dumps(json.loads(capsys.readouterr().out).get("topologies", ""))
+
+
+# ---------------------------------------------------------------------- place
+@pytest.mark.parametrize("argv,words", [
+    (["--plan", "tp=1,dp=1,pp=1,ep=16", "--comm", "tp=allreduce:1MiB"], ["nothing crosses ranks", "tp"]),
+    (["--plan", "tp=1,dp=1,pp=1,ep=16", "--layers", "2", "--hidden", "128", "--tokens", "64"],
+     ["no communication given"]),
+    (["--plan", "tp=8,dp=2", "--model", "7B", "-s", "nosuch"], ["no solver named 'nosuch'"]),
+    (["--plan", "tp=8,dp=2", "--model", "7B", "-s", "\x1b[2J"], ["no solver named", "\\x1b[2J"]),
+])
+def test_place_refuses_plans_it_cannot_rank(argv, words, capsys):
+    assert main(["place", "-t", "dgx-h100:2", *argv]) == 2
+    one_line(capsys.readouterr().err, *words)
+
+
+def test_place_ranks_an_axis_the_solver_cannot_do_with_a_template_that_can(capsys):
+    assert main(["place", "-t", "dgx-h100:2", "--plan", "tp=1,dp=1,pp=1,ep=16", "--comm", "ep=alltoall:1MiB",
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {c["solver"] for p in data["placements"] for c in p["axes"]} == {"direct"}  # packing does no alltoall
