@@ -557,3 +557,56 @@ def test_place_ranks_an_axis_the_solver_cannot_do_with_a_template_that_can(capsy
                  "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert {c["solver"] for p in data["placements"] for c in p["axes"]} == {"direct"}  # packing does no alltoall
+
+
+# ---------------------------------------------------------------------- Ctrl-C
+def _entry() -> list[str]:
+    """The ``ccl`` command as installed (the console script runs ``ccl_main:main``)."""
+    import shutil
+
+    script = shutil.which("ccl", path=os.path.dirname(sys.executable))
+    return [script] if script else [sys.executable, "-c", "import sys; from ccl_main import main; sys.exit(main())"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_driver_is_imported_ends_with_one_line(tmp_path):
+    """From the first instant the program's own code runs: before it, only the interpreter's
+    start (a few milliseconds) is out of reach."""
+    import signal
+    import time
+
+    assert main(["synthesize", "-t", "ring:4", "-c", "allgather", "-s", "ring", "-q", "-o", str(tmp_path / "a.json")]) == 0
+    env = {k: v for k, v in os.environ.items() if k != "CCL_DEBUG"}
+    for delay in (0.04, 0.06, 0.08, 0.1, 0.13, 0.16, 0.2, 0.3):
+        proc = subprocess.Popen([*_entry(), "verify", "a.json"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert b"Traceback" not in err and b"KeyboardInterrupt" not in err, (delay, err[-500:])
+        assert proc.returncode in (0, 130), (delay, proc.returncode, err)
+        if proc.returncode == 130:
+            assert err.decode().strip().splitlines()[-1] == "ccl: interrupted"
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_compare_saves_what_it_finished(tmp_path):
+    import signal
+
+    proc = subprocess.Popen([*_entry(), "compare", "-t", "ndv2:2", "-c", "allreduce", "--size", "1KiB,64MiB", "--solvers",
+                             "milp", "--time-limit", "120", "--save-dir", "out", "--json"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "CCL_QUIET": "0"})
+    assert proc.stderr is not None
+    for line in proc.stderr:  # the templates are done once the MILP starts
+        if b"with milp" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-800:]
+    assert b"Traceback" not in err
+    data = json.loads(out)
+    assert data["status"] == "interrupted" and data["saved"]
+    files = sorted(os.listdir(tmp_path / "out"))
+    assert files == sorted(os.path.basename(row["path"]) for row in data["saved"]) and "ring.json" in files
+    for name in files:  # each one a whole, verified schedule
+        assert main(["verify", str(tmp_path / "out" / name), "-q"]) == 0
