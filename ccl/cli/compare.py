@@ -29,7 +29,7 @@ SWEEP = [4**k * 1024 for k in range(11)]  # 1KiB .. 1GiB
 
 def cmd_compare(args: argparse.Namespace) -> int:
     if args.save_dir and os.path.exists(args.save_dir) and not os.path.isdir(args.save_dir):
-        raise InputError(f"--save-dir {args.save_dir}: exists and is not a folder")
+        raise InputError(f"--save-dir {shown(args.save_dir)}: exists and is not a folder")
     topo = load_topology(args.topology)
 
     names = None
@@ -39,7 +39,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             raise InputError(f"no solver named in --solvers {args.solvers!r}")
 
     def progress(message: str) -> None:
-        print(f"ccl: {message}", file=sys.stderr, flush=True)
+        print(f"ccl: {shown(message)}", file=sys.stderr, flush=True)
 
     slow = bool(names) and any(not SOLVERS[x].template for x in names if x in SOLVERS) and not quiet_from_env()
     options = dict(root=args.root, chunks=args.chunks, solvers=names, only=args.only, mode=args.mode,
@@ -76,13 +76,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if args.plot:
             _plot(plotted, args.plot)
             data["plot_sizes"] = [c.size for c in plotted]
-            text += f"\ntime-vs-size plot ({len(plotted)} sizes) written to {args.plot}"
+            text += f"\ntime-vs-size plot ({len(plotted)} sizes) written to {shown(args.plot)}"
             if len(sizes) == 1 and any(r.synthesis_size is not None for r in results[0].rows):
                 text += f" (size-specific solvers synthesized for {_size(sizes[0])} only)"
         if args.save_dir:
             saved = _save(planned, args.save_dir)
             data["saved"] = saved
-            text += f"\n{len(saved)} schedule{'' if len(saved) == 1 else 's'} written to {args.save_dir}"
+            text += f"\n{len(saved)} schedule{'' if len(saved) == 1 else 's'} written to {shown(args.save_dir)}"
     emit(args, data, text)
     return 0
 

@@ -53,9 +53,9 @@ def cmd_torch(args: argparse.Namespace) -> int:
         return 0
     write_text_atomic(args.output, script)
     n = program.n_ranks
-    emit(args, summary, f"ok: {program.name}: {program.collective} -> {args.output} "
+    emit(args, summary, f"ok: {program.name}: {program.collective} -> {shown(args.output)} "
                         f"({program.n_ops} ops, {program.n_messages} messages)\n"
-                        f"  run: torchrun --nproc-per-node {n} {args.output} --size 16MiB --check --repeat 10")
+                        f"  run: torchrun --nproc-per-node {n} {shown(args.output)} --size 16MiB --check --repeat 10")
     return 0
 
 
@@ -72,8 +72,8 @@ def _torch_set(args: argparse.Namespace, sset: Any) -> int:
     if _printed(args, summary, "script", script):
         return 0
     write_text_atomic(args.output, script)
-    emit(args, summary, f"ok: {sset.name}: {len(entries)} schedules by size -> {args.output} (the one serving "
-                        f"--size runs)\n  run: torchrun --nproc-per-node {n} {args.output} --size 16MiB --check "
+    emit(args, summary, f"ok: {sset.name}: {len(entries)} schedules by size -> {shown(args.output)} (the one serving "
+                        f"--size runs)\n  run: torchrun --nproc-per-node {n} {shown(args.output)} --size 16MiB --check "
                         "--repeat 10")
     return 0
 
@@ -98,7 +98,7 @@ def cmd_msccl(args: argparse.Namespace) -> int:
     uses = " and ".join(u for u, on in (("in place", summary["inplace"]), ("out of place", summary["outofplace"])) if on)
     top = "no limit" if not summary["maxBytes"] else f"{summary['maxBytes']} bytes"
     emit(args, summary,
-         f"ok: {summary['name']}: {summary['collective']} on {summary['ngpus']} gpus -> {args.output} "
+         f"ok: {summary['name']}: {summary['collective']} on {summary['ngpus']} gpus -> {shown(args.output)} "
          f"({summary['target']}, {summary['proto']}, {uses})\n"
          f"  {summary['nchannels']} channel(s), {summary['nchunksperloop']} chunks per loop, up to "
          f"{summary['threadblocks']} threadblocks per gpu (limit {summary['limits']['threadblocks']}) and "
@@ -159,7 +159,7 @@ def _msccl_set(args: argparse.Namespace, sset: Any) -> int:
             "skipped": skipped}
     folder = os.path.normpath(args.output)
     lines = [f"ok: {sset.name}: {len(files)} file{'s' if len(files) != 1 else ''} for {args.target} -> "
-             f"{folder}/ (one per size range; deploy: MSCCL_ALGO_DIR={os.path.abspath(folder)})"]
+             f"{shown(folder)}/ (one per size range; deploy: MSCCL_ALGO_DIR={shown(os.path.abspath(folder))})"]
     for r in rows:
         span = f"{r['minBytes']} bytes and up" if not r["maxBytes"] else f"{r['minBytes']} to {r['maxBytes']} bytes"
         lines.append(f"  {os.path.basename(r['file'])}: calls of {span}, "

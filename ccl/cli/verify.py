@@ -13,6 +13,7 @@ from backends.msccl import limits
 
 from ..compiler.loader import is_xml, load_any, read_xml, verify_imported
 from ..core.algorithm import Algorithm
+from ..core.display import shown
 from ..core.errors import InputError, VerificationError
 from ..core.schedule_set import ScheduleSet
 from ..core.verify import verify
@@ -49,14 +50,14 @@ def verify_one(args: argparse.Namespace) -> int:
         return _verify_set(args, schedule)
     if not isinstance(schedule, Algorithm):
         if args.emit == "algorithm":
-            raise InputError(f"{args.file} is a program file: it has no algorithm stage (try --emit program)")
+            raise InputError(f"{shown(args.file)} is a program file: it has no algorithm stage (try --emit program)")
         if args.emit == "program":
             return emit_programs(args, [schedule])
         verify_program(schedule)
         in_place = _in_place(lambda: verify_program(schedule, in_place=True))
         data = {"ok": True, "file": args.file, **schedule.summary(), "in_place_ok": in_place[0],
                 "in_place_reason": in_place[1]}
-        emit(args, data, f"ok: {args.file}: program {schedule.name} implements {schedule.collective} on "
+        emit(args, data, f"ok: {shown(args.file)}: program {schedule.name} implements {schedule.collective} on "
                          f"{schedule.topology.name}\n  {schedule.n_ops} ops, {schedule.n_messages} messages; "
                          f"{_note(in_place)}")
         return 0
@@ -74,7 +75,7 @@ def verify_one(args: argparse.Namespace) -> int:
     data = {"ok": True, "file": args.file, **alg.summary(), "in_place_ok": in_place,
             "in_place_reason": in_place_reason, "chunk_transfers": result.chunk_transfers}
     note = _note((in_place, in_place_reason))
-    text = (f"ok: {args.file}: {alg.name} implements {alg.collective} on {alg.topology.name}\n"
+    text = (f"ok: {shown(args.file)}: {alg.name} implements {alg.collective} on {alg.topology.name}\n"
             f"  {alg.n_steps} steps, {len(alg.transfers)} transfers; {note}")
     emit(args, data, text)
     return 0
@@ -98,7 +99,7 @@ def _verify_set(args: argparse.Namespace, sset: Any) -> int:
     data = {"ok": True, "file": args.file, "name": sset.name, "collective": sset.collective.kind,
             "topology": sset.topology.name, "n_ranks": sset.topology.n_ranks,
             "in_place_ok": all(r["in_place_ok"] for r in rows), "entries": rows}
-    head = (f"ok: {args.file}: schedule set {sset.name}: {len(sset.entries)} schedule"
+    head = (f"ok: {shown(args.file)}: schedule set {sset.name}: {len(sset.entries)} schedule"
             f"{'s' if len(sset.entries) != 1 else ''} of {sset.collective.kind} on {sset.topology.name}, every one "
             f"verified")
     emit(args, data, "\n".join([head, *lines]))
@@ -120,7 +121,7 @@ def _note(in_place: tuple[bool, str | None]) -> str:
 def _verify_xml(args: argparse.Namespace) -> int:
     imported = read_xml(args.file, args.topology)
     if args.emit == "algorithm":
-        raise InputError(f"{args.file} is an MSCCL XML file: it has no algorithm stage (try --emit program)")
+        raise InputError(f"{shown(args.file)} is an MSCCL XML file: it has no algorithm stage (try --emit program)")
     checked = verify_imported(imported)
     if args.emit == "program":
         return emit_programs(args, [imported.program])
@@ -135,7 +136,7 @@ def _verify_xml(args: argparse.Namespace) -> int:
             "inplace": algo.inplace, "outofplace": algo.outofplace, "minBytes": algo.min_bytes,
             "maxBytes": algo.max_bytes, "verified": checked, "targets": targets, **program.summary()}
     modes = " and ".join(m.replace("_", "-") for m in checked)
-    lines = [f"ok: {args.file}: {algo.name} implements {program.collective} ({modes})",
+    lines = [f"ok: {shown(args.file)}: {algo.name} implements {program.collective} ({modes})",
              f"  {algo.ngpus} gpus, {algo.proto}, {algo.nchannels} channel(s), {algo.nchunksperloop} chunks per loop, "
              f"{algo.n_steps} steps -> {program.n_ops} ops, {program.n_messages} messages"]
     for name, t in targets.items():

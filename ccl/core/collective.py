@@ -58,7 +58,7 @@ class Collective:
     _chunked: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
-        validate.text(self.name, "collective name", error=CollectiveError)
+        validate.name(self.name, "collective name", error=CollectiveError)
         validate.text(self.kind, f"collective {self.name!r}: kind", empty=False, error=CollectiveError)
         n = self.n_ranks
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:

@@ -92,7 +92,9 @@ class Request:
             value = getattr(self, name)
             if value is None and name != "chunks":
                 continue
-            validate.integer(value, name, least=1)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(f"{name} must be a positive integer, got {validate.show(value)}")
+            validate.integer(value, name, least=1)  # and no larger than any real count
             if name != "chunks":
                 limits.STEPS.check(value, f"the request's {name}")
         if self.size is not None:

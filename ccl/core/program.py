@@ -297,11 +297,11 @@ class Program:
     steps: int = 0
 
     def __post_init__(self) -> None:
-        validate.text(self.name, "program name", error=CollectiveError)
+        validate.name(self.name, "program name", error=CollectiveError)
         where = f"program {self.name!r}"
         validate.instance(self.collective, Collective, f"{where}: collective", error=CollectiveError)
         validate.instance(self.topology, Topology, f"{where}: topology", error=CollectiveError)
-        validate.text(self.solver, f"{where}: solver", error=CollectiveError)
+        validate.name(self.solver, f"{where}: solver", error=CollectiveError)
         validate.integer(self.steps, f"{where}: steps", least=0, error=CollectiveError)
         if not isinstance(self.ops, OpTable):
             for r, ops in enumerate(validate.sequence(self.ops, f"{where}: ops", error=CollectiveError)):

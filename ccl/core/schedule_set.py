@@ -59,7 +59,7 @@ class Entry:
 
     def __post_init__(self) -> None:
         validate.instance(self.algorithm, Algorithm, "schedule set entry: algorithm")
-        validate.text(self.label, "schedule set entry: label")
+        validate.name(self.label, "schedule set entry: label")
         validate.number(self.min_bytes, f"schedule set entry {self.label!r}: min_bytes", least=0)
         if self.max_bytes is not None:
             validate.number(self.max_bytes, f"schedule set entry {self.label!r}: max_bytes", least=0)
@@ -90,7 +90,7 @@ class ScheduleSet:
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        validate.text(self.name, "schedule set name")
+        validate.name(self.name, "schedule set name")
         validate.instance(self.topology, Topology, f"schedule set {self.name!r}: topology")
         validate.instance(self.collective, Collective, f"schedule set {self.name!r}: collective")
         entries = validate.sequence(self.entries, f"schedule set {self.name!r}: entries")

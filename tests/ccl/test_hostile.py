@@ -610,3 +610,78 @@ def test_ctrl_c_on_compare_saves_what_it_finished(tmp_path):
     assert files == sorted(os.path.basename(row["path"]) for row in data["saved"]) and "ring.json" in files
     for name in files:  # each one a whole, verified schedule
         assert main(["verify", str(tmp_path / "out" / name), "-q"]) == 0
+
+
+# ---------------------------------------------------------------------- text from inputs, printed
+EVIL = "evil\nFAKE line\x1b[31m\u202e\r"  # a fake line, an escape sequence, a bidi override, a carriage return
+EVIL_FILE = "e\x1b[2Jv\nFAKE.json"
+
+
+@pytest.fixture(scope="module")
+def evil_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("evil")
+    cwd = os.getcwd()
+    os.chdir(d)
+    try:
+        assert main(["synthesize", "-t", "ring:4", "-c", "allgather", "-s", "ring", "-q", "-o", "ag.json"]) == 0
+        assert main(["synthesize", "-t", "ring:4", "-c", "allgather", "--sizes", "1KiB,1MiB", "--solvers", "ring,direct",
+                     "-q", "-o", "set.json"]) == 0
+        assert main(["emit", "msccl", "ag.json", "-q", "-o", "ag.xml"]) == 0
+    finally:
+        os.chdir(cwd)
+    alg = json.loads((d / "ag.json").read_text())
+    for key, value in (("name", EVIL), ("solver", EVIL)):
+        (d / f"alg_{key}.json").write_text(json.dumps(dict(alg, **{key: value})))
+    (d / "alg_topology.json").write_text(json.dumps(dict(alg, topology=dict(alg["topology"], name=EVIL))))
+    sset = json.loads((d / "set.json").read_text())
+    (d / "set_name.json").write_text(json.dumps(dict(sset, name=EVIL)))
+    sset["entries"][0]["label"] = EVIL
+    (d / "set_label.json").write_text(json.dumps(sset))
+    (d / "topo.json").write_text(json.dumps({"format": "ccl-topology", "version": 1,
+                                             "topology": dict(alg["topology"], name=EVIL)}))
+    xml = (d / "ag.xml").read_text()
+    (d / "name.xml").write_text(xml.replace('name="ring-allgather-ring4"', 'name="evil&#10;FAKE line&#9;\u202e"'))
+    (d / "d.ccl").write_text('topology t(n = 4) {\n name "evil\\nFAKE line"\n ranks n\n'
+                             ' for i in 0..n { i <-> (i + 1) % n : 25 GB/s, 0.7 us }\n}\n'
+                             "synthesize allgather on t with ring { chunks 1 }\n")
+    (d / EVIL_FILE).write_text((d / "ag.json").read_text())
+    return d
+
+
+EVIL_COMMANDS = [
+    ["verify", "alg_name.json"], ["verify", "alg_solver.json"], ["verify", "alg_topology.json"],
+    ["verify", "set_name.json"], ["verify", "set_label.json"], ["verify", "name.xml"], ["verify", EVIL_FILE],
+    ["verify", "ag.json", EVIL_FILE], ["simulate", "alg_name.json", "--size", "1MiB"],
+    ["simulate", "set_label.json", "--size", "1KiB,1MiB"], ["simulate", "name.xml", "--size", "1MiB"],
+    ["simulate", EVIL_FILE, "--size", "1MiB"], ["emit", "msccl", "set_label.json", "-o", "out"],
+    ["emit", "torch", "alg_name.json", "-o", "o.py"], ["emit", "msccl", EVIL_FILE, "-o", EVIL_FILE + ".xml"],
+    ["import", "msccl", "name.xml", "-o", "o.json"], ["topology", "show", "topo.json"],
+    ["check", "d.ccl"], ["synthesize", "d.ccl", "-o", "o.json"],
+    ["synthesize", "-t", "topo.json", "-c", "allgather", "-s", "ring", "-o", "o.json"],
+    ["bounds", "-t", "topo.json", "-c", "allgather", "--size", "1MiB"],
+    ["verify", "no\x1b[2Jsuch\nFAKE.json"], ["simulate", "ag.json", "--size", "1MiB", "--bogus\x1b[2J\nFAKE"],
+    ["synthesize", "-t", "ring:4", "-c", "all\x1bgather\nFAKE"], ["synthesize", "-t", "\x1b[2Jring:4\nFAKE", "-c", "allgather"],
+    ["place", "-t", "ring:4", "--plan", "tp=4", "--comm", "tp=\x1b[2Jallreduce:1MiB"],
+    ["synthesize", "-t", "ring:8", "-c", "allgather", "-s", "ring", "--groups", "0-3\n;FAKE\x1b", "--size", "1MiB"],
+]
+
+
+@pytest.mark.parametrize("argv", EVIL_COMMANDS, ids=lambda a: " ".join(a)[:60].encode("unicode_escape").decode())
+def test_text_from_inputs_is_escaped_wherever_it_is_printed(argv, evil_files, capsys, monkeypatch):
+    """No escape sequence, control character or line of its own reaches the terminal from a
+    file's names, labels, name or an argument: refused with one escaped line (names), or printed
+    escaped (file names)."""
+    monkeypatch.chdir(evil_files)
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse
+        code = exc.code
+    out, err = capsys.readouterr()
+    for line in (out + err).split("\n"):
+        assert line.isprintable() and not line.startswith("FAKE"), (argv, line)
+    assert code in (0, 2), (code, err)
+    lines = err.strip().splitlines()
+    if code == 2 and len(lines) == 3 and lines[2].strip().startswith("^"):  # a description's error: line and caret
+        lines = lines[:1]
+    if code == 2:
+        one_line("\n".join(lines))
