@@ -685,3 +685,41 @@ def test_text_from_inputs_is_escaped_wherever_it_is_printed(argv, evil_files, ca
         lines = lines[:1]
     if code == 2:
         one_line("\n".join(lines))
+
+
+# ---------------------------------------------------------------------- the Python API and huge numbers
+HUGE = (10**10000, -(10**10000), 2**64, 10**30)
+
+
+def _api_calls(alg):
+    calls = {}
+    for opt in ("chunks", "steps", "rounds", "root", "size", "time_limit"):
+        calls[f"problem {opt}"] = lambda v, opt=opt: ccl.problem("ring:4", "allgather", **{opt: v})
+    for opt in ("channels", "slices", "local_bandwidth"):
+        calls[f"simulate {opt}"] = lambda v, opt=opt: ccl.simulate(alg, 1024, **{opt: v})
+    calls["simulate size"] = lambda v: ccl.simulate(alg, v)
+    for opt in ("instances", "min_bytes", "max_bytes", "channels"):
+        calls[f"to_msccl {opt}"] = lambda v, opt=opt: ccl.to_msccl(alg, **{opt: v})
+    for opt in ("chunks", "time_budget", "channels", "root"):
+        calls[f"tune {opt}"] = lambda v, opt=opt: ccl.tune("ring:4", "allgather", cache=False, **{opt: v})
+    calls["tune sizes"] = lambda v: ccl.tune("ring:4", "allgather", cache=False, sizes=[v])
+    calls["lower channels"] = lambda v: ccl.lower(alg, channels=v)
+    calls["chunk_up"] = lambda v: alg.collective.chunk_up(v)
+    calls["builtin ranks"] = lambda v: builtin("allgather", v)
+    calls["Request chunks"] = lambda v: ccl.Problem(alg.topology, alg.collective, ccl.Request(chunks=v))
+    return calls
+
+
+def test_the_api_refuses_huge_numbers_with_a_project_error():
+    alg = ccl.synthesize(ccl.problem("ring:4", "allgather", solver="ring")).algorithm
+    failures = []
+    for name, call in _api_calls(alg).items():
+        for value in HUGE:
+            try:
+                call(value)
+            except ccl.CclError as exc:
+                assert exc.render().isprintable() and len(exc.render()) < 400, (name, exc.render())
+            except Exception as exc:  # noqa: BLE001 - what the test is about
+                failures.append(f"{name}={'-' if value < 0 else ''}10^{len(str(abs(value))) if abs(value) < 10**4000 else 'big'}"
+                                f": {type(exc).__name__}: {str(exc)[:80]}")
+    assert not failures, failures
