@@ -493,20 +493,29 @@ class _Builder:
                 budget.spend(len(self.ops[i].deps))
 
 
+DEP_BYTES = 160  # memory a dependency takes while interpreting (set entries, the frozensets they pass through)
+
+
 class _Budget:
-    """Dependencies built while interpreting, counted against ``ccl.core.limits.XML_DEPS``
-    (InputError once over: a file whose steps need more is refused before it takes more)."""
+    """Dependencies built while interpreting, counted against ``ccl.core.limits.XML_DEPS`` and
+    the memory free (``DEP_BYTES`` each): InputError once over, so a file whose steps need more
+    is refused before it takes more."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.used = 0
         self.limit = limits.XML_DEPS.value
+        free = limits.memory_available()
+        if free is not None:
+            self.limit = min(self.limit, max(free // 2, 0) // DEP_BYTES)
 
     def spend(self, n: int) -> None:
         self.used += n
         if self.used > self.limit:
-            raise InputError(limits.XML_DEPS.message(self.used, f"{self.path}: interpreting the file needs too many "
-                                                                "dependencies between its steps"))
+            what = f"{self.path}: interpreting the file needs too many dependencies between its steps"
+            if self.limit < limits.XML_DEPS.value:
+                raise InputError(f"{what}: more than {self.limit}, all the memory free allows")
+            raise InputError(limits.XML_DEPS.message(self.used, what, self.limit))
 
 
 

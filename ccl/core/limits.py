@@ -83,7 +83,7 @@ SIM_OPS = Limit("simulated op instances", "CCL_MAX_SIM_OPS", 1 << 24, "op instan
 CHANNELS = Limit("channels", "CCL_MAX_CHANNELS", 1024, "channels")
 SET_ENTRIES = Limit("schedule set entries", "CCL_MAX_SET_ENTRIES", 1024, "entries")
 XML_MOVES = Limit("MSCCL XML chunk moves", "CCL_MAX_XML_MOVES", 1 << 23, "chunk moves")
-XML_DEPS = Limit("MSCCL XML dependencies", "CCL_MAX_XML_DEPS", 1 << 24, "dependencies")
+XML_DEPS = Limit("MSCCL XML dependencies", "CCL_MAX_XML_DEPS", 1 << 22, "dependencies")
 
 ALL = (INPUT_BYTES, RANKS, LINKS, LANES, SLOTS, STEPS, CHANNELS, SIM_OPS, SMT_VARS, SMT_MEMORY, DSL_WORK,
        LOCAL_PROCESSES, SET_ENTRIES, XML_MOVES, XML_DEPS)
