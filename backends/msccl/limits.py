@@ -142,3 +142,20 @@ def check(algo: Algo, tgt: Target) -> list[Violation]:
                 if s.hasdep not in (0, 1):
                     bad(f"hasdep={s.hasdep} is not 0 or 1", g.id, tb.id, s.s)
     return out
+
+
+def never_signalled(algo: Algo) -> list[tuple[int, int, int, int]]:
+    """Steps that wait for a step which never signals: ``depid``/``deps`` name a step of another
+    threadblock whose ``hasdep`` is 0. Both runtimes signal a step's completion only when its
+    hasdep is set, so such a step waits forever (a deadlock whatever the data). Returns (gpu,
+    tb, step, line) of each."""
+    out = []
+    for g in algo.gpus:
+        for tb in g.tbs:
+            for s in tb.steps:
+                if s.depid == -1 or s.depid == tb.id or not 0 <= s.depid < len(g.tbs):
+                    continue
+                target = g.tbs[s.depid].steps
+                if 0 <= s.deps < len(target) and target[s.deps].hasdep == 0:
+                    out.append((g.id, tb.id, s.s, s.line))
+    return out

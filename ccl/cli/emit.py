@@ -18,12 +18,14 @@ from backends.torch.codegen import emit_script, emit_set_script
 from .. import compiler
 from ..compiler.loader import is_xml, load_any, load_schedule
 from ..compiler.msccl import export_xml, msccl_bytes
+from ..core.display import shown
 from ..core.errors import BackendError, InputError
 from ..core.schedule_set import ScheduleSet
 from ..core.serialize import write_all, write_text_atomic
 from ..core.units import parse_size
 from .common import Parser, command, emit, positive_int
 from .outputs import declare, guard, inputs_of, make_folder
+from .progress import Progress
 from .stages import add_lowering_options, lowering
 
 
@@ -51,9 +53,9 @@ def cmd_torch(args: argparse.Namespace) -> int:
         return 0
     write_text_atomic(args.output, script)
     n = program.n_ranks
-    emit(args, summary, f"ok: {program.name}: {program.collective} -> {args.output} "
+    emit(args, summary, f"ok: {program.name}: {program.collective} -> {shown(args.output)} "
                         f"({program.n_ops} ops, {program.n_messages} messages)\n"
-                        f"  run: torchrun --nproc-per-node {n} {args.output} --size 16MiB --check --repeat 10")
+                        f"  run: torchrun --nproc-per-node {n} {shown(args.output)} --size 16MiB --check --repeat 10")
     return 0
 
 
@@ -70,8 +72,8 @@ def _torch_set(args: argparse.Namespace, sset: Any) -> int:
     if _printed(args, summary, "script", script):
         return 0
     write_text_atomic(args.output, script)
-    emit(args, summary, f"ok: {sset.name}: {len(entries)} schedules by size -> {args.output} (the one serving "
-                        f"--size runs)\n  run: torchrun --nproc-per-node {n} {args.output} --size 16MiB --check "
+    emit(args, summary, f"ok: {sset.name}: {len(entries)} schedules by size -> {shown(args.output)} (the one serving "
+                        f"--size runs)\n  run: torchrun --nproc-per-node {n} {shown(args.output)} --size 16MiB --check "
                         "--repeat 10")
     return 0
 
@@ -96,7 +98,7 @@ def cmd_msccl(args: argparse.Namespace) -> int:
     uses = " and ".join(u for u, on in (("in place", summary["inplace"]), ("out of place", summary["outofplace"])) if on)
     top = "no limit" if not summary["maxBytes"] else f"{summary['maxBytes']} bytes"
     emit(args, summary,
-         f"ok: {summary['name']}: {summary['collective']} on {summary['ngpus']} gpus -> {args.output} "
+         f"ok: {summary['name']}: {summary['collective']} on {summary['ngpus']} gpus -> {shown(args.output)} "
          f"({summary['target']}, {summary['proto']}, {uses})\n"
          f"  {summary['nchannels']} channel(s), {summary['nchunksperloop']} chunks per loop, up to "
          f"{summary['threadblocks']} threadblocks per gpu (limit {summary['limits']['threadblocks']}) and "
@@ -131,7 +133,9 @@ def _msccl_set(args: argparse.Namespace, sset: Any) -> int:
     kind, n = sset.collective.kind, sset.topology.n_ranks
     files, skipped, rows = [], [], []
     width = len(str(len(sset.entries) - 1))
+    progress = Progress()
     for k, e in enumerate(sset.entries):
+        progress(f"emit: entry {k + 1} of {len(sset.entries)} ({shown(e.label)})", k / len(sset.entries))
         lo, hi = msccl_bytes(kind, n, e.min_bytes, e.max_bytes)
         label = re.sub(r"[^A-Za-z0-9_.-]", "_", e.label)
         name = f"{sset.name}-{k:0{width}d}-{label}"
@@ -149,6 +153,7 @@ def _msccl_set(args: argparse.Namespace, sset: Any) -> int:
         path = os.path.join(args.output, f"{name}.xml")
         files.append((path, text))
         rows.append({"entry": k, "label": e.label, "file": path, **summary})
+    progress.close()
     if not files:
         raise BackendError("no entry of the set fits the target: " + "; ".join(
             f"{s['label']}: {s['reason']}" for s in skipped))
@@ -164,7 +169,7 @@ def _msccl_set(args: argparse.Namespace, sset: Any) -> int:
             "skipped": skipped}
     folder = os.path.normpath(args.output)
     lines = [f"ok: {sset.name}: {len(files)} file{'s' if len(files) != 1 else ''} for {args.target} -> "
-             f"{folder}/ (one per size range; deploy: MSCCL_ALGO_DIR={os.path.abspath(folder)})"]
+             f"{shown(folder)}/ (one per size range; deploy: MSCCL_ALGO_DIR={shown(os.path.abspath(folder))})"]
     for r in rows:
         span = f"{r['minBytes']} bytes and up" if not r["maxBytes"] else f"{r['minBytes']} to {r['maxBytes']} bytes"
         lines.append(f"  {os.path.basename(r['file'])}: calls of {span}, "

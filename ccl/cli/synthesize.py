@@ -8,6 +8,7 @@ from typing import Any
 from .. import compiler
 from ..compiler.groups import synthesize_groups as run
 from ..compiler.tuner import DEFAULT_SIZES, tune
+from ..core.display import shown
 from ..core.errors import InputError, Interrupted
 from ..core.problem import Problem, Request, SynthesisResult
 from ..core.schedule_set import save_set
@@ -70,7 +71,7 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
         save_algorithm(alg, args.output)
     data = result.to_json()
     data["output"] = args.output
-    where = f" -> {args.output}" if args.output else " (not written: no -o given)"
+    where = f" -> {shown(args.output)}" if args.output else " (not written: no -o given)"
     text = summary(result, alg.name, where)
     emit(args, data, text)
     if interrupted is not None:
@@ -110,7 +111,7 @@ def synthesize_groups(args: argparse.Namespace, topo: Any) -> int:
              f"{result.together_us / result.bound_us:.3f}" if result.bound_us > 0 else "  bound       -",
              f"  verified    every group's result, in one schedule of the whole machine "
              f"({len(result.algorithm.transfers)} transfers)"
-             + (f" -> {args.output}" if args.output else " (not written: no -o given)")]
+             + (f" -> {shown(args.output)}" if args.output else " (not written: no -o given)")]
     emit(args, data, "\n".join(lines))
     return 0
 
@@ -151,7 +152,7 @@ def synthesize_auto(args: argparse.Namespace, topo: Any) -> int:
     if args.output:
         save_set(sset, args.output)
     data = {**result.to_json(), "output": args.output}
-    where = f" -> {args.output}" if args.output else " (not written: no -o given)"
+    where = f" -> {shown(args.output)}" if args.output else " (not written: no -o given)"
     text = set_summary(result, where)
     if interrupted:
         data["status"] = "interrupted"

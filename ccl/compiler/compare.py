@@ -26,6 +26,7 @@ from backends.sim import Simulator
 from solvers import SOLVERS
 from solvers.bounds import lower_bound
 
+from ..core import interrupt
 from ..core.collective import builtin
 from ..core.errors import CclError, InputError, Interrupted
 from ..core.problem import Problem, Request
@@ -194,6 +195,8 @@ def compare(
     say = progress or (lambda _: None)
     # name -> (simulator of its Program, synthesis seconds, error, algorithm, size given); per size for slow solvers
     fixed: dict[str, tuple[Any, float | None, str | None, Any, int | None]] = {}
+    finished: list[tuple[str, Any, int | None]] = []  # (solver, algorithm, size given) of every schedule made
+    out: list[Comparison] = []
 
     def build(name: str, size: float | None) -> tuple[Any, float | None, str | None, Any, int | None]:
         info = SOLVERS[name]
@@ -210,8 +213,31 @@ def compare(
         except CclError as exc:
             return None, None, exc.message, None, given
         lowered = program(result, channels=channels, fuse=fuse, check=False)
+        finished.append((name, result.algorithm, given))
         return Simulator(lowered), time.perf_counter() - start, None, result.algorithm, given
 
+    try:
+        _compare(names, sizes, fixed, build, out, topology, collective, kind, chunks, mode, slices, once,
+                 synthesis_size, time_limit, say)
+    except (Interrupted, KeyboardInterrupt):  # Ctrl-C: what is finished is kept (and saved by the CLI)
+        interrupt.acknowledge()
+        raise Interrupted(f"stopped by Ctrl-C; {len(finished)} schedule(s) made and {len(out)} of {len(sizes)} "
+                          "size(s) compared", best=Unfinished(tuple(out), tuple(finished))) from None
+    return out
+
+
+@dataclass(frozen=True)
+class Unfinished:
+    """What a comparison stopped by Ctrl-C finished: the sizes compared, and every schedule
+    made (solver, algorithm, size it was synthesized for or None)."""
+
+    comparisons: tuple[Comparison, ...]
+    schedules: tuple[tuple[str, Any, int | None], ...]
+
+
+def _compare(names, sizes, fixed, build, out, topology, collective, kind, chunks, mode, slices, once, synthesis_size,
+             time_limit, say) -> None:
+    """The body of ``compare``: ``out`` gets one Comparison per size as each is done."""
     for name in names:
         if SOLVERS[name].template:
             fixed[name] = build(name, None)
@@ -220,7 +246,6 @@ def compare(
         elif len(sizes) > 1 and kind in SOLVERS[name].kinds:
             limit = "" if time_limit is None else f" of up to {time_limit:g} s each"
             say(f"{name} synthesizes a schedule per size: {len(sizes)} runs{limit}")
-    out = []
     for size in sizes:
         bounds = lower_bound(topology, collective, size)
         rows: list[Row] = []
@@ -243,7 +268,6 @@ def compare(
         rows.sort(key=lambda r: (r.error is not None, math.inf if r.time_us is None else r.time_us, r.name))
         out.append(Comparison(topology.name, kind, topology.n_ranks, size, mode, chunks, tuple(rows),
                               bounds.to_json()))
-    return out
 
 
 @dataclass(frozen=True)

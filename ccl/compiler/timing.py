@@ -21,6 +21,7 @@ from ..core.problem import SynthesisResult
 from ..core.program import Program
 from ..core.report import Report
 from ..core.units import parse_size
+from .group_bound import groups_bound, recognize
 from .lowering import program as program_stage
 
 
@@ -88,8 +89,14 @@ def complete(report: Report, program: Program, size: float, schedule: Any = None
     topo, coll = program.topology, program.collective
     bound_us = 0.0
     if bound:
-        b = lower_bound(topo, coll, size, lane_latency=lane_latency)
-        report = report.with_bound(b.bound_us, b.latency_us, b.bandwidth_us, b.binding, b.method)
+        grouped = recognize(coll, topo)  # a schedule of groups at once: their bound, as synthesize --groups gives it
+        if grouped is not None:
+            g = groups_bound(topo, grouped.groups, grouped.kind, grouped.collectives, size, lane_latency=lane_latency)
+            report = report.with_bound(g.bound_us, g.latency_us, g.bandwidth_us, g.binding,
+                                       f"{len(grouped.groups)} group(s) of {grouped.kind} at once: {g.why}")
+        else:
+            b = lower_bound(topo, coll, size, lane_latency=lane_latency)
+            report = report.with_bound(b.bound_us, b.latency_us, b.bandwidth_us, b.binding, b.method)
         bound_us = report.bound_us
     if baselines and coll.kind != "custom":
         report = report.with_baselines(tuple(nccl_baselines(coll.kind, topo, size, bound_us)))

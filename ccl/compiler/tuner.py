@@ -42,7 +42,7 @@ from backends.cost.nccl import baselines
 from backends.sim import Simulator
 from solvers.bounds import lower_bound
 
-from ..core import interrupt, validate
+from ..core import interrupt, limits, validate
 from ..core.algorithm import Algorithm
 from ..core.collective import builtin, check_size
 from ..core.errors import CclError, InputError, Interrupted
@@ -246,6 +246,7 @@ def tune(
         sweep = parse_sizes(DEFAULT_SIZES)
     if any(s < 1 for s in sweep):
         raise InputError("sizes must be at least 1 byte")
+    limits.SET_ENTRIES.check(len(sweep), "the sizes to tune over (each may become an entry of the set)")
     if time_budget is None:
         time_budget = default_budget(topology.n_ranks)
     if not (isinstance(time_budget, (int, float)) and time_budget > 0 and math.isfinite(time_budget)):

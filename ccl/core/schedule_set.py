@@ -20,7 +20,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import validate
+from . import limits, validate
 from .algorithm import Algorithm
 from .collective import Collective
 from .errors import CclError, InputError, VerificationError
@@ -59,7 +59,7 @@ class Entry:
 
     def __post_init__(self) -> None:
         validate.instance(self.algorithm, Algorithm, "schedule set entry: algorithm")
-        validate.text(self.label, "schedule set entry: label")
+        validate.name(self.label, "schedule set entry: label")
         validate.number(self.min_bytes, f"schedule set entry {self.label!r}: min_bytes", least=0)
         if self.max_bytes is not None:
             validate.number(self.max_bytes, f"schedule set entry {self.label!r}: max_bytes", least=0)
@@ -90,7 +90,7 @@ class ScheduleSet:
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        validate.text(self.name, "schedule set name")
+        validate.name(self.name, "schedule set name")
         validate.instance(self.topology, Topology, f"schedule set {self.name!r}: topology")
         validate.instance(self.collective, Collective, f"schedule set {self.name!r}: collective")
         entries = validate.sequence(self.entries, f"schedule set {self.name!r}: entries")
@@ -101,6 +101,7 @@ class ScheduleSet:
         validate.mapping(self.options, f"schedule set {self.name!r}: options")
         if not self.entries:
             raise InputError(f"schedule set {self.name!r} has no entries")
+        limits.SET_ENTRIES.check(len(self.entries), f"schedule set {self.name!r} has too many entries")
         lo = 0
         for k, e in enumerate(self.entries):
             c = e.algorithm.collective
@@ -171,6 +172,8 @@ def set_from_json(data: dict[str, Any]) -> ScheduleSet:
     if data.get("version") != SET_VERSION:
         raise InputError(f"schedule set version {data.get('version')!r} is not supported (this tool reads "
                          f"version {SET_VERSION})")
+    if isinstance(data.get("entries"), list):  # before any entry is read
+        limits.SET_ENTRIES.check(len(data["entries"]), "the schedule set has too many entries")
     topology = topology_from_json(data["topology"])
     collective = collective_from_json(data["collective"])
     entries = []

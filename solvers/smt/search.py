@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from ccl.core import interrupt
+from ccl.core import interrupt, limits
 from ccl.core.algorithm import Algorithm
 from ccl.core.errors import InfeasibleError
 
@@ -158,6 +158,10 @@ class Search:
         (their extra-round bits stop there); None: capacity never binds (any rounds)."""
         key = (steps, chunks, bounded is None)
         enc = self._encodings.get(key)
+        if enc is None:  # the model's size checked before it is built, for every step count tried
+            size = self.f.collective.n_chunks * chunks * max(1, len(self.f.network.links)) * steps
+            limits.SMT_VARS.check(size, f"an exact model of {self.f.name} with {steps} steps and chunk factor "
+                                        f"{chunks} is too large")
         need = None if bounded is None else max(0, bounded - steps)
         if enc is None or (need is not None and enc.encodings[0].max_extra is not None
                            and enc.encodings[0].max_extra < need):
