@@ -351,11 +351,11 @@ def test_place_ranks_an_axis_the_solver_cannot_do_with_a_template_that_can(capsy
 
 # ---------------------------------------------------------------------- Ctrl-C
 def _entry() -> list[str]:
-    """The ``ccl`` command as installed (the console script runs ``ccl_main:main``)."""
+    """The ``ccl`` command as installed (the console script runs ``ccl.entry:main``)."""
     import shutil
 
     script = shutil.which("ccl", path=os.path.dirname(sys.executable))
-    return [script] if script else [sys.executable, "-c", "import sys; from ccl_main import main; sys.exit(main())"]
+    return [script] if script else [sys.executable, "-c", "import sys; from ccl.entry import main; sys.exit(main())"]
 
 
 @pytest.mark.slow
