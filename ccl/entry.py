@@ -4,9 +4,8 @@ driver, so that Ctrl-C is handled before the driver loads.
 Importing the driver takes most of a second, and a Ctrl-C during an import would end the
 program with a KeyboardInterrupt traceback. So the entry point first makes SIGINT end the
 program with ``ccl: interrupted`` and exit code 130 (nothing has been computed yet, so nothing
-is lost), then imports the driver; only the package's face (``import ccl``, a tenth of a
-second) loads before it; a command then handles Ctrl-C
-its own way (``ccl.core.interrupt``: the best result found so far is saved) and puts this
+is lost), then imports the driver. The package's face (``ccl/__init__.py``) loads nothing
+before it: its names load on first use. A command then handles Ctrl-C its own way (``ccl.core.interrupt``: the best result found so far is saved) and puts this
 handler back when it ends.
 """
 
