@@ -41,13 +41,14 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from ccl.core.errors import BackendError
-
-from .limits import Target, check
+from .limits import Target, Unfit, check
 
 SENDS, RECEIVES, LOCAL = 0, 1, 2
 NETWORK_KINDS = ("s", "r", "rrc")  # the kinds a message has before forwards are fused
 MAX_ROUNDS = 48  # layout changes one fitting may try (each grows something, so the search ends)
+# (merge, pack) in the order tried: a threadblock per connection, then send and receive
+# connections sharing threadblocks, then local ops filling any threadblock with room
+MODES = ((False, False), (True, False), (True, True))
 
 
 def op_class(kind: str) -> int:
@@ -84,6 +85,7 @@ class Layout:
     channels: int  # the Program's channels (C)
     lanes: int = 1  # L
     merge: bool = False
+    pack: bool = False  # local ops fill any threadblock with room (fewest threadblocks)
     split: dict[tuple[int, int, int], int] = field(default_factory=dict)
     attach: list[int] = field(default_factory=list)  # per rank: ops a network threadblock may hold
     local: list[int] = field(default_factory=list)  # per rank: local threadblocks
@@ -192,11 +194,25 @@ def threadblocks(ops: list, rank: int, layout: Layout, forwards: dict[tuple[int,
                 t = get(("r", x.peer, x.channel), -1, x.peer, x.channel)
         else:
             # a local op joins the threadblock of the receive it follows (no wait across
-            # threadblocks) while that one has room for it
+            # threadblocks) while that one has room for it; packing, the threadblock of its
+            # latest dependency of any kind, else the last local threadblock with room
+            cap = layout.attach[rank]
+            if layout.pack:
+                for d in sorted(x.deps, reverse=True):
+                    t = tb_of[d]
+                    if network[t] + attached[t] < cap:
+                        break
+                else:
+                    t = len(shape) - 1 if shape and shape[-1][:2] == (-1, -1) else -1
+                    if t == -1 or attached[t] >= cap:
+                        t = get(("local", len(shape)), -1, -1, 0)
+                attached[t] += 1
+                tb_of[i] = t
+                continue
             recv_deps = [d for d in x.deps if ops[d].receives]
             if recv_deps and max(x.deps) == max(recv_deps):
                 t = tb_of[max(recv_deps)]
-                if network[t] + attached[t] < layout.attach[rank]:
+                if network[t] + attached[t] < cap:
                     attached[t] += 1
                     tb_of[i] = t
                     continue
@@ -208,7 +224,9 @@ def threadblocks(ops: list, rank: int, layout: Layout, forwards: dict[tuple[int,
     # (a run keeps a chain of local ops in one threadblock)
     parts = max(1, min(layout.local[rank], len(locals_left)))
     for k, i in enumerate(locals_left):
-        tb_of[i] = get(("local", k * parts // len(locals_left)), -1, -1, 0)
+        t = get(("local", k * parts // len(locals_left)), -1, -1, 0)
+        attached[t] += 1
+        tb_of[i] = t
     return Blocks(tb_of, shape, network, attached)
 
 
@@ -254,12 +272,13 @@ def grow(layout: Layout, overfull: list[tuple[int, int, int, Blocks]], tgt: Targ
     split: dict[tuple[int, int, int], int] = {}  # connection -> pieces wanted
     for r, t, steps, blocks in overfull:  # the wishes of one round are not compounded
         send, recv, chan = blocks.shape[t]
-        if send == -1 and recv == -1:
+        if send == -1 and recv == -1 and not layout.pack:
             local[r] = max(local.get(r, 0), layout.local[r] + 1, -(-layout.local[r] * steps // m))
             continue
         if blocks.attached[t] and layout.attach[r] > blocks.network[t]:
             held = min(layout.attach[r], blocks.network[t] + blocks.attached[t])
-            attach[r] = min(attach.get(r, layout.attach[r]), max(blocks.network[t], held - (steps - m)))
+            # nops come and go with the layout: give up a little more than the excess
+            attach[r] = min(attach.get(r, layout.attach[r]), max(blocks.network[t], held - (steps - m) - m // 16))
             continue
         c = layout.program_channel(chan)
         for key in ((r, send, c), (recv, r, c)):
@@ -285,11 +304,11 @@ def fit(tgt: Target, start: Layout, build) -> object:
     """Search layouts from ``start`` (see the module docstring): ``build(layout)`` returns
     (algo, blocks per rank); the first algo within every limit (``limits.check``) is returned,
     else BackendError naming what does not fit, the need and the limit."""
-    best_need: tuple[int, int, bool] | None = None  # (threadblocks, gpu, merged): the fullest gpu once steps fit
-    reason = ""
-    for merge in (False, True):
-        layout = Layout(start.n_ranks, start.channels, start.lanes, merge, dict(start.split), list(start.attach),
-                        list(start.local))
+    best_need: tuple[int, int, int] | None = None  # (threadblocks, gpu, mode): the fullest gpu once steps fit
+    reason, limit, allowed, wanted = "", "layout", None, None
+    for merge, pack in MODES:
+        layout = Layout(start.n_ranks, start.channels, start.lanes, merge, pack, dict(start.split),
+                        list(start.attach), list(start.local))
         for _ in range(MAX_ROUNDS):
             algo, blocks = build(layout)
             overfull = [(g.id, tb.id, len(tb.steps), blocks[g.id]) for g in algo.gpus for tb in g.tbs
@@ -298,6 +317,8 @@ def fit(tgt: Target, start: Layout, build) -> object:
                 stop = grow(layout, overfull, tgt)
                 if stop is not None:
                     reason = stop
+                    if layout.n_channels > tgt.max_channels:
+                        limit, allowed, wanted = "channels", tgt.max_channels, layout.n_channels
                     break
                 continue
             problems = check(algo, tgt)
@@ -306,13 +327,16 @@ def fit(tgt: Target, start: Layout, build) -> object:
             fullest = max(algo.gpus, key=lambda g: (len(g.tbs), -g.id))
             if len(fullest.tbs) > tgt.max_tbs:
                 if best_need is None or len(fullest.tbs) < best_need[0]:
-                    best_need = (len(fullest.tbs), fullest.id, merge)
+                    best_need = (len(fullest.tbs), fullest.id, MODES.index((merge, pack)))
             else:
-                reason = str(problems[0])
+                reason, limit, allowed, wanted = str(problems[0]), "layout", None, None
             break
     if best_need is not None:
-        need, gpu, merged = best_need
-        how = "send and receive connections sharing threadblocks, " if merged else ""
-        raise BackendError(f"gpu {gpu} needs {need} threadblocks ({how}each within {tgt.max_steps} steps), "
-                           f"{tgt.name} allows {tgt.max_tbs}")
-    raise BackendError(f"the schedule does not fit {tgt.name}'s limits: {reason}")
+        need, gpu, mode = best_need
+        how = ("", "send and receive connections sharing threadblocks, ",
+               "send and receive connections sharing threadblocks and local ops filling them, ")[mode]
+        raise Unfit(f"gpu {gpu} needs {need} threadblocks ({how}each within {tgt.max_steps} steps), "
+                    f"{tgt.name} allows {tgt.max_tbs}", target=tgt.name, limit="threadblocks",
+                    allowed=tgt.max_tbs, need=need, gpu=gpu)
+    raise Unfit(f"the schedule does not fit {tgt.name}'s limits: {reason}", target=tgt.name, limit=limit,
+                allowed=allowed, need=wanted)

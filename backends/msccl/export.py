@@ -42,7 +42,7 @@ from ccl.core.errors import BackendError
 from ccl.core.program import COPY, RECV, REDUCE, SEND, Program
 
 from . import assign
-from .limits import Target
+from .limits import Target, Unfit
 from .model import BUFFER_LETTERS, Algo, Gpu, Step, Threadblock
 
 
@@ -292,7 +292,8 @@ def export(program: Program, tgt: Target, *, name: str | None = None, proto: str
     coll = program.collective
     kind = coll.kind
     if kind not in tgt.coll:
-        raise BackendError(f"{tgt.name} has no {kind} collective (it runs {', '.join(sorted(tgt.coll))})")
+        raise Unfit(f"{tgt.name} has no {kind} collective (it runs {', '.join(sorted(tgt.coll))})", target=tgt.name,
+                    limit="collective", allowed=None, need=None)
     if not (in_place or out_of_place):
         raise BackendError("a file must be usable in place, out of place or both")
     n, k = coll.n_ranks, coll.chunk_factor
@@ -302,11 +303,12 @@ def export(program: Program, tgt: Target, *, name: str | None = None, proto: str
     start, counts = assign.initial(base, program.channels, tgt)
     if start.n_channels > tgt.max_channels:
         (a, b, chan), most = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
-        raise BackendError(
+        raise Unfit(
             f"the schedule does not fit {tgt.name}: gpu {a} sends {most} messages to gpu {b} on channel {chan}, and "
             f"one connection's messages are steps of one threadblock ({tgt.max_steps} at most) on at most "
             f"{tgt.max_channels} channels ({tgt.max_steps * tgt.max_channels // program.channels} messages); "
-            "synthesize it with fewer chunks or pipeline stages (the runtime loops over the buffer itself)")
+            "synthesize it with fewer chunks or pipeline stages (the runtime loops over the buffer itself)",
+            target=tgt.name, limit="channels", allowed=tgt.max_channels, need=start.n_channels, gpu=a)
 
     def build(layout: assign.Layout) -> tuple[Algo, list[assign.Blocks]]:
         ranks = [[replace(x, deps=list(x.deps)) for x in ops] for ops in base]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ccl.core.errors import InputError
+from ccl.core.errors import BackendError, InputError
 
 from .model import PROTOCOLS, Algo, where
 
@@ -46,6 +46,21 @@ TARGETS = {
                    coll={**_COMMON, "reducescatter": "reducescatter"}, fused=False,
                    description="RCCL's MSCCL support (ROCm/rccl src/misc/msccl)"),
 }
+
+
+class Unfit(BackendError):
+    """A schedule the target's limits cannot hold, however its ops are laid out: ``limit``
+    names the limit (threadblocks, channels, collective), ``allowed`` the target's value,
+    ``need`` what the schedule needs (None when it is not a number) and ``gpu`` where."""
+
+    def __init__(self, message: str, *, target: str, limit: str, allowed: int | None, need: int | None,
+                 gpu: int | None = None) -> None:
+        super().__init__(message)
+        self.target, self.limit, self.allowed, self.need, self.gpu = target, limit, allowed, need, gpu
+
+    def to_json(self) -> dict:
+        return {**super().to_json(), "target": self.target, "limit": self.limit, "allowed": self.allowed,
+                "need": self.need, "gpu": self.gpu}
 
 
 @dataclass(frozen=True)
