@@ -123,11 +123,12 @@ def _msccl_set(args: argparse.Namespace, sset: Any) -> int:
     kind, n = sset.collective.kind, sset.topology.n_ranks
     files, skipped, rows = [], [], []
     width = len(str(len(sset.entries) - 1))
+    swept = [row["size"] for row in sset.table if isinstance(row, dict) and isinstance(row.get("size"), int)]
     for k, e in enumerate(sset.entries):
         lo, hi = msccl_bytes(kind, n, e.min_bytes, e.max_bytes)
         label = re.sub(r"[^A-Za-z0-9_.-]", "_", e.label)
         name = f"{sset.name}-{k:0{width}d}-{label}"
-        protocol = args.protocol or e.protocol or protocol_for(kind, sset.topology, e.min_bytes, e.max_bytes)
+        protocol = args.protocol or e.protocol or protocol_for(kind, sset.topology, e.min_bytes, e.max_bytes, swept)
         try:
             text, summary = export_xml(e.algorithm, target=args.target, protocol=protocol,
                                        instances=args.instances, mode=args.mode, name=name, forward=args.forward,

@@ -6,9 +6,9 @@ a file as Programs every other stage takes (``backends.msccl.interpret``).
   (the file's own semantics, through the importer) before it is returned.
 * ``unfit(schedule, target)``: why a schedule cannot be exported for a target (the tuner's
   check, so a set tuned for a target holds only schedules that export for it), or None.
-* ``protocol_for(kind, topology, lo, hi)``: the NCCL protocol a size range runs with, by NCCL's
-  own rule (``backends.cost.nccl.protocol``) at the range's geometric middle; a schedule set's
-  entries carry it and the export writes it.
+* ``protocol_for(kind, topology, lo, hi, sizes)``: the NCCL protocol a size range runs with, by
+  NCCL's own rule (``backends.cost.nccl.protocol``) for most of the swept sizes it serves; a
+  schedule set's entries carry it and the export writes it.
 
 Reading a file back (as a schedule every stage takes) is the loader's (``ccl.compiler.loader``).
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from backends.cost.nccl import protocol as nccl_protocol
@@ -56,11 +57,20 @@ def representative_size(lo: int, hi: int | None) -> int:
     return max(1, math.isqrt(max(1, lo) * max(1, hi - 1)))
 
 
-def protocol_for(kind: str, topology: Topology, lo: int, hi: int | None) -> str:
-    """The protocol calls of ``lo <= size < hi`` bytes run with: NCCL's own choice
-    (``backends.cost.nccl.protocol``) at the range's ``representative_size``. A rule until a
-    calibrated cost model times the protocols."""
-    return nccl_protocol(kind, topology, representative_size(lo, hi))
+def protocol_for(kind: str, topology: Topology, lo: int, hi: int | None, sizes: Sequence[int] = ()) -> str:
+    """The protocol calls of ``lo <= size < hi`` bytes run with, by NCCL's own choice
+    (``backends.cost.nccl.protocol``): the one it makes for most of ``sizes`` (the swept sizes
+    the range serves; ties go to the larger sizes' choice), or without sizes its choice at the
+    range's ``representative_size``. A rule until a calibrated cost model times the protocols."""
+    inside = [x for x in sizes if x >= lo and (hi is None or x < hi)]
+    if not inside:
+        return nccl_protocol(kind, topology, representative_size(lo, hi))
+    votes: dict[str, tuple[int, int]] = {}
+    for x in inside:
+        p = nccl_protocol(kind, topology, x)
+        count, top = votes.get(p, (0, 0))
+        votes[p] = (count + 1, max(top, x))
+    return max(votes, key=lambda p: votes[p])
 
 
 def recorded_protocol(path: Any) -> str | None:
