@@ -49,6 +49,9 @@ def msccl_bytes(kind: str, n_ranks: int, lo: int, hi: int | None) -> tuple[int, 
     return lo_x, max(hi_x, lo_x)
 
 
+RULE_SIZES = tuple(2**k for k in range(10, 31))  # the tuner's default sweep, 1KiB..1GiB
+
+
 def representative_size(lo: int, hi: int | None) -> int:
     """The size a range's protocol is chosen at: its geometric middle (from 1 byte), or its
     start when it has no upper limit."""
@@ -60,9 +63,10 @@ def representative_size(lo: int, hi: int | None) -> int:
 def protocol_for(kind: str, topology: Topology, lo: int, hi: int | None, sizes: Sequence[int] = ()) -> str:
     """The protocol calls of ``lo <= size < hi`` bytes run with, by NCCL's own choice
     (``backends.cost.nccl.protocol``): the one it makes for most of ``sizes`` (the swept sizes
-    the range serves; ties go to the larger sizes' choice), or without sizes its choice at the
-    range's ``representative_size``. A rule until a calibrated cost model times the protocols."""
-    inside = [x for x in sizes if x >= lo and (hi is None or x < hi)]
+    the range serves, by default the tuner's default sweep ``RULE_SIZES``; ties go to the larger
+    sizes' choice), or, when none falls in the range, its choice at the range's
+    ``representative_size``. A rule until a calibrated cost model times the protocols."""
+    inside = [x for x in (sizes or RULE_SIZES) if x >= lo and (hi is None or x < hi)]
     if not inside:
         return nccl_protocol(kind, topology, representative_size(lo, hi))
     votes: dict[str, tuple[int, int]] = {}
