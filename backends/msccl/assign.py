@@ -14,8 +14,12 @@ step with a wait holds it until that step of another threadblock is done). Every
 op of a smaller key: a threadblock's earlier op (the key orders the threadblock), a dependency
 (a topological order), an earlier message of the same connection (the key keeps their order),
 or, for a receive, the matching send on another gpu, which has the same step and class 0 < 1.
-A wait across gpus therefore always lowers (step, class), a wait within a gpu lowers the key:
-the waits form no cycle, so every op is reached and completes. Putting a send and a receive in
+(A step that overwrites what an earlier send of its threadblock reads waits for that send to
+be received: the same cross-gpu wait.) A wait across gpus therefore always goes to a send of
+the same or an earlier step, and a send waits only within its gpu for ops of earlier steps or
+earlier sends of its step; a wait within a gpu lowers the key. A cycle of waits would have to
+cross gpus and come back, lowering (step, class) on every crossing and never raising it: the
+waits form no cycle, so every op is reached and completes. Putting a send and a receive in
 one threadblock (``merge``) adds waits of that kind only; it relies, as published files do, on
 the connection's buffer taking a send without its receiver having reached it. The read-back of
 the written file (``ccl.compiler.msccl``) checks the result independently.
@@ -32,8 +36,10 @@ a connection from a to b, so every gpu's peers spread evenly over the lanes at b
 ``fit`` starts from the layout every connection's message count asks for, builds, and grows the
 layout where a threadblock has too many steps (its connections split further, or fewer local
 ops attached, or more local threadblocks) until every threadblock fits; then, if a gpu still
-has too many threadblocks, it merges send and receive connections into shared threadblocks and
-fits again. What still does not fit is reported with the gpu, the need and the limit.
+has too many threadblocks, it fits again with send and receive connections sharing
+threadblocks, and last with local ops filling any threadblock with room (``pack``: the fewest
+threadblocks). What still does not fit raises ``limits.Unfit`` with the gpu, the need and the
+limit.
 """
 
 from __future__ import annotations
@@ -173,6 +179,7 @@ def threadblocks(ops: list, rank: int, layout: Layout, forwards: dict[tuple[int,
         return keys[key]
 
     locals_left: list[int] = []
+    filling = -1  # packing: the local threadblock being filled
     for i, x in enumerate(ops):
         if x.kind == "s" and (x.peer, x.channel) in forwarded_to:
             q = forwarded_to[(x.peer, x.channel)]
@@ -203,9 +210,9 @@ def threadblocks(ops: list, rank: int, layout: Layout, forwards: dict[tuple[int,
                     if network[t] + attached[t] < cap:
                         break
                 else:
-                    t = len(shape) - 1 if shape and shape[-1][:2] == (-1, -1) else -1
+                    t = filling
                     if t == -1 or attached[t] >= cap:
-                        t = get(("local", len(shape)), -1, -1, 0)
+                        t = filling = get(("local", len(shape)), -1, -1, 0)
                 attached[t] += 1
                 tb_of[i] = t
                 continue
