@@ -94,10 +94,14 @@ def recorded_protocol(path: Any) -> str | None:
 
 
 def unfit(schedule: Any, target: str, *, channels: int = 1, fuse: bool = True) -> limits.Unfit | None:
-    """Why ``schedule`` cannot be exported for ``target`` in the mode ``ccl emit msccl`` uses by
-    default (the file written, read back and verified), or None when it can."""
+    """Why ``schedule`` (verified) cannot be exported for ``target``, or None when it can: its
+    layout for out-of-place calls, whose input copies make it the largest a default export
+    writes (``ccl emit msccl`` lays out the same ops, and reads the file back before writing
+    it), without the forward fusion, which an export drops where only the plain layout fits."""
+    tgt = limits.target(target)
+    program = program_stage(schedule, channels=channels, fuse=fuse, check=False)
     try:
-        export_xml(schedule, target=target, forward="off", channels=channels, fuse=fuse)
+        export.export(program, tgt, in_place=False, out_of_place=True, forward=False)
     except limits.Unfit as exc:
         return exc
     return None
