@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -57,13 +57,27 @@ def test_shared_threadblocks_keep_the_program_order(topo, solver, request_size, 
     assert any(tb.send != -1 and tb.recv != -1 for g in algo.gpus for tb in g.tbs)
 
 
+@dataclass
+class _Op:  # what assign.order reads of an op
+    kind: str
+    step: int
+    deps: list[int]
+
+
 def test_every_threadblock_runs_its_ops_in_the_key_order():
     program = compiler.program(_result("ndv2:2", "allreduce", "hierarchical"))
-    for r in range(program.n_ranks):
-        ops = assign.order(export._cut(export._ops_of(program, r, True, False), 71))
-        keys = [(x.step, assign.op_class(x.kind)) for x in ops]
-        assert keys == sorted(keys)
-        assert all(d < i for i, x in enumerate(ops) for d in x.deps)  # a topological order
+    kinds = {"send": "s", "recv": "r"}
+    for ops in program.ranks:
+        mine = [_Op(kinds.get(op.kind, "re"), op.step, list(op.deps)) for op in ops]
+        before = {id(x): {id(mine[d]) for d in x.deps} for x in mine}
+        ordered = assign.order(mine)
+        keys = [(x.step, assign.op_class(x.kind)) for x in ordered]
+        assert keys == sorted(keys)  # step, then sends, receives, local ops
+        assert all(d < i for i, x in enumerate(ordered) for d in x.deps)  # a topological order
+        assert all({id(ordered[d]) for d in x.deps} == before[id(x)] for x in ordered)  # the same deps
+    # a receive listed before a send of its step comes after it
+    ops = [_Op("r", 0, []), _Op("s", 0, []), _Op("re", 0, [0]), _Op("s", 1, [2])]
+    assert [(x.kind, x.deps) for x in assign.order(ops)] == [("s", []), ("r", []), ("re", [1]), ("s", [2])]
 
 
 def test_connections_spread_only_as_far_as_their_own_messages_need():
