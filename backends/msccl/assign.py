@@ -307,6 +307,18 @@ def grow(layout: Layout, overfull: list[tuple[int, int, int, Blocks]], tgt: Targ
     return None if changed else "no change of the layout shortens the longest threadblock"
 
 
+def least_threadblocks(ranks: list[list], tgt: Target) -> None:
+    """Refuse at once a schedule whose steps cannot fit however they are laid out: a gpu with
+    more ops than ``max_tbs`` threadblocks of ``max_steps`` steps hold (nops only add to it)."""
+    for r, ops in enumerate(ranks):
+        need = -(-len(ops) // tgt.max_steps)
+        if need > tgt.max_tbs:
+            raise Unfit(f"gpu {r} needs at least {need} threadblocks ({len(ops)} steps, {tgt.max_steps} per "
+                        f"threadblock), {tgt.name} allows {tgt.max_tbs}; synthesize it with fewer chunks or "
+                        "pipeline stages", target=tgt.name, limit="threadblocks", allowed=tgt.max_tbs, need=need,
+                        gpu=r)
+
+
 def fit(tgt: Target, start: Layout, build) -> object:
     """Search layouts from ``start`` (see the module docstring): ``build(layout)`` returns
     (algo, blocks per rank); the first algo within every limit (``limits.check``) is returned,
@@ -320,6 +332,12 @@ def fit(tgt: Target, start: Layout, build) -> object:
             algo, blocks = build(layout)
             overfull = [(g.id, tb.id, len(tb.steps), blocks[g.id]) for g in algo.gpus for tb in g.tbs
                         if len(tb.steps) > tgt.max_steps]
+            fullest = max(algo.gpus, key=lambda g: (len(g.tbs), -g.id))
+            if overfull and len(fullest.tbs) > tgt.max_tbs:
+                # growing the layout only adds threadblocks: this mode cannot fit (at least this many)
+                if best_need is None or len(fullest.tbs) < best_need[0]:
+                    best_need = (len(fullest.tbs), fullest.id, MODES.index((merge, pack)))
+                break
             if overfull:
                 stop = grow(layout, overfull, tgt)
                 if stop is not None:
@@ -331,7 +349,6 @@ def fit(tgt: Target, start: Layout, build) -> object:
             problems = check(algo, tgt)
             if not problems:
                 return algo
-            fullest = max(algo.gpus, key=lambda g: (len(g.tbs), -g.id))
             if len(fullest.tbs) > tgt.max_tbs:
                 if best_need is None or len(fullest.tbs) < best_need[0]:
                     best_need = (len(fullest.tbs), fullest.id, MODES.index((merge, pack)))

@@ -300,6 +300,7 @@ def export(program: Program, tgt: Target, *, name: str | None = None, proto: str
     blocked = kind in ("allgather", "reducescatter", "alltoall")
     nchunks = n * k if blocked else k
     base = [assign.order(_cut(_ops_of(program, r, out_of_place, tgt.fused), tgt.max_cnt)) for r in range(n)]
+    assign.least_threadblocks(base, tgt)
     start, counts = assign.initial(base, program.channels, tgt)
     if start.n_channels > tgt.max_channels:
         (a, b, chan), most = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
