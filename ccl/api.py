@@ -170,12 +170,14 @@ def to_msccl(schedule: Any, **options: Any) -> str:
 
 
 def tune(topology: str | Topology, collective: str, **options: Any) -> ScheduleSet:
-    """The best verified schedule per message size: every applicable solver within a time
+    """The best verified schedule per message size: every applicable solver within a work
     budget, each simulated over the sizes, kept per size range (what ``ccl synthesize`` does by
     default). Options: ``root``, ``sizes`` (text such as ``"1KiB..1GiB"`` or a list of bytes),
-    ``solvers``, ``chunks``, ``time_budget`` (seconds), ``channels``, ``fuse``, ``cache`` (the
-    result cache; default on). ``ScheduleSet.pick(size)`` is the entry serving a size; save it
-    with ``ccl.core.schedule_set.save_set``."""
+    ``solvers``, ``chunks``, ``time_budget`` (seconds of work on the reference machine: the same
+    request gives the same set on any machine), ``deadline`` (a wall-clock stop that leaves the
+    set incomplete), ``target`` ("msccl", "rccl" or "torch": every entry exports for it),
+    ``channels``, ``fuse``, ``cache`` (the result cache; default on). ``ScheduleSet.pick(size)``
+    is the entry serving a size; save it with ``ccl.core.schedule_set.save_set``."""
     from .compiler import load_topology
     from .compiler.tuner import tune as run
 
@@ -211,7 +213,8 @@ SIMULATE_OPTIONS = ("channels", "fuse", "bound", "baselines", "mode", "slices", 
                     "local_bandwidth")
 TO_MSCCL_OPTIONS = ("target", "protocol", "instances", "min_bytes", "max_bytes", "mode", "name", "forward", "channels",
                     "fuse")
-TUNE_OPTIONS = ("root", "sizes", "solvers", "chunks", "time_budget", "channels", "fuse", "options", "progress", "cache")
+TUNE_OPTIONS = ("root", "sizes", "solvers", "chunks", "time_budget", "channels", "fuse", "options", "progress", "cache",
+                "target", "deadline")
 
 
 def load(path: Any) -> Algorithm:

@@ -164,3 +164,24 @@ def baselines(kind: str, topology: Topology, size: float, floor_us: float = 0.0)
             b = Baseline(b.name, floor_us, b.detail + f"; below the lower bound ({b.time_us:.4g} us), shown at it")
         out.append(b)
     return out
+
+
+P2P_LL_THRESHOLD = 16384  # NCCL_P2P_LL_THRESHOLD's default (src/enqueue.cc): LL for p2p up to this per peer
+
+
+def protocol(kind: str, topology: Topology, size: float) -> str:
+    """The protocol NCCL itself would use for a call of ``size`` bytes (the nccl-tests size):
+    for the collectives NCCL runs as rings and trees, the protocol of its fastest predicted
+    (algorithm, protocol) in the tuning model above (``src/graph/tuning.cc``: LL for small
+    calls, LL128 in between, Simple for large ones, where the latencies and bandwidth factors
+    cross on this machine); for alltoall, gather and scatter, which NCCL runs as point-to-point
+    sends, LL when one peer's share (``size / n``) is at most ``NCCL_P2P_LL_THRESHOLD`` (16 KiB
+    by default, ``src/enqueue.cc``), else Simple. Collectives NCCL does not have: Simple."""
+    n = topology.n_ranks
+    if kind in P2P_KINDS:
+        return "LL" if size / max(1, n) <= P2P_LL_THRESHOLD else "Simple"
+    busbw = bus_bandwidth(topology)
+    preds = [p for p in (predict(kind, n, topology.n_nodes, size, busbw, a) for a in ("ring", "tree")) if p]
+    if not preds:
+        return "Simple"
+    return min(preds, key=lambda p: (p.time_us, PROTOCOLS.index(p.protocol))).protocol

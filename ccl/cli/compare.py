@@ -62,7 +62,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return _interrupted(args, exc)
     first = results[0]
     data: dict[str, Any] = {"topology": first.topology, "collective": first.collective, "n_ranks": first.n_ranks,
-                            "comparisons": [c.to_json() for c in results], "plot": args.plot}
+                            "comparisons": [c.to_json() for c in results], "plot": args.plot,
+                            "left_out": [{"solver": name, "reason": why}
+                                         for name, why in dict.fromkeys(x for c in results for x in c.left_out)]}
     if len(results) > 1:
         rows, text = _sweep_table(results)
         data["rows"] = rows
@@ -158,6 +160,7 @@ def _sweep_table(results: list) -> tuple[list[dict[str, Any]], str]:
     lines += table((("size", "(B)", ">"),) + tuple((n, "", ">") for n in schedules), matrix)
     failed = dict.fromkeys((r.name, r.error) for c in results for r in c.rows if r.error is not None)
     lines += [f"  n/a {name}: {error}" for name, error in failed]
+    lines += [f"  left out {name}: {why}" for name, why in dict.fromkeys(x for c in results for x in c.left_out)]
     return rows, "\n".join(lines)
 
 

@@ -28,7 +28,9 @@ def cmd_msccl(args: argparse.Namespace) -> int:
     text = (f"ok: {shown(args.file)}: {algo.name} ({algo.coll}, {algo.ngpus} gpus, {algo.proto}) implements "
             f"{program.collective} ({modes}); {program.n_ops} ops, {program.n_messages} messages")
     if args.output:
-        write_text_atomic(args.output, dumps(program_to_json(program)) + "\n")
+        data = program_to_json(program)
+        data["protocol"] = algo.proto  # kept for a later export (``ccl emit msccl``)
+        write_text_atomic(args.output, dumps(data) + "\n")
         text += f"\n  program written to {shown(args.output)}"
     emit(args, summary, text)
     return 0

@@ -33,12 +33,16 @@ class SimulationJudge:
         self.channels = channels
         self.fuse = fuse
         self.last_effort_us: float | None = None  # the last call's cost (``ccl.core.judge.effort_us``)
+        self.spent_us = 0.0  # every call's cost so far (what a solver's judgements cost, from counts)
+        self.calls = 0
         self._fastest: tuple[float, Algorithm, Program] | None = None
 
     def time_us(self, algorithm: Algorithm, size: float) -> float:
         program = program_stage(algorithm, channels=self.channels, fuse=self.fuse, check=False)
         sim = run(program, size)
         self.last_effort_us = LOWER_OP_US * program.n_ops + sim.effort_us
+        self.spent_us += self.last_effort_us
+        self.calls += 1
         us = sim.report.time_us
         if self._fastest is None or us < self._fastest[0]:
             self._fastest = (us, algorithm, program)

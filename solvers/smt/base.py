@@ -387,26 +387,33 @@ class Portfolio:
             e.build_seconds = 0.0
         return out
 
-    def check(self, rounds: int | None, deadline: float | None) -> CheckAnswer:
+    def check(self, rounds: int | None, deadline: float | None, cap: int | None = None) -> CheckAnswer:
         """Is there a schedule with at most ``rounds`` rounds (None: any)? ``core`` of an unsat
-        answer is ("rounds",) when the proof used the rounds bound."""
+        answer is ("rounds",) when the proof used the rounds bound. ``cap``: the SAT conflicts
+        all copies may spend on this question (unknown when spent; None: no cap)."""
         budget = self.budget
         spent = 0.0
         stats: dict[str, float] = {}
+        left = cap
         while True:
             for i in range(self.workers):
-                if interrupt.stop_due(deadline):  # no new copy built, no check started
+                if interrupt.stop_due(deadline) or (left is not None and left <= 0):  # no new copy, no check
                     return CheckAnswer(UNKNOWN, spent, (), stats)
                 if i == len(self.encodings):
                     self.encodings.append(self.make(i, self.base_seed + i))
                 enc = self.encodings[i]
                 lits = [] if rounds is None else [enc.rounds_literal(rounds)]
                 last = self.workers == 1
-                out = enc.check(lits, deadline, None if last else budget)
+                limit = None if last else budget
+                if left is not None:
+                    limit = left if limit is None else min(limit, left)
+                out = enc.check(lits, deadline, limit)
                 spent += out.seconds
                 for k, v in out.stats.items():
                     if k in ("sat conflicts", "conflicts", "sat decisions"):
                         stats[k] = stats.get(k, 0) + v
+                if left is not None:
+                    left -= max(1, int(out.stats.get("sat conflicts", out.stats.get("conflicts", 0))))
                 if out.status != UNKNOWN:
                     self.winner = enc
                     core = ("rounds",) if lits and lits[0] in out.core else ()

@@ -121,10 +121,15 @@ class OutOfTime(Exception):
 
 class Search:
     def __init__(self, formulation: Formulation, *, time_limit: float | None = None,
-                 progress: Callable[[str], None] | None = None, max_steps: int | None = None) -> None:
+                 progress: Callable[[str], None] | None = None, max_steps: int | None = None,
+                 conflicts: int | None = None) -> None:
         self.f = formulation
         self.start = time.monotonic()
         self.deadline = interrupt.deadline(time_limit)  # from the driver's clock: building counts
+        # the SAT conflicts the whole search may spend (None: no cap): a budget of work that
+        # stops the search at the same point on every machine, unlike the time limit
+        self.conflicts_left = conflicts
+        self.out_of_work = False
         self.progress = progress or log.info
         self.checks: list[Check] = []
         self._encodings: dict[tuple[int, int, bool], Portfolio] = {}
@@ -179,12 +184,16 @@ class Search:
         ``Satisfiable`` with one, or ``Unsatisfiable`` when z3 proves there is none. ``budget``:
         the largest R this (S, C) solver will be asked about (None: unbounded). Raises OutOfTime
         at the deadline (or on Ctrl-C), before building a new encoding when it has passed."""
-        if interrupt.stop_due(self.deadline):
+        if interrupt.stop_due(self.deadline) or (self.conflicts_left is not None and self.conflicts_left <= 0):
+            self.out_of_work = self.conflicts_left is not None and self.conflicts_left <= 0
             raise OutOfTime(f"S={steps} R={'any' if rounds is None else rounds} C={chunks}")
         enc = self._encoding(steps, chunks, budget)
-        answer = enc.check(rounds, self.deadline)
+        answer = enc.check(rounds, self.deadline, self.conflicts_left)
         build = enc.take_build_seconds()  # charged once
         conflicts = int(answer.stats.get("sat conflicts", answer.stats.get("conflicts", 0)))
+        if self.conflicts_left is not None:
+            self.conflicts_left -= max(1, conflicts)
+            self.out_of_work = answer.status == UNKNOWN and self.conflicts_left <= 0
         self.checks.append(Check(steps, rounds, chunks, answer.status, answer.seconds, build, conflicts))
         what = f"S={steps} R={'any' if rounds is None else rounds} C={chunks}"
         self.progress(f"{what}: {answer.status} in {answer.seconds:.2f} s (build {build:.2f} s)")
