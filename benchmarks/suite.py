@@ -209,12 +209,16 @@ def _tune_case(machine: str, kind: str, sizes: tuple[int, ...], budget: float, k
     except CclError as exc:
         return {"error": exc.message, "tuner_s": round(time.perf_counter() - start, 3), "peak_MiB": peak_mib()}
     sset = result.schedule_set
+    # the set stores no wall-clock times (the same request gives the same set anywhere): the
+    # report takes each candidate's synthesis seconds from the tuner's timings
+    candidates = [{**c, "synthesis_seconds": round(result.timings[c["label"]], 3) if c["label"] in result.timings
+                   else None} for c in sset.candidates]
     out = {
         "ranks": topology.n_ranks, "nodes": topology.n_nodes, "root": sset.collective.root,
         "tuner_s": round(result.seconds, 3), "peak_MiB": peak_mib(), "error": None,
         "entries": [{"label": e.label, "min_bytes": e.min_bytes, "max_bytes": e.max_bytes}
                     for e in sset.entries],
-        "rows": case_rows(sset.table, sset.candidates), "candidates": plain(list(sset.candidates)),
+        "rows": case_rows(sset.table, candidates), "candidates": plain(candidates),
     }
     if keep_set:
         out["set"] = sset

@@ -6,15 +6,21 @@ offending token; no Lark exception leaves this module.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import sys
 from collections.abc import Iterator
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
+import lark
 from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedInput
 
+from ccl.core import private
 from ccl.core.errors import DslError, Span
 
 from . import ast
@@ -46,17 +52,34 @@ class _Newlines:
 
 @lru_cache(maxsize=1)
 def lark_parser() -> Lark:
-    grammar = resources.files("dsl").joinpath("grammar.lark").read_text(encoding="utf-8")
-    return Lark(
-        grammar,
-        parser="lalr",
-        lexer="contextual",
-        postlex=_Newlines(),
-        propagate_positions=True,
-        maybe_placeholders=False,
-        start=["start", "expr"],
-        cache=True,
-    )
+    """The parser, built once per process. Lark's tables take about 0.3 s to compute; they are
+    kept in a private cache folder (``ccl.core.private``: this user's, mode 0700, never the
+    shared temporary folder, where any local user could plant a pickle that lark would load)
+    and read back from there, a file of this user's only. Without such a folder (the cache off,
+    a home that cannot be written) the tables are computed each time."""
+    grammar = grammar_text()
+    folder = _cache_folder()
+    if folder is None:
+        return Lark(grammar, **_OPTIONS)
+    digest = hashlib.sha256(f"{grammar}\0{lark.__version__}\0{sys.version_info[:2]}".encode()).hexdigest()[:32]
+    path = folder / f"grammar-{digest}.lark"
+    if os.path.lexists(path) and not private.is_private_file(path):
+        try:  # not a file of this user's (a symlink, say): never read, never written through
+            os.unlink(path)
+        except OSError:
+            return Lark(grammar, **_OPTIONS)
+    # lark reads the tables from there, checking the grammar's hash inside, or computes and
+    # writes them (a half-written file another run reads is recomputed, not trusted)
+    return Lark(grammar, **_OPTIONS, cache=str(path))
+
+
+_OPTIONS: dict[str, Any] = dict(parser="lalr", lexer="contextual", postlex=_Newlines(), propagate_positions=True,
+                                maybe_placeholders=False, start=["start", "expr"])
+
+
+def _cache_folder() -> Path | None:
+    root = private.cache_root()
+    return None if root is None else private.private_folder(root / "parser")
 
 
 def grammar_text() -> str:

@@ -15,11 +15,13 @@ from typing import Any
 
 from ccl.core.algorithm import Algorithm, Transfer
 from ccl.core.collective import BUILTIN_KINDS, Collective, builtin
-from ccl.core.errors import CclError, Span
+from ccl.core.display import shown
+from ccl.core.errors import CclError, InputError, Span
 from ccl.core.problem import Problem, Request, Sketch
 from ccl.core.topology import Topology
 
 from . import ast
+from .parser import parse, parse_expression
 from .values import format_number
 
 INDENT = "  "
@@ -44,7 +46,7 @@ def dump_ast(node: ast.Node) -> str:
 def _dump(node: Any, depth: int, lines: list[str], label: str) -> None:
     pad = INDENT * depth
     if isinstance(node, str):
-        lines.append(f"{pad}{label}{_quote(node)}")
+        lines.append(f"{pad}{label}{_shown_quote(node)}")
         return
     if not is_dataclass(node):
         lines.append(f"{pad}{label}{node!r}")
@@ -57,7 +59,7 @@ def _dump(node: Any, depth: int, lines: list[str], label: str) -> None:
         value = getattr(node, f.name)
         if _scalar(value):
             if value is not None and value is not False:
-                head.append(f"{f.name}={_quote(value) if isinstance(value, str) else value}")
+                head.append(f"{f.name}={_shown_quote(value) if isinstance(value, str) else value}")
         elif isinstance(value, tuple) and not value:
             continue
         elif isinstance(value, tuple) and all(isinstance(v, str) for v in value) and not isinstance(node, ast.String):
@@ -74,8 +76,25 @@ def _dump(node: Any, depth: int, lines: list[str], label: str) -> None:
             _dump(value, depth + 1, lines, f"{name}: ")
 
 
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "{": "{{", "}": "}}"}
+
+
 def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    """``text`` as a string literal of the language, read back as the same text: quotes,
+    backslashes, newlines and tabs escaped, braces doubled (a brace would start an
+    interpolation). A character the language cannot write (another control character) is
+    refused: a written file never carries one."""
+    bad = next((ch for ch in text if not ch.isprintable() and ch not in "\n\t"), None)
+    if bad is not None:
+        raise InputError(f"the name {shown(text)!s} cannot be written in a description: it holds the control "
+                         f"character {shown(bad)}")
+    return '"' + "".join(_ESCAPES.get(ch, ch) for ch in text) + '"'
+
+
+def _shown_quote(text: str) -> str:
+    """A string of a syntax tree as printed for reading (``--emit ast``): escaped as a literal,
+    other control characters as Python writes them."""
+    return '"' + "".join(_ESCAPES.get(ch, ch) if ch.isprintable() or ch in "\n\t" else shown(ch) for ch in text) + '"'
 
 
 def ast_to_json(node: Any) -> Any:
@@ -95,6 +114,26 @@ def ast_to_json(node: Any) -> Any:
 
 
 # ---------------------------------------------------------------------- IR as the language
+def check_identifier(name: str, what: str = "name") -> str:
+    """``name`` if a definition may be called so (letters, digits and underscores, not starting
+    with a digit, not a word of the language: what the parser reads back as that name), else
+    InputError naming it."""
+    ok = isinstance(name, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,99}", name) is not None
+    if ok:
+        try:
+            tree = parse(f"topology {name} {{\n  ranks 2\n}}\n", "<name>")
+            used = parse_expression(name, "<name>")  # where a request names the definition
+            ok = ([d.name for d in tree.body if isinstance(d, ast.TopologyDef)] == [name]
+                  and isinstance(used, ast.Name) and used.id == name)
+        except CclError:
+            ok = False
+    if not ok:
+        raise InputError(f"{what} {shown(repr(name))[:60]} is not a name a description can use: letters, digits and "
+                         "underscores, not starting with a digit, at most 100 characters, not a word of the "
+                         "language (such as topology, for, let)")
+    return name
+
+
 def identifier(name: str) -> str:
     """A name usable as a definition name: letters, digits and underscores."""
     text = re.sub(r"\W", "_", name)

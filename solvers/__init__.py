@@ -87,7 +87,7 @@ SOLVERS: dict[str, SolverInfo] = {
         SolverInfo("packing", ("allgather", "reducescatter", "allreduce", "broadcast", "reduce", "gather", "scatter"),
                    "throughput-optimal spanning-tree packing (ForestColl class), pipelined; allreduce as "
                    "reducescatter + allgather over the trees; gather and scatter over max-flow paths",
-                   "solvers.packing", template=False, judged=True, compare_up_to=16),
+                   "solvers.packing", template=False, judged=True, compare_up_to=64),
         SolverInfo("smt", ALL_BUILTIN + ("custom",),
                    "exact z3 synthesis (SCCL class): least steps, least rounds, instances (--steps/--rounds); "
                    "`ccl pareto` for frontiers", "solvers.smt", template=False),

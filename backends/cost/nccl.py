@@ -251,3 +251,21 @@ def bus_bandwidth(topology: Topology) -> float:
     bandwidth into its node and its share of the node's network."""
     machine = Machine.of(topology)
     return min(machine.intra_GBps, machine.net_GBps)
+
+
+P2P_LL_THRESHOLD = 16384  # NCCL_P2P_LL_THRESHOLD's default (src/enqueue.cc): LL for p2p up to this per peer
+
+
+def protocol(kind: str, topology: Topology, size: float, cal: Calibration | None = None) -> str:
+    """The protocol NCCL itself would run a point-to-point schedule of ``kind`` with, for a call
+    of ``size`` bytes (the nccl-tests size): for the collectives NCCL runs as rings and trees,
+    the protocol of the fastest of its Ring, Tree (and RCCL's AllPairs) choices in the model
+    above (its in-network algorithms run Simple only and are not point-to-point); for alltoall,
+    gather and scatter, which NCCL runs as point-to-point sends, LL when one peer's share
+    (``size / n``) is at most ``NCCL_P2P_LL_THRESHOLD`` (16 KiB by default, ``src/enqueue.cc``),
+    else Simple. Collectives NCCL does not have: Simple."""
+    n = topology.n_ranks
+    if kind in P2P_KINDS:
+        return "LL" if size / max(1, n) <= P2P_LL_THRESHOLD else "Simple"
+    found = [c for c in choices(kind, topology, size, cal) if c.algorithm in ("Ring", "Tree", "AllPairs")]
+    return found[0].protocol if found else "Simple"

@@ -1,15 +1,17 @@
 """Program -> MSCCL XML (``Algo``): threadblocks, steps, dependencies.
 
-Threadblocks. Each connection gets its own threadblock: the sends to one peer on one channel in
-list order, and the receives from one peer on one channel in list order. A local op runs in the
-threadblock of the receive it follows (the receive whose data it consumes, when that is the
-latest thing it waits for), else in a local threadblock. Because a Program is well leveled,
-these queues cannot deadlock even if a send had to wait for its receiver (the argument of
-``ccl.core.program``: a send-only queue reaches every send of a level once the lower levels are
-done, and a receive queue holds one connection's receives, in message order, before the local
-ops of the level). When the threadblocks do not fit the target, a send and a receive
-threadblock of the same peer and channel are merged (what published files do; it relies on the
-runtime's connection buffer to absorb a send).
+Threadblocks and channels (``assign``): every rank's ops are put in the key order (Program
+step, sends, receives, local ops), which every threadblock follows; that order is a
+topological order of the Program in which a wait across gpus always goes to a lower (step,
+class), so the threadblocks cannot wait on each other in a cycle (the proof is in ``assign``).
+Each connection gets its own threadblock: the sends to one peer on one channel, and apart the
+receives from one peer on one channel. A local op runs in the threadblock of the receive it
+follows (the receive whose data it consumes, when that is the latest thing it waits for) while
+that one has room, else in one of the rank's local threadblocks. ``assign.fit`` searches the
+layout that fits the target: connections with many messages spread over more channels, fewer
+local ops beside the receives, more local threadblocks, and when a gpu still has too many
+threadblocks, a send and a receive connection share one (what published files do; it relies on
+the runtime's connection buffer to absorb a send).
 
 Fusion (targets that run fused steps; RCCL does not): a receive into a staging chunk that only a following reduction reads becomes one
 ``rrc`` step (receive, add into the destination); a receive whose chunks are only sent on
@@ -25,10 +27,10 @@ Out of place, output chunks that start as a copy of input chunks are copied firs
 steps in the local threadblock; every step touching them waits for the copy). A file for both
 uses keeps the copies: in place they copy a chunk onto itself.
 
-Limits: a message longer than the target's ``cnt`` limit is cut into several; a threadblock
-with too many steps has its connection's messages spread over more channels (each message and
-its receive move together, so the order per channel is kept). What still does not fit is an
-error naming gpu/tb and the limit.
+Limits: a message longer than the target's ``cnt`` limit is cut into several; the layout
+search above fits the steps per threadblock, the threadblocks per gpu, the channels and the
+threadblocks per channel. What still does not fit is an error naming the gpu, what it needs
+and the target's limit.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from dataclasses import dataclass, replace
 from ccl.core.errors import BackendError, InputError
 from ccl.core.program import COPY, RECV, REDUCE, SEND, Program
 
-from .limits import Target, check
+from . import assign
+from .limits import Target, Unfit
 from .model import BUFFER_LETTERS, Algo, Gpu, Step, Threadblock
 
 
@@ -162,70 +165,6 @@ def _cut(ops: list[_XOp], max_cnt: int) -> list[_XOp]:
             out.append(replace(x, src=src, dst=dst, cnt=c, deps=list(deps)))
         last[i] = len(out) - 1
     return out
-
-
-def _channels(ranks: list[list[_XOp]], nchannels: int, spread: int) -> None:
-    """Number every connection's messages and spread them over ``spread`` sub-channels:
-    message k of n on channel c goes to channel c * spread + k * spread // n."""
-    counts: dict[tuple[int, str, int, int], int] = defaultdict(int)
-    for r, ops in enumerate(ranks):
-        for x in ops:
-            if x.kind in ("s", "r", "rrc"):
-                key = (r, "s" if x.kind == "s" else "r", x.peer, x.channel)
-                x.conn = counts[key]
-                counts[key] += 1
-    for r, ops in enumerate(ranks):
-        for x in ops:
-            if x.kind in ("s", "r", "rrc"):
-                n = counts[(r, "s" if x.kind == "s" else "r", x.peer, x.channel)]
-                x.channel = x.channel * spread + x.conn * spread // n
-
-
-def _threadblocks(ops: list[_XOp], spread_local: int, merge: bool, forwards: dict[tuple[int, int], int]
-                  ) -> tuple[list[int], list[tuple[int, int, int]]]:
-    """Each op's threadblock, and every threadblock's (send peer, recv peer, channel).
-    ``forwards``: receive connections (peer, channel) merged with the send connection to the
-    peer they forward to (rcs, rrcs steps)."""
-    keys: dict[tuple, int] = {}
-    shape: list[tuple[int, int, int]] = []
-    tb_of: list[int] = []
-    n_local = sum(1 for x in ops if x.kind in ("cpy", "re"))
-    seen_local = 0
-    forwarded_to = {(p, c): q for (q, c), p in forwards.items()}
-
-    def get(key: tuple, send: int, recv: int, chan: int) -> int:
-        if key not in keys:
-            keys[key] = len(shape)
-            shape.append((send, recv, chan))
-        return keys[key]
-
-    for x in ops:
-        if x.kind == "s" and (x.peer, x.channel) in forwarded_to:
-            q = forwarded_to[(x.peer, x.channel)]
-            t = get(("fwd", q, x.peer, x.channel), x.peer, q, x.channel)
-        elif x.receives and (x.peer, x.channel) in forwards:
-            p = forwards[(x.peer, x.channel)]
-            t = get(("fwd", x.peer, p, x.channel), p, x.peer, x.channel)
-        elif x.kind == "s":
-            key = ("pair", x.peer, x.channel) if merge else ("s", x.peer, x.channel)
-            t = get(key, x.peer, x.peer if merge else -1, x.channel)
-            if merge:
-                shape[t] = (x.peer, x.peer, x.channel)
-        elif x.receives:
-            key = ("pair", x.peer, x.channel) if merge else ("r", x.peer, x.channel)
-            t = get(key, x.peer if merge else -1, x.peer, x.channel)
-            if merge:
-                shape[t] = (x.peer, x.peer, x.channel)
-        else:
-            recv_deps = [d for d in x.deps if ops[d].receives]
-            if recv_deps and max(x.deps) == max(recv_deps):
-                t = tb_of[max(recv_deps)]
-            else:
-                part = seen_local * spread_local // max(n_local, 1)
-                t = get(("local", part), -1, -1, 0)
-            seen_local += 1
-        tb_of.append(t)
-    return tb_of, shape
 
 
 def _forward(ops: list[_XOp]) -> tuple[list[_XOp], dict[tuple[int, int], int]]:
@@ -365,54 +304,41 @@ def export(program: Program, tgt: Target, *, name: str | None = None, proto: str
     coll = program.collective
     kind = coll.kind
     if kind not in tgt.coll:
-        raise BackendError(f"{tgt.name} has no {kind} collective (it runs {', '.join(sorted(tgt.coll))})")
+        raise Unfit(f"{tgt.name} has no {kind} collective (it runs {', '.join(sorted(tgt.coll))})", target=tgt.name,
+                    limit="collective", allowed=None, need=None)
     if not (in_place or out_of_place):
         raise BackendError("a file must be usable in place, out of place or both")
     n, k = coll.n_ranks, coll.chunk_factor
     blocked = kind in ("allgather", "reducescatter", "alltoall")
     nchunks = n * k if blocked else k
-    last_error = ""
-    base = [_cut(_ops_of(program, r, out_of_place, tgt.fused), tgt.max_cnt) for r in range(n)]
-    per_conn: dict[tuple[int, str, int, int], int] = defaultdict(int)
-    for r, ops in enumerate(base):
-        for x in ops:
-            if x.kind in ("s", "r", "rrc"):
-                per_conn[(r, x.kind == "s", x.peer, x.channel)] += 1
-    # a connection's messages are steps of one threadblock: start with enough channels for them
-    busiest = max(per_conn, key=per_conn.get, default=None)
-    most = per_conn.get(busiest, 0)
-    first = max(1, -(-most // tgt.max_steps))
-    if first * program.channels > tgt.max_channels:
-        r, sends, peer, chan = busiest
-        way = f"gpu {r} {'sends' if sends else 'receives'} {most} messages {'to' if sends else 'from'} gpu {peer}"
-        raise BackendError(
-            f"the schedule does not fit {tgt.name}: {way} on channel {chan}, and one connection's messages are "
-            f"steps of one threadblock ({tgt.max_steps} at most) on at most {tgt.max_channels} channels "
-            f"({tgt.max_steps * tgt.max_channels // program.channels} messages); synthesize it with fewer chunks "
-            "or pipeline stages (the runtime loops over the buffer itself)")
-    for merge in (False, True):
-        for spread in range(first, tgt.max_channels // program.channels + 1):
-            ranks = [[replace(x, deps=list(x.deps)) for x in ops] for ops in base]
-            algo = _build(program, ranks, tgt, name or program.name, proto, in_place, out_of_place, min_bytes,
-                          max_bytes, nchunks, spread, merge, forward)
-            problems = [v for v in check(algo, tgt)]
-            if not problems:
-                return algo
-            last_error = str(problems[0])
-            if any("threadblocks," in v.message for v in problems):
-                break  # more channels only add threadblocks
-    raise BackendError(f"the schedule does not fit {tgt.name}'s limits even with its messages spread over "
-                       f"{tgt.max_channels} channels and send/receive threadblocks merged: {last_error}")
+    base = [assign.order(_cut(_ops_of(program, r, out_of_place, tgt.fused), tgt.max_cnt)) for r in range(n)]
+    assign.least_threadblocks(base, tgt)
+    start, counts = assign.initial(base, program.channels, tgt)
+    if start.n_channels > tgt.max_channels:
+        (a, b, chan), most = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
+        raise Unfit(
+            f"the schedule does not fit {tgt.name}: gpu {a} sends {most} messages to gpu {b} on channel {chan}, and "
+            f"one connection's messages are steps of one threadblock ({tgt.max_steps} at most) on at most "
+            f"{tgt.max_channels} channels ({tgt.max_steps * tgt.max_channels // program.channels} messages); "
+            "synthesize it with fewer chunks or pipeline stages (the runtime loops over the buffer itself)",
+            target=tgt.name, limit="channels", allowed=tgt.max_channels, need=start.n_channels, gpu=a)
+
+    def build(layout: assign.Layout) -> tuple[Algo, list[assign.Blocks]]:
+        ranks = [[replace(x, deps=list(x.deps)) for x in ops] for ops in base]
+        return _build(program, ranks, tgt, name or program.name, proto, in_place, out_of_place, min_bytes,
+                      max_bytes, nchunks, layout, counts, forward)
+
+    return assign.fit(tgt, start, build)
 
 
 def _build(program: Program, ranks: list[list[_XOp]], tgt: Target, name: str, proto: str, in_place: bool,
-           out_of_place: bool, min_bytes: int, max_bytes: int, nchunks: int, spread: int, merge: bool,
-           forward: bool) -> Algo:
+           out_of_place: bool, min_bytes: int, max_bytes: int, nchunks: int, layout: assign.Layout,
+           counts: dict[tuple[int, int, int], int], forward: bool) -> tuple[Algo, list[assign.Blocks]]:
     coll = program.collective
     n = coll.n_ranks
-    _channels(ranks, program.channels, spread)
+    assign.place_channels(ranks, layout, counts)
     forwards: list[dict[tuple[int, int], int]] = [{} for _ in ranks]
-    if tgt.fused and forward and not merge:
+    if tgt.fused and forward and not layout.merge:
         for r in range(n):
             ranks[r], forwards[r] = _forward(ranks[r])
     # where every message comes from and lands, for the other end's srcbuf/dstbuf (informational)
@@ -442,9 +368,11 @@ def _build(program: Program, ranks: list[list[_XOp]], tgt: Target, name: str, pr
         return ends.get(("s", peer, rank, chan, k), ("i", -1))
 
     gpus = []
+    blocks = []
     for r, ops in enumerate(ranks):
-        spread_local = spread
-        tb_of, shape = _threadblocks(ops, spread_local, merge, forwards[r])
+        layout_r = assign.threadblocks(ops, r, layout, forwards[r])
+        blocks.append(layout_r)
+        tb_of, shape = layout_r.tb_of, layout_r.shape
         steps = _steps(r, ops, tb_of, len(shape), partner)
         waited = {(s.depid, s.deps) for tb in steps for s in tb if s.depid != -1}
         tbs = []
@@ -453,6 +381,8 @@ def _build(program: Program, ranks: list[list[_XOp]], tgt: Target, name: str, pr
                               1 if (t, s.s) in waited else 0) for s in steps[t])
             tbs.append(Threadblock(t, send, recv, chan, body))
         gpus.append(Gpu(r, len(coll.inputs[r]), len(coll.outputs[r]), len(program.scratch[r]), tuple(tbs)))
-    return Algo(name=name, proto=proto, nchannels=program.channels * spread, nchunksperloop=nchunks, ngpus=n,
+    used = max((tb.chan for g in gpus for tb in g.tbs), default=0) + 1
+    algo = Algo(name=name, proto=proto, nchannels=max(used, program.channels), nchunksperloop=nchunks, ngpus=n,
                 coll=tgt.coll[coll.kind], inplace=int(in_place), outofplace=int(out_of_place),
                 min_bytes=min_bytes, max_bytes=max_bytes, gpus=tuple(gpus))
+    return algo, blocks

@@ -40,6 +40,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
+from ccl.core import limits
 from ccl.core.collective import Collective, builtin
 from ccl.core.errors import InputError, VerificationError
 from ccl.core.program import COPY, RECV, REDUCE, SEND, Program
@@ -337,15 +338,22 @@ class _Builder:
     def link(self, per_step: dict) -> None:
         """Deps: within a step its ops chain; a step waits for the last blocking op before it in
         its threadblock, for sends before it that read what it writes, and for its depid step
-        (that step's ops and the sends before it in its threadblock)."""
+        (that step's ops and the sends before it in its threadblock).
+
+        Linear in the steps where the rules allow: what a step waits for is carried as the few
+        ops that imply the rest (a nop passes on itself, not everything before it; a step after
+        a run of receives waits for them, and the last of them waited for everything carried
+        before), the sends and receives a step's completion implies are kept as prefixes of one
+        list per threadblock, and the sends a write must wait for are found per chunk. The
+        dependencies built are counted against ``ccl.core.limits.XML_DEPS`` as they are."""
         algo = self.algo
+        budget = _Budget(self.path)
         done_memo: dict[tuple[int, int, int], frozenset[int]] = {}
-        visiting: set[tuple[int, int, int]] = set()
-        before: dict[tuple[int, int, int], frozenset[int]] = {}  # what a step waits for inside its tb
+        before: dict[tuple[int, int, int], frozenset | None] = {}  # what a step waits for (None: a plain receive)
         # what a step finishing implies beyond its own last op: the sends before it in its
         # threadblock have handed their data over, and the receives of a run of plain receives
-        # before it are done (the threadblock ran them first)
-        extra: dict[tuple[int, int, int], frozenset[int]] = {}
+        # before it are done (the threadblock ran them first); as (sends, how many, run, how many)
+        extra: dict[tuple[int, int, int], tuple[list[int], int, list[int], int]] = {}
         receive_waits: dict[tuple[int, int, int], frozenset] = {}  # r, rcs: what the receive itself waits for
 
         for g in algo.gpus:
@@ -353,56 +361,107 @@ class _Builder:
                 base: frozenset = frozenset()  # what the next step waits for
                 run: list[int] = []  # receives of the current run of plain receive steps
                 sent: list[int] = []  # every send of the threadblock so far
+                readers: dict[tuple[str, int], list[int]] = {}  # chunk -> sends of the tb that read it
                 for s in tb.steps:
                     key = (g.id, tb.id, s.s)
                     ids, _ = per_step[key]
                     # a receive need not wait for the receives just before it (the connection
                     # delivers in order and its buffer fills while they run); anything else does
-                    hazards = set()
-                    if ids:
-                        writes = set().union(*(self.ops[i].writes() for i in ids))
-                        hazards = {j for j in sent if self.ops[j].reads() & writes}
-                    waits = set(base) | set(run) | hazards
-                    before[key] = frozenset(waits)
+                    hazards: set[int] = set()
+                    written = [(op.buf, op.index, op.count) for op in map(self.ops.__getitem__, ids) if op.kind != SEND]
+                    for buf, index, count in written:
+                        for x in range(index, index + count):
+                            hazards.update(readers.get((buf, x), ()))
+                    budget.spend(len(hazards))
+                    # after a run of receives the last of them waited for all that was carried
+                    carried = base if not run else frozenset()
+                    waited = frozenset({("waited", *key)}) if s.depid != -1 else frozenset()
+                    if s.type == "r":
+                        before[key] = None  # waits for receive_waits only (see below)
+                    else:
+                        before[key] = carried | frozenset(run) | hazards
+                        budget.spend(len(run))
                     if s.type in ("r", "rcs"):
-                        receive_waits[key] = frozenset(set(base) | hazards)
-                    sent.extend(i for i in ids if self.ops[i].kind == SEND)
-                    extra[key] = frozenset(sent) | frozenset(run)
-                    if not ids:  # a nop (or a copy onto itself, in place)
-                        base, run = frozenset(waits) | {("dep", *key)}, []
+                        receive_waits[key] = base | hazards
+                    for i in ids:
+                        op = self.ops[i]
+                        if op.kind == SEND:
+                            sent.append(i)
+                            for x in range(op.index, op.index + op.count):
+                                readers.setdefault((op.buf, x), []).append(i)
+                    extra[key] = (sent, len(sent), run, len(run))
+                    if not ids:  # a nop (or a copy onto itself, in place): its completion implies what it waited for
+                        base, run = frozenset({("dep", *key)}), []
                     elif s.type in ("r", "rcs"):
                         run.append(ids[0])
-                        base = receive_waits[key] | {("waited", *key)}  # the next step starts after this one did
+                        base = receive_waits[key] | waited  # the next step starts after this one did
                     elif self.ops[ids[-1]].kind == SEND:
                         # the threadblock moved on once the send started: after what it waited for
                         nonsend = [i for i in ids if self.ops[i].kind != SEND]
-                        base = frozenset({nonsend[-1]} if nonsend else waits) | {("waited", *key)}
+                        base = (frozenset({nonsend[-1]}) if nonsend else before[key]) | waited
                         run = []
-                    else:
+                    else:  # blocking: every later step waits for it, and through it for the sends it waited for
                         base, run = frozenset({ids[-1]}), []
+                        for buf, index, count in written:
+                            for x in range(index, index + count):
+                                readers.pop((buf, x), None)
 
-        def done(key: tuple[int, int, int]) -> frozenset[int]:
-            """Ops whose completion means step ``key`` has finished."""
-            if key in done_memo:
-                return done_memo[key]
-            if key in visiting:
-                r = key[0]
-                raise VerificationError(f"{self.path}: {where(*key)}: deadlock: a cycle of dependencies "
-                                        "between threadblocks passes through this step", rank=r)
-            visiting.add(key)
+        def needs(key: tuple[int, int, int]) -> list[tuple[int, int, int]]:
+            """The steps whose ``done`` the ``done`` of ``key`` is made of."""
             ids, s = per_step[key]
             if ids:
-                out = frozenset({ids[-1]})
-            else:
-                out = frozenset(resolve(key, before[key]))
-                if s.depid != -1:
-                    out = out | done((key[0], s.depid, s.deps))
-            out = out | extra[key]
-            visiting.discard(key)
-            done_memo[key] = out
+                return []
+            out = []
+            for x in before[key] or ():
+                if isinstance(x, tuple):
+                    what, r, t, k = x
+                    step = per_step[(r, t, k)][1]
+                    if what == "dep":
+                        out.append((r, t, k))
+                    elif step.depid != -1:
+                        out.append((r, step.depid, step.deps))
+            if s.depid != -1:
+                out.append((key[0], s.depid, s.deps))
             return out
 
-        def resolve(key: tuple[int, int, int], items: frozenset) -> set[int]:
+        def done(key: tuple[int, int, int]) -> frozenset[int]:
+            """Ops whose completion means step ``key`` has finished (depth first without
+            recursion: a chain of thousands of nops is fine)."""
+            if key in done_memo:
+                return done_memo[key]
+            stack, visiting = [key], set()
+            while stack:
+                k = stack[-1]
+                if k in done_memo:
+                    stack.pop()
+                    continue
+                if k not in visiting:
+                    visiting.add(k)
+                    todo = [t for t in needs(k) if t not in done_memo]
+                    for t in todo:
+                        if t in visiting:
+                            raise VerificationError(f"{self.path}: {where(*t)}: deadlock: a cycle of dependencies "
+                                                    "between threadblocks passes through this step", rank=t[0])
+                    if todo:
+                        stack.extend(todo)
+                        continue
+                ids, s = per_step[k]
+                if ids:
+                    out = {ids[-1]}
+                else:
+                    out = resolve(before[k] or frozenset())
+                    if s.depid != -1:
+                        out |= done_memo[(k[0], s.depid, s.deps)]
+                sends, n_sent, receives, n_run = extra[k]
+                out.update(sends[:n_sent])
+                out.update(receives[:n_run])
+                budget.spend(len(out))
+                done_memo[k] = frozenset(out)
+                visiting.discard(k)
+                stack.pop()
+            return done_memo[key]
+
+        def resolve(items: frozenset) -> set[int]:
             out: set[int] = set()
             for x in items:
                 if isinstance(x, tuple):
@@ -420,25 +479,48 @@ class _Builder:
         for key, (ids, s) in per_step.items():
             if not ids:
                 continue
-            waits = resolve(key, before[key])
-            if s.depid != -1:
-                waits |= done((key[0], s.depid, s.deps))
-            # a fused receive lands in its own staging chunks: the connection delivers into its
-            # buffer before the threadblock reaches the step, so only the reduction waits; the
-            # receive of r and rcs waits for what the threadblock did before, not its receives
-            first = self.ops[ids[1]] if s.type in ("rrc", "rrs", "rrcs") else self.ops[ids[0]]
-            first.deps |= waits
+            waited_for = done((key[0], s.depid, s.deps)) if s.depid != -1 else frozenset()
             if s.type in ("r", "rcs"):
-                first.deps -= waits
-                first.deps |= resolve(key, receive_waits[key])
-                if s.depid != -1:
-                    first.deps |= done((key[0], s.depid, s.deps))
+                # the receive waits for what the threadblock did before, not its receives
+                self.ops[ids[0]].deps |= resolve(receive_waits[key]) | waited_for
                 if s.type == "rcs":
-                    self.ops[ids[1]].deps |= waits
+                    self.ops[ids[1]].deps |= resolve(before[key]) | waited_for
+            else:
+                # a fused receive lands in its own staging chunks: the connection delivers into
+                # its buffer before the threadblock reaches the step, so only the reduction waits
+                first = self.ops[ids[1]] if s.type in ("rrc", "rrs", "rrcs") else self.ops[ids[0]]
+                first.deps |= resolve(before[key]) | waited_for
             for a, b in zip(ids, ids[1:]):
                 self.ops[b].deps.add(a)
             for i in ids:
                 self.ops[i].deps.discard(i)
+                budget.spend(len(self.ops[i].deps))
+
+
+DEP_BYTES = 160  # memory a dependency takes while interpreting (set entries, the frozensets they pass through)
+
+
+class _Budget:
+    """Dependencies built while interpreting, counted against ``ccl.core.limits.XML_DEPS`` and
+    the memory free (``DEP_BYTES`` each): InputError once over, so a file whose steps need more
+    is refused before it takes more."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.used = 0
+        self.limit = limits.XML_DEPS.value
+        free = limits.memory_available()
+        if free is not None:
+            self.limit = min(self.limit, max(free // 2, 0) // DEP_BYTES)
+
+    def spend(self, n: int) -> None:
+        self.used += n
+        if self.used > self.limit:
+            what = f"{self.path}: interpreting the file needs too many dependencies between its steps"
+            if self.limit < limits.XML_DEPS.value:
+                raise InputError(f"{what}: more than {self.limit}, all the memory free allows")
+            raise InputError(limits.XML_DEPS.message(self.used, what, self.limit))
+
 
 
 # ---------------------------------------------------------------------- levels and matching

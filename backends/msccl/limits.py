@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ccl.core.errors import InputError
+from ccl.core.errors import BackendError, InputError
 
 from .model import PROTOCOLS, Algo, where
 
@@ -22,6 +22,7 @@ class Target:
     max_steps: int  # steps per threadblock
     max_channels: int
     max_cnt: int  # chunks one step may move
+    max_peers: int  # threadblocks with a send peer on one channel (and, apart, with a receive peer)
     coll: dict[str, str]  # collective kind -> coll attribute
     fused: bool  # runs the fused step types rcs, rrs, rrc, rrcs
     description: str
@@ -30,18 +31,36 @@ class Target:
 _COMMON = {"allreduce": "allreduce", "allgather": "allgather", "alltoall": "alltoall", "broadcast": "broadcast",
            "reduce": "reduce", "gather": "gather", "scatter": "scatter"}
 
-# The executor's parser allows 1,024 threadblocks per gpu, but every threadblock of the kernel
-# must be resident at once (they spin on each other) and a waited-on threadblock's id is kept in
-# 8 bits: 128 is the practical limit. Both build with 64 steps per threadblock (nops included)
-# and accept cnt up to 71. RCCL (since rocm-6.0) runs only s, r, cpy, re and nop.
+# The executor's parser allows 32 threadblocks per channel (1,024 per gpu), but every
+# threadblock of the kernel must be resident at once (they spin on each other) and a waited-on
+# threadblock's id is kept in 8 bits: 128 is the practical limit. Both build with 64 steps per
+# threadblock (the step index ``s``, nops included, must stay below MSCCL_MAX_NUM_STEPS) and
+# accept cnt up to 71 (MSCCL_MAX_COUNT 72); both parsers refuse a 33rd threadblock with a send
+# peer on one channel, and apart a 33rd with a receive peer (MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL).
+# RCCL builds with 64 threadblocks per gpu and (since rocm-6.0) runs only s, r, cpy, re and nop.
 TARGETS = {
-    "msccl": Target("msccl", max_tbs=128, max_steps=64, max_channels=32, max_cnt=71,
+    "msccl": Target("msccl", max_tbs=128, max_steps=64, max_channels=32, max_cnt=71, max_peers=32,
                     coll={**_COMMON, "reducescatter": "reducescatter"}, fused=True,
                     description="the msccl executor in NCCL (Azure/msccl-executor-nccl)"),
-    "rccl": Target("rccl", max_tbs=64, max_steps=64, max_channels=32, max_cnt=71,
+    "rccl": Target("rccl", max_tbs=64, max_steps=64, max_channels=32, max_cnt=71, max_peers=32,
                    coll={**_COMMON, "reducescatter": "reducescatter"}, fused=False,
                    description="RCCL's MSCCL support (ROCm/rccl src/misc/msccl)"),
 }
+
+
+class Unfit(BackendError):
+    """A schedule the target's limits cannot hold, however its ops are laid out: ``limit``
+    names the limit (threadblocks, channels, collective), ``allowed`` the target's value,
+    ``need`` what the schedule needs (None when it is not a number) and ``gpu`` where."""
+
+    def __init__(self, message: str, *, target: str, limit: str, allowed: int | None, need: int | None,
+                 gpu: int | None = None) -> None:
+        super().__init__(message)
+        self.target, self.limit, self.allowed, self.need, self.gpu = target, limit, allowed, need, gpu
+
+    def to_json(self) -> dict:
+        return {**super().to_json(), "target": self.target, "limit": self.limit, "allowed": self.allowed,
+                "need": self.need, "gpu": self.gpu}
 
 
 @dataclass(frozen=True)
@@ -95,17 +114,20 @@ def check(algo: Algo, tgt: Target) -> list[Violation]:
     for g in algo.gpus:
         if len(g.tbs) > tgt.max_tbs:
             bad(f"{len(g.tbs)} threadblocks, {tgt.name} allows {tgt.max_tbs}", g.id)
-        per_channel: dict[int, int] = {}
+        per_channel: dict[tuple[str, int], int] = {}
         conns: dict[tuple[str, int, int], int] = {}
         for pos, tb in enumerate(g.tbs):
             if tb.id != pos:
                 bad(f"threadblock ids must be 0, 1, 2, ... in order (found {tb.id} at position {pos})", g.id, tb.id)
             if not 0 <= tb.chan < algo.nchannels:
                 bad(f"chan={tb.chan} is not in 0..{algo.nchannels - 1}", g.id, tb.id)
-            per_channel[tb.chan] = per_channel.get(tb.chan, 0) + 1
             for role, peer in (("send", tb.send), ("recv", tb.recv)):
                 if peer == -1:
                     continue
+                per_channel[(role, tb.chan)] = per_channel.get((role, tb.chan), 0) + 1
+                if per_channel[(role, tb.chan)] == tgt.max_peers + 1:
+                    bad(f"more than {tgt.max_peers} threadblocks with a {role} peer on channel {tb.chan}: {tgt.name} "
+                        f"allows {tgt.max_peers} per channel", g.id, tb.id)
                 if not 0 <= peer < algo.ngpus or peer == g.id:
                     bad(f"{role}={peer} is not another gpu", g.id, tb.id)
                 key = (role, peer, tb.chan)
@@ -141,4 +163,21 @@ def check(algo: Algo, tgt: Target) -> list[Violation]:
                             g.id, tb.id, s.s)
                 if s.hasdep not in (0, 1):
                     bad(f"hasdep={s.hasdep} is not 0 or 1", g.id, tb.id, s.s)
+    return out
+
+
+def never_signalled(algo: Algo) -> list[tuple[int, int, int, int]]:
+    """Steps that wait for a step which never signals: ``depid``/``deps`` name a step of another
+    threadblock whose ``hasdep`` is 0. Both runtimes signal a step's completion only when its
+    hasdep is set, so such a step waits forever (a deadlock whatever the data). Returns (gpu,
+    tb, step, line) of each."""
+    out = []
+    for g in algo.gpus:
+        for tb in g.tbs:
+            for s in tb.steps:
+                if s.depid == -1 or s.depid == tb.id or not 0 <= s.depid < len(g.tbs):
+                    continue
+                target = g.tbs[s.depid].steps
+                if 0 <= s.deps < len(target) and target[s.deps].hasdep == 0:
+                    out.append((g.id, tb.id, s.s, s.line))
     return out

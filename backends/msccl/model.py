@@ -15,6 +15,11 @@ threadblock (tb) runs its steps in order; ``send``/``recv`` name its peers (-1: 
 (-1/-1: none); ``hasdep`` marks steps another tb waits for. The reader checks the shape only
 (numbers where numbers belong, step types known); ``limits`` checks a target's limits and
 ``interpret`` the meaning.
+
+Counts are checked against ``ccl.core.limits`` before anything is built from them: the memory
+the file's steps take (estimated from the text before it is parsed), gpus (``RANKS``),
+channels (``CHANNELS``), scratch chunks per gpu and over all gpus (``SLOTS``) and the chunks
+the steps move (``XML_MOVES``: the sum of their ``cnt``).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import xml.parsers.expat
 from dataclasses import dataclass, field
 from xml.sax.saxutils import quoteattr
 
+from ccl.core import limits
+from ccl.core.display import shown
 from ccl.core.errors import InputError
 from ccl.core.limits import read_input_text
 
@@ -168,24 +175,49 @@ def _tree(text: str, path: str) -> _Node:
     return root[0]
 
 
+MAX_DIGITS = 20
+
+
 def _int(node: _Node, name: str, path: str, context: str, default: str | None = None) -> int:
     value = node.attrs.get(name, default)
     if value is None:
         raise InputError(f"{path}:{node.line}: {context}: attribute {name!r} is missing")
+    text = value.strip()
+    if len(text) > MAX_DIGITS:  # no count, id or offset of a real file has more digits than int64
+        raise InputError(f"{path}:{node.line}: {context}: attribute {name}={shown(repr(text[:24]))}... is not an "
+                         f"integer of at most {MAX_DIGITS} characters")
     try:
-        return int(value.strip())
+        return int(text)
     except ValueError:
-        raise InputError(f"{path}:{node.line}: {context}: attribute {name}={value!r} is not an integer") from None
+        raise InputError(f"{path}:{node.line}: {context}: attribute {name}={shown(repr(text))} is not an "
+                         "integer") from None
+
+
+# Memory reading a file takes, estimated before it is parsed: per step (its element, attributes,
+# Step and the ops and dependencies it becomes) and per byte of text.
+XML_BYTES_PER_STEP = 12288
+XML_BYTES_PER_CHAR = 4
+
+
+def check_memory(text: str, path: str) -> None:
+    """InputError before parsing when the file's steps would take more memory than an input may
+    (``ccl.core.limits.check_memory``)."""
+    steps = text.count("<step")
+    needed = steps * XML_BYTES_PER_STEP + len(text) * XML_BYTES_PER_CHAR
+    if needed > limits.JSON_MEMORY_FLOOR:  # below it, any machine this runs on has the memory
+        limits.check_memory(f"{shown(path)} ({steps} steps)", needed)
 
 
 def parse(text: str, path: str = "<xml>") -> Algo:
     """An ``Algo`` from XML text. Shape errors (missing or non-numeric attributes, unknown
     step types, a root element other than ``<algo>``) raise InputError naming the line and
-    gpu/tb/step. Other elements inside ``<algo>``, ``<gpu>`` and ``<tb>`` than ``<gpu>``,
-    ``<tb>`` and ``<step>`` are skipped with everything inside them, as both runtimes' parsers
-    skip them (RCCL's and the msccl executor's loaders read only the elements they have a handler
-    for: a ``<copy>`` inside ``<gpu>``, as in published TE-CCL files, is never run); ``Algo.skipped``
+    gpu/tb/step; counts beyond ``ccl.core.limits`` raise InputError naming the value and the
+    limit. Other elements inside ``<algo>``, ``<gpu>`` and ``<tb>`` than ``<gpu>``, ``<tb>`` and
+    ``<step>`` are skipped with everything inside them, as both runtimes' parsers skip them
+    (RCCL's and the msccl executor's loaders read only the elements they have a handler for: a
+    ``<copy>`` inside ``<gpu>``, as in published TE-CCL files, is never run); ``Algo.skipped``
     lists them."""
+    check_memory(text, path)
     root = _tree(text, path)
     if root.tag != "algo":
         raise InputError(f"{path}:{root.line}: the root element is <{root.tag}>, expected <algo>")
@@ -198,6 +230,9 @@ def parse(text: str, path: str = "<xml>") -> Algo:
     if "outofplace" not in a:  # older files (msccl before the executor): in-place ones are in place only
         defaults["outofplace"] = "0" if a.get("inplace", "0").strip() == "1" else "1"
     values = {name: _int(root, name, path, "<algo>", defaults.get(name)) for name in _ALGO_INTS}
+    limits.RANKS.check(values["ngpus"], f"{path}:{root.line}: <algo> ngpus")
+    limits.CHANNELS.check(values["nchannels"], f"{path}:{root.line}: <algo> nchannels")
+    scratch = moves = 0
     gpus = []
     skipped: list[tuple[int, str, str]] = []
     for g in root.children:
@@ -207,6 +242,9 @@ def parse(text: str, path: str = "<xml>") -> Algo:
         gid = _int(g, "id", path, "<gpu>")
         ctx = where(gid)
         counts = {name: _int(g, name, path, ctx, "0") for name in ("i_chunks", "o_chunks", "s_chunks")}
+        limits.SLOTS.check(counts["s_chunks"], f"{path}:{g.line}: {ctx}: s_chunks (scratch chunks of one gpu)")
+        scratch += max(counts["s_chunks"], 0)
+        limits.SLOTS.check(scratch, f"{path}:{g.line}: {ctx}: s_chunks of gpus 0..{gid} together (scratch chunks)")
         tbs = []
         for t in g.children:
             if t.tag != "tb":
@@ -237,6 +275,10 @@ def parse(text: str, path: str = "<xml>") -> Algo:
                     bufs[name] = b
                 ints = {name: _int(s, name, path, sctx, _STEP_DEFAULTS[name])
                         for name in ("srcoff", "dstoff", "cnt", "depid", "deps", "hasdep")}
+                moves += max(ints["cnt"], 1)
+                if moves > limits.XML_MOVES.value:
+                    raise InputError(limits.XML_MOVES.message(moves, f"{path}:{s.line}: {sctx}: the steps up to here "
+                                                                     "move too many chunks (the sum of their cnt)"))
                 steps.append(Step(sidx, kind, bufs["srcbuf"], ints["srcoff"], bufs["dstbuf"], ints["dstoff"],
                                   ints["cnt"], ints["depid"], ints["deps"], ints["hasdep"], s.line))
             tbs.append(Threadblock(tid, send, recv, chan, tuple(steps), t.line))

@@ -194,8 +194,7 @@ class Simulator:
         check_size(size)
         if mode not in MODES:
             raise InputError(f"simulation mode must be one of {MODES}, got {mode!r}")
-        if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
-            raise InputError(f"slices must be a positive integer, got {slices!r}")
+        validate.integer(slices, "slices", least=1)
         if local_bandwidth is not None:
             validate.number(local_bandwidth, "local bandwidth (GB/s)", positive=True)
         validate.flag(in_place, "in_place")

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from ..core import interrupt
+from ..core.display import shown
 from ..core.errors import (
     EXIT_INTERNAL,
     CclError,
@@ -116,5 +117,6 @@ def _run(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - the last line of defence: no traceback for users
         if os.environ.get("CCL_DEBUG"):
             raise
-        print(f"ccl: internal error: {type(exc).__name__}: {exc} (set CCL_DEBUG=1 for a traceback)", file=sys.stderr)
+        print(f"ccl: internal error: {type(exc).__name__}: {shown(exc)} (set CCL_DEBUG=1 for a traceback)",
+              file=sys.stderr)
         return EXIT_INTERNAL

@@ -15,6 +15,7 @@ import dsl
 from solvers import SOLVERS
 
 from ..compiler.lowering import in_place_verdict
+from ..core.display import shown
 from ..core.errors import InputError
 from ..core.serialize import save_algorithm
 from .common import command, emit
@@ -42,7 +43,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         names = [item.name for item in items] + [d for d in module.algorithm_definitions()]
         items = [item for item in items if item.name in args.algorithm or item.name.split("(")[0] in args.algorithm]
         if not items:
-            raise InputError(f"{args.file} has no algorithm {', '.join(args.algorithm)} "
+            raise InputError(f"{shown(args.file)} has no algorithm {', '.join(args.algorithm)} "
                              f"(algorithms: {', '.join(names) or 'none'})")
     rows = []
     for item in items:
@@ -55,13 +56,13 @@ def cmd_check(args: argparse.Namespace) -> int:
                      "verified": True, "in_place_ok": in_place})
     if args.output:
         if len(items) != 1:
-            raise InputError(f"-o writes one schedule, but {args.file} has {len(items)} algorithms; "
+            raise InputError(f"-o writes one schedule, but {shown(args.file)} has {len(items)} algorithms; "
                              "pick one with --algorithm NAME")
         save_algorithm(items[0].algorithm, args.output)
     if args.emit == "problem":
         return emit_request_problems(args, module, requests)
     if args.emit in ("algorithm", "program") and not items:
-        raise InputError(f"{args.file} has no hand-written algorithms to print (`ccl synthesize {args.file} "
+        raise InputError(f"{shown(args.file)} has no hand-written algorithms to print (`ccl synthesize {shown(args.file)} "
                          f"--emit {args.emit}` prints the schedules of its requests)")
     if args.emit == "algorithm":
         return emit_algorithms(args, [item.algorithm for item in items])
@@ -98,7 +99,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _summary(path: str, topos: list, collectives: list, fabrics: list, algs: list, reqs: list,
              output: str | None) -> str:
-    lines = [f"ok: {path}"]
+    lines = [f"ok: {shown(path)}"]
     if topos:
         lines.append(f"  topologies ({len(topos)}):")
         for t in topos:
@@ -107,7 +108,7 @@ def _summary(path: str, topos: list, collectives: list, fabrics: list, algs: lis
                 lines.append(f"    {t['name']}{params}: {t['lowered']}, {t['ranks']} ranks on {t['nodes']} node(s), "
                              f"{t['switches']} switch vertices, {t['links']} links")
             else:
-                lines.append(f"    {t['name']}{params}: needs arguments (try --topology {path}:{t['name']}:...)")
+                lines.append(f"    {t['name']}{params}: needs arguments (try --topology {shown(path)}:{t['name']}:...)")
     if collectives:
         lines.append(f"  collectives: {', '.join(collectives)}")
     if fabrics:

@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from ..core.display import safe_lines, shown
 from ..core.errors import InputError
 from ..core.units import parse_seconds
 from .examples import epilog
@@ -38,15 +39,16 @@ class Parser(argparse.ArgumentParser):
             self.epilog = epilog(self.prog.partition(" ")[2])
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: bad input: {message} (see `{self.prog} --help`)\n")
+        self.exit(2, f"{self.prog}: bad input: {shown(message)} (see `{self.prog} --help`)\n")
 
 
 def emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
-    """Print ``data`` as one JSON object with --json, else the readable ``text``."""
+    """Print ``data`` as one JSON object with --json, else the readable ``text`` (any control
+    character but its line breaks escaped: ``ccl.core.display.safe_lines``)."""
     if args.json:
         print(json.dumps(data, indent=2))
     else:
-        print(text)
+        print(safe_lines(text))
 
 
 def command(parent: Any, name: str, help: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:

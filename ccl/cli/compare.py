@@ -11,7 +11,9 @@ from backends.sim.plots import plot_sizes
 from solvers import SOLVERS
 
 from ..compiler import compare, load_topology
-from ..core.errors import InputError
+from ..compiler.compare import Unfinished
+from ..core.display import shown
+from ..core.errors import EXIT_INTERRUPTED, InputError, Interrupted
 from ..core.files import batch
 from ..core.report import SIZE_MEANING, bus_factor, format_bytes
 from ..core.serialize import algorithm_to_json, dumps, write_all
@@ -27,7 +29,7 @@ SWEEP = [4**k * 1024 for k in range(11)]  # 1KiB .. 1GiB
 
 def cmd_compare(args: argparse.Namespace) -> int:
     if args.save_dir and os.path.exists(args.save_dir) and not os.path.isdir(args.save_dir):
-        raise InputError(f"--save-dir {args.save_dir}: exists and is not a folder")
+        raise InputError(f"--save-dir {shown(args.save_dir)}: exists and is not a folder")
     topo = load_topology(args.topology)
 
     names = None
@@ -37,25 +39,32 @@ def cmd_compare(args: argparse.Namespace) -> int:
             raise InputError(f"no solver named in --solvers {args.solvers!r}")
 
     def progress(message: str) -> None:
-        print(f"ccl: {message}", file=sys.stderr, flush=True)
+        print(f"ccl: {shown(message)}", file=sys.stderr, flush=True)
 
     slow = bool(names) and any(not SOLVERS[x].template for x in names if x in SOLVERS) and not quiet_from_env()
     options = dict(root=args.root, chunks=args.chunks, solvers=names, only=args.only, mode=args.mode,
                    slices=args.slices, time_limit=args.time_limit, progress=progress if slow else None,
                    **lowering(args))
     sizes = args.size
-    if args.plot and len(sizes) == 1:
-        # one size: its table, and a sweep for the plot where every schedule is the one
-        # synthesized for that size (slow solvers run once, not once per plotted size)
-        plotted = compare(topo, args.collective, sorted(set(SWEEP) | set(sizes)), synthesis_size=sizes[0],
-                          **options)
-        results = [c for c in plotted if c.size == sizes[0]]
-    else:
-        results = compare(topo, args.collective, sizes, **options)
-        plotted = results
+    try:
+        if args.plot and len(sizes) == 1:
+            # one size: its table, and a sweep for the plot where every schedule is the one
+            # synthesized for that size (slow solvers run once, not once per plotted size)
+            plotted = compare(topo, args.collective, sorted(set(SWEEP) | set(sizes)), synthesis_size=sizes[0],
+                              **options)
+            results = [c for c in plotted if c.size == sizes[0]]
+        else:
+            results = compare(topo, args.collective, sizes, **options)
+            plotted = results
+    except Interrupted as exc:
+        if not isinstance(exc.best, Unfinished):
+            raise
+        return _interrupted(args, exc)
     first = results[0]
     data: dict[str, Any] = {"topology": first.topology, "collective": first.collective, "n_ranks": first.n_ranks,
-                            "comparisons": [c.to_json() for c in results], "plot": args.plot}
+                            "comparisons": [c.to_json() for c in results], "plot": args.plot,
+                            "left_out": [{"solver": name, "reason": why}
+                                         for name, why in dict.fromkeys(x for c in results for x in c.left_out)]}
     if len(results) > 1:
         rows, text = _sweep_table(results)
         data["rows"] = rows
@@ -69,15 +78,43 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if args.plot:
             _plot(plotted, args.plot)
             data["plot_sizes"] = [c.size for c in plotted]
-            text += f"\ntime-vs-size plot ({len(plotted)} sizes) written to {args.plot}"
+            text += f"\ntime-vs-size plot ({len(plotted)} sizes) written to {shown(args.plot)}"
             if len(sizes) == 1 and any(r.synthesis_size is not None for r in results[0].rows):
                 text += f" (size-specific solvers synthesized for {_size(sizes[0])} only)"
         if args.save_dir:
             saved = _save(planned, args.save_dir)
             data["saved"] = saved
-            text += f"\n{len(saved)} schedule{'' if len(saved) == 1 else 's'} written to {args.save_dir}"
+            text += f"\n{len(saved)} schedule{'' if len(saved) == 1 else 's'} written to {shown(args.save_dir)}"
     emit(args, data, text)
     return 0
+
+
+def _interrupted(args: argparse.Namespace, exc: Interrupted) -> int:
+    """Ctrl-C: the schedules made so far written to --save-dir (all or none), the sizes compared
+    reported, exit 130."""
+    done = exc.best
+    planned = []
+    if args.save_dir:
+        by_stem: dict[str, tuple[dict[str, Any], Any]] = {}
+        for name, alg, given in done.schedules:
+            stem = name if given is None else f"{name}@{format_size(given)}"
+            by_stem.setdefault(stem, ({"solver": name, "synthesis_size": given,
+                                       "path": os.path.join(args.save_dir, f"{stem}.json")}, alg))
+        planned = [by_stem[k] for k in sorted(by_stem)]
+    saved = []
+    if planned:
+        guard(inputs_of(args), files=[("--save-dir file", row["path"]) for row, _ in planned], new_folders=True,
+              hint="give another --save-dir")
+        saved = _save(planned, args.save_dir)
+    data = {"status": "interrupted", "ok": False, **exc.to_json(), "comparisons": [c.to_json() for c in done.comparisons],
+            "saved": saved}
+    lines = [f"interrupted: {len(done.comparisons)} size(s) compared, {len(done.schedules)} schedule(s) made"]
+    lines += [c.text() for c in done.comparisons]
+    if args.save_dir:
+        lines.append(f"{len(saved)} schedule{'' if len(saved) == 1 else 's'} written to {shown(args.save_dir)}")
+    print(f"ccl: {exc.render()}", file=sys.stderr)
+    emit(args, data, "\n".join(lines))
+    return EXIT_INTERRUPTED
 
 
 def _size(size: float) -> str:
@@ -123,6 +160,7 @@ def _sweep_table(results: list) -> tuple[list[dict[str, Any]], str]:
     lines += table((("size", "(B)", ">"),) + tuple((n, "", ">") for n in schedules), matrix)
     failed = dict.fromkeys((r.name, r.error) for c in results for r in c.rows if r.error is not None)
     lines += [f"  n/a {name}: {error}" for name, error in failed]
+    lines += [f"  left out {name}: {why}" for name, why in dict.fromkeys(x for c in results for x in c.left_out)]
     return rows, "\n".join(lines)
 
 

@@ -13,17 +13,20 @@ import os
 import re
 from typing import Any
 
+from backends.msccl.limits import Unfit
 from backends.torch.codegen import emit_script, emit_set_script
 
 from .. import compiler
 from ..compiler.loader import is_xml, load_any, load_schedule
-from ..compiler.msccl import export_xml, msccl_bytes
+from ..compiler.msccl import export_xml, msccl_bytes, protocol_for, recorded_protocol
+from ..core.display import shown
 from ..core.errors import BackendError, InputError
 from ..core.schedule_set import ScheduleSet
 from ..core.serialize import write_all, write_text_atomic
 from ..core.units import parse_size
 from .common import Parser, command, emit, positive_int
 from .outputs import declare, guard, inputs_of, make_folder
+from .progress import Progress
 from .stages import add_lowering_options, lowering
 
 
@@ -56,9 +59,9 @@ def cmd_torch(args: argparse.Namespace) -> int:
         summary["emulated_switch_ops"] = program.n_switch_ops
         emulated = (f"\n  emulated: {program.n_switch_ops} switch ops run as point-to-point messages (values the "
                     "switch's, timing not)")
-    emit(args, summary, f"ok: {program.name}: {program.collective} -> {args.output} "
+    emit(args, summary, f"ok: {program.name}: {program.collective} -> {shown(args.output)} "
                         f"({program.n_ops} ops, {program.n_messages} messages){emulated}\n"
-                        f"  run: torchrun --nproc-per-node {n} {args.output} --size 16MiB --check --repeat 10")
+                        f"  run: torchrun --nproc-per-node {n} {shown(args.output)} --size 16MiB --check --repeat 10")
     return 0
 
 
@@ -75,8 +78,8 @@ def _torch_set(args: argparse.Namespace, sset: Any) -> int:
     if _printed(args, summary, "script", script):
         return 0
     write_text_atomic(args.output, script)
-    emit(args, summary, f"ok: {sset.name}: {len(entries)} schedules by size -> {args.output} (the one serving "
-                        f"--size runs)\n  run: torchrun --nproc-per-node {n} {args.output} --size 16MiB --check "
+    emit(args, summary, f"ok: {sset.name}: {len(entries)} schedules by size -> {shown(args.output)} (the one serving "
+                        f"--size runs)\n  run: torchrun --nproc-per-node {n} {shown(args.output)} --size 16MiB --check "
                         "--repeat 10")
     return 0
 
@@ -92,7 +95,8 @@ def cmd_msccl(args: argparse.Namespace) -> int:
     for name in ("min_bytes", "max_bytes"):
         value = getattr(args, name)
         sizes[name] = 0 if value is None else int(parse_size(value))
-    text, summary = export_xml(schedule, target=args.target, protocol=args.protocol, instances=args.instances,
+    protocol = args.protocol or recorded_protocol(args.file) or "Simple"
+    text, summary = export_xml(schedule, target=args.target, protocol=protocol, instances=args.instances,
                                mode=args.mode, name=args.name, forward=args.forward, **sizes, **lowering(args))
     summary = {"ok": True, "output": args.output, **summary}
     if _printed(args, summary, "xml", text):
@@ -101,7 +105,7 @@ def cmd_msccl(args: argparse.Namespace) -> int:
     uses = " and ".join(u for u, on in (("in place", summary["inplace"]), ("out of place", summary["outofplace"])) if on)
     top = "no limit" if not summary["maxBytes"] else f"{summary['maxBytes']} bytes"
     emit(args, summary,
-         f"ok: {summary['name']}: {summary['collective']} on {summary['ngpus']} gpus -> {args.output} "
+         f"ok: {summary['name']}: {summary['collective']} on {summary['ngpus']} gpus -> {shown(args.output)} "
          f"({summary['target']}, {summary['proto']}, {uses})\n"
          f"  {summary['nchannels']} channel(s), {summary['nchunksperloop']} chunks per loop, up to "
          f"{summary['threadblocks']} threadblocks per gpu (limit {summary['limits']['threadblocks']}) and "
@@ -136,27 +140,34 @@ def _msccl_set(args: argparse.Namespace, sset: Any) -> int:
     kind, n = sset.collective.kind, sset.topology.n_ranks
     files, skipped, rows = [], [], []
     width = len(str(len(sset.entries) - 1))
+    progress = Progress()
+    swept = [row["size"] for row in sset.table if isinstance(row, dict) and isinstance(row.get("size"), int)]
     for k, e in enumerate(sset.entries):
+        progress(f"emit: entry {k + 1} of {len(sset.entries)} ({shown(e.label)})", k / len(sset.entries))
         lo, hi = msccl_bytes(kind, n, e.min_bytes, e.max_bytes)
         label = re.sub(r"[^A-Za-z0-9_.-]", "_", e.label)
         name = f"{sset.name}-{k:0{width}d}-{label}"
+        protocol = args.protocol or e.protocol or protocol_for(kind, sset.topology, e.min_bytes, e.max_bytes, swept)
         try:
-            text, summary = export_xml(e.algorithm, target=args.target, protocol=args.protocol,
+            text, summary = export_xml(e.algorithm, target=args.target, protocol=protocol,
                                        instances=args.instances, mode=args.mode, name=name, forward=args.forward,
                                        min_bytes=lo, max_bytes=hi, **lowering(args))
-        except (BackendError, InputError) as exc:
+        except Unfit as exc:
+            where = f"entry {k} ({e.label}, calls of {_span(lo, hi)})"
             if not args.skip_unfit:
-                raise BackendError(f"entry {k} ({e.label}, sizes {e.range_text()}): {exc.message} (--skip-unfit "
-                                   "writes the other ranges; calls in this one then fall back to NCCL)") from None
+                raise BackendError(f"{where} does not fit {args.target}: {exc.message} (--skip-unfit writes the "
+                                   "other ranges; calls in this one then fall back to NCCL)") from None
             skipped.append({"entry": k, "label": e.label, "min_bytes": e.min_bytes, "max_bytes": e.max_bytes,
-                            "reason": exc.message})
+                            "minBytes": lo, "maxBytes": hi, "limit": exc.limit, "allowed": exc.allowed,
+                            "need": exc.need, "gpu": exc.gpu, "reason": exc.message})
             continue
         path = os.path.join(args.output, f"{name}.xml")
         files.append((path, text))
         rows.append({"entry": k, "label": e.label, "file": path, **summary})
+    progress.close()
     if not files:
-        raise BackendError("no entry of the set fits the target: " + "; ".join(
-            f"{s['label']}: {s['reason']}" for s in skipped))
+        raise BackendError(f"no entry of the set fits {args.target}: " + "; ".join(
+            f"entry {s['entry']} ({s['label']}): {s['reason']}" for s in skipped))
     guard(inputs_of(args), files=[("-o file", path) for path, _ in files], new_folders=True,
           hint="give another folder")
     if not os.path.isdir(args.output):
@@ -169,15 +180,20 @@ def _msccl_set(args: argparse.Namespace, sset: Any) -> int:
             "skipped": skipped}
     folder = os.path.normpath(args.output)
     lines = [f"ok: {sset.name}: {len(files)} file{'s' if len(files) != 1 else ''} for {args.target} -> "
-             f"{folder}/ (one per size range; deploy: MSCCL_ALGO_DIR={os.path.abspath(folder)})"]
+             f"{shown(folder)}/ (one per size range; deploy: MSCCL_ALGO_DIR={shown(os.path.abspath(folder))})"]
     for r in rows:
-        span = f"{r['minBytes']} bytes and up" if not r["maxBytes"] else f"{r['minBytes']} to {r['maxBytes']} bytes"
-        lines.append(f"  {os.path.basename(r['file'])}: calls of {span}, "
+        lines.append(f"  {os.path.basename(r['file'])}: calls of {_span(r['minBytes'], r['maxBytes'])}, {r['proto']}, "
                      f"{r['threadblocks']} threadblocks, {r['max_steps']} steps at most")
     for s in skipped:
-        lines.append(f"  not written: entry {s['entry']} ({s['label']}): {s['reason']}; calls there fall back to NCCL")
+        lines.append(f"  not written: entry {s['entry']} ({s['label']}, calls of {_span(s['minBytes'], s['maxBytes'])}): "
+                     f"{s['reason']}; calls there fall back to NCCL")
     emit(args, data, "\n".join(lines))
     return 0
+
+
+def _span(lo: int, hi: int) -> str:
+    """A range of call sizes in the runtimes' bytes (both ends inclusive, 0: no upper limit)."""
+    return f"{lo} bytes and up" if not hi else f"{lo} to {hi} bytes"
 
 
 def register(sub: Any) -> None:
@@ -199,8 +215,10 @@ def register(sub: Any) -> None:
                    "that gets one file per size range")
     m.add_argument("--target", choices=("msccl", "rccl"), default="msccl",
                    help="the runtime: its coll spelling and limits (default msccl)")
-    m.add_argument("--protocol", choices=("Simple", "LL", "LL128"), default="Simple",
-                   help="NCCL protocol the runtime uses for it (default Simple; LL/LL128 for small messages)")
+    m.add_argument("--protocol", choices=("Simple", "LL", "LL128"),
+                   help="NCCL protocol the runtime uses for it, for every file (default: a schedule set's entries "
+                        "each carry theirs, chosen by NCCL's own rule for their sizes; one schedule keeps the proto "
+                        "of the XML it was imported from, else Simple)")
     m.add_argument("--instances", type=positive_int, default=1,
                    help="copies of the schedule side by side on their own channels (default 1)")
     m.add_argument("--min-bytes", help="smallest call (bytes, e.g. 1MiB) the runtime picks it for (default 0)")

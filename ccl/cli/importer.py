@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from ..compiler.loader import read_xml, verify_imported
+from ..core.display import shown
 from ..core.errors import InputError
 from ..core.serialize import dumps, program_to_json, write_text_atomic
 from .common import Parser, command, emit
@@ -17,18 +18,20 @@ def cmd_msccl(args: argparse.Namespace) -> int:
     checked = verify_imported(imported)
     program = imported.in_place if args.in_place else imported.program
     if program is None:
-        raise InputError(f"{args.file}: the file is not for in-place calls (inplace=0)")
+        raise InputError(f"{shown(args.file)}: the file is not for in-place calls (inplace=0)")
     algo = imported.algo
     summary = {"ok": True, "file": args.file, "output": args.output, "coll": algo.coll, "proto": algo.proto,
                "nchannels": algo.nchannels, "nchunksperloop": algo.nchunksperloop, "inplace": algo.inplace,
                "outofplace": algo.outofplace, "minBytes": algo.min_bytes, "maxBytes": algo.max_bytes,
                "verified": checked, **program.summary()}
     modes = " and ".join(m.replace("_", "-") for m in checked)
-    text = (f"ok: {args.file}: {algo.name} ({algo.coll}, {algo.ngpus} gpus, {algo.proto}) implements "
+    text = (f"ok: {shown(args.file)}: {algo.name} ({algo.coll}, {algo.ngpus} gpus, {algo.proto}) implements "
             f"{program.collective} ({modes}); {program.n_ops} ops, {program.n_messages} messages")
     if args.output:
-        write_text_atomic(args.output, dumps(program_to_json(program)) + "\n")
-        text += f"\n  program written to {args.output}"
+        data = program_to_json(program)
+        data["protocol"] = algo.proto  # kept for a later export (``ccl emit msccl``)
+        write_text_atomic(args.output, dumps(data) + "\n")
+        text += f"\n  program written to {shown(args.output)}"
     emit(args, summary, text)
     return 0
 

@@ -18,6 +18,7 @@ from solvers.bounds import lower_bound
 
 from .. import compiler
 from ..core import interrupt
+from ..core.display import shown
 from ..core.errors import InfeasibleError, InputError, Interrupted, SolverTimeout
 from ..core.problem import Problem, Request
 from ..core.serialize import algorithm_to_json, dumps, write_all
@@ -111,12 +112,12 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     else:
         lines.append("  time limit reached: the frontier may be incomplete")
     if args.save_dir:
-        lines.append(f"  schedules written to {args.save_dir}/")
+        lines.append(f"  schedules written to {shown(args.save_dir)}/")
     emit(args, data, "\n".join(lines))
     if frontier.points and Fraction(frontier.points[-1].rounds, frontier.points[-1].chunks) < bound:
         raise RuntimeError("a frontier point beats the lower bound")  # pragma: no cover - bound bug
     if frontier.interrupted:
-        return interrupted_exit(f"{args.save_dir}/" if args.save_dir else None,
+        return interrupted_exit(f"{shown(args.save_dir)}/" if args.save_dir else None,
                                 f"frontier ({len(rows)} point{'s' if len(rows) != 1 else ''})", "no --save-dir given")
     return 0
 
@@ -198,7 +199,7 @@ def _packing_set(args: argparse.Namespace) -> int:
         lines.append("  " + "  ".join(c.ljust(w) if j in (2, 9) else c.rjust(w)
                                       for j, (c, w) in enumerate(zip(r, widths))).rstrip())
     if args.save_dir:
-        lines.append(f"  schedules written to {args.save_dir}/")
+        lines.append(f"  schedules written to {shown(args.save_dir)}/")
     emit(args, data, "\n".join(lines))
     return 0
 

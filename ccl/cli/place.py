@@ -38,7 +38,8 @@ def cmd_place(args: argparse.Namespace) -> int:
              *(f"  {a}: {t.text()}" for a, t in traffic.items()),
              f"{'#':>3} {'comm per step':>14} {'vs best':>8}  placement (axis and its share)"]
     for i, p in enumerate(shown, 1):
-        lines.append(f"{i:>3} {p.total_us / 1e3:>11.4g} ms {p.total_us / best:>7.3f}x  {p.label()}")
+        ratio = p.total_us / best if best > 0 else 1.0
+        lines.append(f"{i:>3} {p.total_us / 1e3:>11.4g} ms {ratio:>7.3f}x  {p.label()}")
         lines.extend(f"        {reason}" for reason in p.reasons())
     if len(shown) < len(ranked):
         lines.append(f"({len(ranked) - len(shown)} more: --all)")

@@ -11,11 +11,14 @@ import argparse
 import datetime
 import json
 import os
+import sys
 from typing import Any
 
 from backends.torch.launch import Call, run_jobs
+from dsl.printer import check_identifier
 
 from ..compiler.probe import fit, to_ccl
+from ..core.display import shown
 from ..core.errors import InputError
 from ..core.limits import LOCAL_PROCESSES, read_input_json
 from ..core.serialize import write_all
@@ -70,6 +73,7 @@ def _measure_here(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any] 
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
+    check_identifier(args.name, "--name")  # before anything is measured: the name goes into the file
     if args.repeat > MAX_REPEAT:
         raise InputError(f"--repeat {args.repeat}: at most {MAX_REPEAT} timed repetitions per measurement")
     sizes = parse_sizes(args.sizes)
@@ -102,8 +106,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
     result = probed.to_json()
     topo = probed.topology
     lines = [f"probed {topo.n_ranks} ranks on {max(1, topo.n_nodes)} host(s) "
-             f"({data.get('backend', '?')}; sizes {', '.join(format_size(s) for s in data['sizes'])}, "
-             f"best of {data.get('repeat')})",
+             f"({shown(data.get('backend', '?'))}; sizes {', '.join(format_size(s) for s in data['sizes'])}, "
+             f"best of {shown(data.get('repeat'))})",
              f"  {'pair':<10} {'latency':>10} {'bandwidth':>12} {'fit error':>10}"]
     for p in probed.pairs:
         lines.append(f"  {f'{p.a} <-> {p.b}':<10} {p.latency_us:>7g} us {p.bandwidth_gbps:>7g} GB/s "
@@ -117,10 +121,14 @@ def cmd_probe(args: argparse.Namespace) -> int:
                  f"(median), {fit_['max_error']:.1%} (largest)")
     worst = sorted(probed.checks, key=lambda c: -c["error"])[:3]
     for c in worst:
-        lines.append(f"    {c['what']}: measured {c['measured_us']:g} us, model {c['predicted_us']:g} us")
+        lines.append(f"    {shown(c['what'])}: measured {c['measured_us']:g} us, model {c['predicted_us']:g} us")
     if args.output:
-        lines.append(f"wrote {args.output} (ccl check {args.output}; ccl synthesize -t {args.output} ...)")
+        lines.append(f"wrote {shown(args.output)} (ccl check {shown(args.output)}; ccl synthesize -t "
+                     f"{shown(args.output)} ...)")
         result["output"] = args.output
+    warning = probed.warning()
+    if warning:  # on stderr too, so that it is seen with --json or the report piped away
+        print(f"ccl: warning: {warning}", file=sys.stderr)
     emit(args, result, "\n".join(lines))
     return 0
 

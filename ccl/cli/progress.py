@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from ..core.display import shown
+
 QUIET_ENV = "CCL_QUIET"
 BAR_WIDTH = 20
 TTY_INTERVAL = 0.1  # seconds between redraws on a terminal
@@ -94,7 +96,7 @@ class Progress:
         """Say what runs now; ``fraction`` (0..1) of the work is done, if known."""
         if self.quiet:
             return
-        self.message, self.fraction, self.closed = message, fraction, False
+        self.message, self.fraction, self.closed = shown(message), fraction, False  # names in it come from inputs
         now = self.clock()
         if self.last is not None and now - self.last < (TTY_INTERVAL if self.tty else PIPE_INTERVAL):
             return

@@ -13,6 +13,7 @@ from .. import compiler
 from ..compiler.groups import synthesize_groups
 from ..compiler.tuner import DEFAULT_SIZES, tune
 from ..core import interrupt
+from ..core.display import shown
 from ..core.errors import EXIT_INTERRUPTED, InputError, Interrupted
 from ..core.schedule_set import set_to_json
 from ..core.serialize import algorithm_to_json, dumps, write_all
@@ -34,7 +35,7 @@ def synthesize_file(args: argparse.Namespace) -> int:
     for flag, default in (("topology", None), ("collective", None), ("root", None), ("chunks", 1), ("solver", "auto"),
                           ("sizes", None), ("time_budget", None), ("solvers", None), ("no_cache", False)):
         if getattr(args, flag, default) != default:
-            raise InputError(f"--{flag} does not combine with a description file: set it in {args.file}")
+            raise InputError(f"--{flag} does not combine with a description file: set it in {shown(args.file)}")
     if args.emit == "ast":
         return emit_ast(args, args.file)
     module = load_description(args.file)
@@ -43,10 +44,10 @@ def synthesize_file(args: argparse.Namespace) -> int:
         known = [r.name for r in requests]
         missing = [n for n in args.request if n not in known]
         if missing:
-            raise InputError(f"{args.file} has no request {missing[0]!r} (requests: {', '.join(known) or 'none'})")
+            raise InputError(f"{shown(args.file)} has no request {missing[0]!r} (requests: {', '.join(known) or 'none'})")
         requests = [r for r in requests if r.name in args.request]
     if not requests:
-        raise InputError(f"{args.file} has no `synthesize` requests (or give --topology and --collective)")
+        raise InputError(f"{shown(args.file)} has no `synthesize` requests (or give --topology and --collective)")
     if args.emit == "problem":
         return emit_request_problems(args, module, requests)
     if args.output and len(requests) > 1 and not os.path.isdir(args.output):
@@ -96,8 +97,8 @@ def synthesize_file(args: argparse.Namespace) -> int:
     def stop_exit(kept: str) -> int:
         which = ("the finished ones and the interrupted one's best" if kept_best
                  else "the finished ones; the interrupted one had none yet")
-        print(f"ccl: interrupted: {stopped}; the verified schedules of {len(results)} of {len(requests)} "
-              f"request(s) ({which}) {kept}", file=sys.stderr)
+        print(f"ccl: interrupted: {shown(stopped)}; the verified schedules of {len(results)} of {len(requests)} "
+              f"request(s) ({which}) {shown(kept)}", file=sys.stderr)
         return EXIT_INTERRUPTED
 
     if args.emit == "algorithm":
@@ -138,7 +139,7 @@ def synthesize_file(args: argparse.Namespace) -> int:
     emit(args, {"status": "ok" if stopped is None else "interrupted", "file": args.file, "requests": rows},
          "\n".join(lines))
     if stopped is not None:
-        return stop_exit(f"were written to {args.output}" if args.output else "were not written: no -o given")
+        return stop_exit(f"were written to {shown(args.output)}" if args.output else "were not written: no -o given")
     return 0
 
 

@@ -32,11 +32,13 @@ def set_summary(result: Any, where: str) -> str:
     and what was tried."""
     sset = result.schedule_set
     how = "from the cache, " if result.cached else ""
-    lines = [f"ok: {sset.collective.kind} on {sset.topology.name} ({sset.topology.n_ranks} ranks): "
+    status = "ok" if sset.complete else "incomplete"
+    target = f" for {sset.target}" if sset.target else ""
+    lines = [f"{status}: {sset.collective.kind} on {sset.topology.name} ({sset.topology.n_ranks} ranks){target}: "
              f"{len(sset.entries)} schedule{'s' if len(sset.entries) != 1 else ''} by size, verified, "
              f"{how}{result.seconds:.1f} s{where}"]
     for e in sset.entries:
-        lines.append(f"  {e.range_text():<26} {e.label}")
+        lines.append(f"  {e.range_text():<26} {e.label:<22} {e.protocol or ''}".rstrip())
     ref_key = next((k for k in ("nccl_us", "nccl-ring_us", "nccl-tree_us", "nccl-p2p_us") if sset.table and k in sset.table[0]),
                    None)
     ref = ref_key[:-3] if ref_key else ""
@@ -58,18 +60,27 @@ def set_summary(result: Any, where: str) -> str:
     dup = [c for c in sset.candidates if "same_as" in c]
     failed = [c for c in sset.candidates if "error" in c]
     skipped = [c for c in failed if c["error"].startswith("skipped")]
+    stopped = [c for c in failed if c["error"].startswith("stopped")]
     text = f"  tried {len(tried)} distinct schedule{'s' if len(tried) != 1 else ''}"
     if dup:
         text += f" ({len(dup)} duplicate{'s' if len(dup) != 1 else ''} dropped)"
-    if failed:
-        text += f"; {len(failed) - len(skipped)} solver{'s' if len(failed) - len(skipped) != 1 else ''} not applicable"
+    n_failed = len(failed) - len(skipped) - len(stopped)
+    if n_failed:
+        text += f"; {n_failed} solver{'s' if n_failed != 1 else ''} not applicable"
     if skipped:
-        text += f"; {len(skipped)} skipped when the time budget ran out: " + ", ".join(c["label"] for c in skipped)
-    slow = max((c for c in sset.candidates if c.get("synthesis_seconds")), key=lambda c: c["synthesis_seconds"],
-               default=None)
-    if slow is not None:
-        text += f"; slowest synthesis {slow['label']} {slow['synthesis_seconds']:.1f} s"
+        text += f"; {len(skipped)} skipped when the work budget ran out: " + ", ".join(c["label"] for c in skipped)
+    timings = getattr(result, "timings", {}) or {}
+    if timings:
+        label, seconds = max(timings.items(), key=lambda kv: (kv[1], kv[0]))
+        text += f"; slowest synthesis {label} {seconds:.1f} s"
     lines.append(text)
+    for c in sset.candidates:
+        if c.get("unfit"):
+            lines.append(f"  not chosen: {c['label']} does not export for {sset.target}: {c['unfit']}")
+    if not sset.complete:
+        cut = [c["label"] for c in sset.candidates if c.get("cut_by_clock")]
+        lines.append(f"  incomplete: the wall-clock limit stopped or cut {', '.join(cut) or 'the run'}; the set depends "
+                     "on this machine's speed and was not cached (raise --deadline or drop it)")
     return "\n".join(lines)
 
 

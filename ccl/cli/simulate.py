@@ -11,6 +11,7 @@ from .. import compiler
 from ..compiler.compare import sweep
 from ..compiler.loader import load_any
 from ..core.algorithm import Algorithm
+from ..core.display import shown
 from ..core.errors import InputError
 from ..core.files import batch
 from ..core.report import SIZE_MEANING
@@ -60,7 +61,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         text += f"\n  served by {entry.label!r}, the entry of set {alg.name!r} for sizes {entry.range_text()}"
     for what, path in (("trace", args.trace), ("plot", args.plot)):
         if path:
-            text += f"\n  {what} written to {path}"
+            text += f"\n  {what} written to {shown(path)}"
     emit(args, data, text)
     return 0
 
@@ -121,7 +122,7 @@ def _sweep(args: argparse.Namespace, schedule: Any) -> int:
     text = "\n".join([head] + table(columns, cells))
     if args.plot:
         _plot_sweep(points, args.plot, what)
-        text += f"\n  time-vs-size plot written to {args.plot}"
+        text += f"\n  time-vs-size plot written to {shown(args.plot)}"
     emit(args, data, text)
     return 0
 

@@ -8,6 +8,7 @@ from typing import Any
 from .. import compiler
 from ..compiler.groups import synthesize_groups as run
 from ..compiler.tuner import DEFAULT_SIZES, tune
+from ..core.display import shown
 from ..core.errors import InputError, Interrupted
 from ..core.problem import Problem, Request, SynthesisResult
 from ..core.schedule_set import save_set
@@ -38,7 +39,7 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
         return synthesize_groups(args, topo)
     if args.solver == "auto":
         return synthesize_auto(args, topo)
-    for flag in ("sizes", "time_budget", "solvers"):
+    for flag in ("sizes", "time_budget", "solvers", "target", "deadline"):
         if getattr(args, flag) is not None:
             raise InputError(f"--{flag.replace('_', '-')} applies to --solver auto (the tuner), not {args.solver!r}")
     options = dict(parse_options(args.option))
@@ -70,7 +71,7 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
         save_algorithm(alg, args.output)
     data = result.to_json()
     data["output"] = args.output
-    where = f" -> {args.output}" if args.output else " (not written: no -o given)"
+    where = f" -> {shown(args.output)}" if args.output else " (not written: no -o given)"
     text = summary(result, alg.name, where)
     emit(args, data, text)
     if interrupted is not None:
@@ -110,7 +111,7 @@ def synthesize_groups(args: argparse.Namespace, topo: Any) -> int:
              f"{result.together_us / result.bound_us:.3f}" if result.bound_us > 0 else "  bound       -",
              f"  verified    every group's result, in one schedule of the whole machine "
              f"({len(result.algorithm.transfers)} transfers)"
-             + (f" -> {args.output}" if args.output else " (not written: no -o given)")]
+             + (f" -> {shown(args.output)}" if args.output else " (not written: no -o given)")]
     emit(args, data, "\n".join(lines))
     return 0
 
@@ -142,7 +143,8 @@ def synthesize_auto(args: argparse.Namespace, topo: Any) -> int:
     try:
         result = tune(topo, args.collective, root=args.root, sizes=sizes, solvers=names, chunks=args.chunks,
                       time_budget=budget, channels=args.channels, fuse=not args.no_fuse, options=options,
-                      progress=tuner_progress(), cache=not args.no_cache)
+                      progress=tuner_progress(), cache=not args.no_cache, target=args.target,
+                      deadline=args.deadline)
     except Interrupted as exc:  # Ctrl-C: the set of the schedules timed so far (verified), saved
         if exc.best is None:
             raise
@@ -151,11 +153,11 @@ def synthesize_auto(args: argparse.Namespace, topo: Any) -> int:
     if args.output:
         save_set(sset, args.output)
     data = {**result.to_json(), "output": args.output}
-    where = f" -> {args.output}" if args.output else " (not written: no -o given)"
+    where = f" -> {shown(args.output)}" if args.output else " (not written: no -o given)"
     text = set_summary(result, where)
     if interrupted:
         data["status"] = "interrupted"
-        text = "interrupted" + text[text.index(":"):] if text.startswith("ok:") else text
+        text = "interrupted" + text[text.index(":"):] if text[:3] in ("ok:", "inc") else text
     emit(args, data, text)
     if interrupted:
         return interrupted_exit(args.output, "schedule set")
@@ -180,9 +182,17 @@ def register(sub: Any) -> None:
                      "with auto: tune for this one size")
     syn.add_argument("--sizes", help="auto: the sizes to tune over (default 1KiB..1GiB: powers of two; also lists "
                      "such as 4MiB,64MiB)")
-    syn.add_argument("--time-budget", type=budget_arg, help="auto: seconds for the solvers beyond the templates (default 30, or a second "
-                     "per rank above 30 ranks; templates always run, slower solvers are skipped once it is "
-                     "spent)")
+    syn.add_argument("--time-budget", type=budget_arg,
+                     help="auto: the work the solvers beyond the templates may cost, in seconds of the reference "
+                          "machine (counted from what they compute, not the clock, so the same command gives the "
+                          "same set on any machine; default 30, or a second per rank above 30 ranks; templates "
+                          "always run, slower solvers are skipped once it is spent)")
+    syn.add_argument("--deadline", type=budget_arg,
+                     help="auto: a wall-clock stop in seconds (default none); candidates it skips or cuts short "
+                          "make the set incomplete: it then depends on the machine's speed and is not cached")
+    syn.add_argument("--target", choices=("msccl", "rccl", "torch"),
+                     help="auto: the runtime the set is for; with msccl or rccl no schedule the MSCCL export "
+                          "cannot fit in that runtime's limits is chosen (the set records the target)")
     syn.add_argument("--solvers", help="auto: only these solvers (comma-separated; smt, milp and teccl run only when "
                      "named here)")
     syn.add_argument("--no-cache", action="store_true",

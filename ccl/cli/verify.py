@@ -14,6 +14,7 @@ from backends.msccl import limits, model
 from ..compiler.loader import is_xml, load_any, read_xml, verify_imported
 from ..compiler.lowering import in_place_note, in_place_verdict
 from ..core.algorithm import Algorithm
+from ..core.display import shown
 from ..core.errors import InputError
 from ..core.schedule_set import ScheduleSet
 from ..core.verify import verify
@@ -50,13 +51,13 @@ def verify_one(args: argparse.Namespace) -> int:
         return _verify_set(args, schedule)
     if not isinstance(schedule, Algorithm):
         if args.emit == "algorithm":
-            raise InputError(f"{args.file} is a program file: it has no algorithm stage (try --emit program)")
+            raise InputError(f"{shown(args.file)} is a program file: it has no algorithm stage (try --emit program)")
         if args.emit == "program":
             return emit_programs(args, [schedule])
         verify_program(schedule)
         verdict = in_place_verdict(schedule)
         data = {"ok": True, "file": args.file, **schedule.summary(), **_in_place_fields(verdict)}
-        emit(args, data, f"ok: {args.file}: program {schedule.name} implements {schedule.collective} on "
+        emit(args, data, f"ok: {shown(args.file)}: program {schedule.name} implements {schedule.collective} on "
                          f"{schedule.topology.name}\n  {schedule.n_ops} ops, {schedule.n_messages} messages; "
                          f"{in_place_note(verdict)}")
         return 0
@@ -69,7 +70,7 @@ def verify_one(args: argparse.Namespace) -> int:
     verdict = in_place_verdict(alg)
     data = {"ok": True, "file": args.file, **alg.summary(), **_in_place_fields(verdict),
             "chunk_transfers": result.chunk_transfers}
-    text = (f"ok: {args.file}: {alg.name} implements {alg.collective} on {alg.topology.name}\n"
+    text = (f"ok: {shown(args.file)}: {alg.name} implements {alg.collective} on {alg.topology.name}\n"
             f"  {alg.n_steps} steps, {len(alg.transfers)} transfers; {in_place_note(verdict)}")
     emit(args, data, text)
     return 0
@@ -93,7 +94,7 @@ def _verify_set(args: argparse.Namespace, sset: Any) -> int:
     data = {"ok": True, "file": args.file, "name": sset.name, "collective": sset.collective.kind,
             "topology": sset.topology.name, "n_ranks": sset.topology.n_ranks,
             "in_place_ok": all(r["in_place_ok"] for r in rows), "entries": rows}
-    head = (f"ok: {args.file}: schedule set {sset.name}: {len(sset.entries)} schedule"
+    head = (f"ok: {shown(args.file)}: schedule set {sset.name}: {len(sset.entries)} schedule"
             f"{'s' if len(sset.entries) != 1 else ''} of {sset.collective.kind} on {sset.topology.name}, every one "
             f"verified")
     emit(args, data, "\n".join([head, *lines]))
@@ -114,7 +115,7 @@ def _in_place_fields(verdict: dict[str, Any]) -> dict[str, Any]:
 def _verify_xml(args: argparse.Namespace) -> int:
     imported = read_xml(args.file, args.topology)
     if args.emit == "algorithm":
-        raise InputError(f"{args.file} is an MSCCL XML file: it has no algorithm stage (try --emit program)")
+        raise InputError(f"{shown(args.file)} is an MSCCL XML file: it has no algorithm stage (try --emit program)")
     checked = verify_imported(imported)
     if args.emit == "program":
         return emit_programs(args, [imported.program])
@@ -131,7 +132,7 @@ def _verify_xml(args: argparse.Namespace) -> int:
             "skipped": [{"line": line, "element": tag, "inside": inside} for line, tag, inside in algo.skipped],
             **program.summary()}
     modes = " and ".join(m.replace("_", "-") for m in checked)
-    lines = [f"ok: {args.file}: {algo.name} implements {program.collective} ({modes})",
+    lines = [f"ok: {shown(args.file)}: {algo.name} implements {program.collective} ({modes})",
              f"  {algo.ngpus} gpus, {algo.proto}, {algo.nchannels} channel(s), {algo.nchunksperloop} chunks per loop, "
              f"{algo.n_steps} steps -> {program.n_ops} ops, {program.n_messages} messages"]
     if not algo.inplace:

@@ -1,10 +1,12 @@
 """Side by side: every applicable solver's schedule, simulated, NCCL's cost models and the bound.
 
 ``compare(topology, kind, sizes)`` synthesizes (and verifies) one schedule per solver: every
-template that implements the collective (instant) plus the solvers named (``only``: just
-those). Solvers whose ``SolverInfo.template`` is False are slow and run only when named; they get the
-size in their request and run once per size (or once, for ``synthesis_size``, whose schedule is
-then simulated at every size). Each schedule is lowered once and its Program simulated at every
+template that implements the collective (instant), the size-aware solvers fast enough to run
+unnamed (``SolverInfo.compare_up_to``: at one size, on up to that many ranks) plus the solvers
+named (``only``: just those). Solvers whose ``SolverInfo.template`` is False get the size in
+their request and run once per size (or once, for ``synthesis_size``, whose schedule is then
+simulated at every size). Every solver implementing the collective that does not run is listed
+as left out, with the reason (``Comparison.left_out``), so a table never silently lacks one. Each schedule is lowered once and its Program simulated at every
 size; NCCL's ring/tree (and p2p) models and the lower bound are added, and every row says how it
 compares to NCCL's ring (or the best NCCL model the collective has).
 
@@ -26,15 +28,18 @@ from backends.sim import Simulator
 from solvers import SOLVERS
 from solvers.bounds import lower_bound
 
+from ..core import interrupt
 from ..core.collective import builtin
 from ..core.errors import CclError, InputError, Interrupted
 from ..core.problem import Problem, Request
 from ..core.report import SIZE_MEANING, Report, bus_factor, format_bytes, format_us
 from ..core.schedule_set import ScheduleSet
 from ..core.topology import Topology
+from .candidates import SMT_CONFLICTS
 from .lowering import program
 from .stages import synthesize
 from .timing import complete
+from .tuner import SMT_UP_TO
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,7 @@ class Comparison:
     chunks: int
     rows: tuple[Row, ...]
     bound: dict[str, Any]
+    left_out: tuple[tuple[str, str], ...] = ()  # (solver, why) of every applicable solver not run
 
     @property
     def reference(self) -> Row | None:
@@ -112,6 +118,7 @@ class Comparison:
             "best": None if self.best is None else self.best.name,
             "bound": self.bound,
             "rows": [r.to_json(self.size, factor, ref.time_us if ref else None, bound) for r in self.rows],
+            "left_out": [{"solver": name, "reason": why} for name, why in self.left_out],
         }
 
     def text(self) -> str:
@@ -141,6 +148,7 @@ class Comparison:
         for r in self.rows:
             if r.error is not None:
                 lines.append(f"  n/a {r.name}: {r.error}")
+        lines += [f"  left out {name}: {why}" for name, why in self.left_out]
         return "\n".join(lines)
 
 
@@ -148,8 +156,9 @@ def solver_names(kind: str, names: Sequence[str] | None = None, *, only: bool = 
                  n_ranks: int | None = None, n_sizes: int = 1) -> list[str]:
     """Solvers to compare: every template implementing ``kind`` (instant; also the baselines),
     the solvers fast enough on ``n_ranks`` ranks to run unnamed at one size (``compare_up_to``),
-    plus the named ones (other slow solvers run only when named), or with ``only`` just the
-    named."""
+    the exact solver on up to ``SMT_UP_TO`` ranks (within ``SMT_CONFLICTS``, as the tuner runs
+    it), plus the named ones (other slow solvers run only when named), or with ``only`` just
+    the named."""
     names = list(names or ())
     unknown = [x for x in names if x not in solvers.SOLVERS]
     if unknown:
@@ -158,9 +167,37 @@ def solver_names(kind: str, names: Sequence[str] | None = None, *, only: bool = 
         raise InputError("no solver named to compare")
     templates = [] if only else [
         n for n, info in solvers.SOLVERS.items()
-        if kind in info.kinds and (info.template or (n_ranks is not None and n_sizes == 1 and n_ranks <= info.compare_up_to))
+        if kind in info.kinds and (info.template or (n_ranks is not None and n_sizes == 1 and n_ranks <= info.compare_up_to)
+                                   or (n == "smt" and n_ranks is not None and n_ranks <= SMT_UP_TO))
     ]
     return list(dict.fromkeys(templates + names))
+
+
+def left_out(kind: str, run: Sequence[str], *, only: bool, n_ranks: int, n_sizes: int) -> list[tuple[str, str]]:
+    """Every solver implementing ``kind`` that ``run`` does not hold, with why it was left out
+    (none with ``only``: the caller chose the solvers)."""
+    out: list[tuple[str, str]] = []
+    if only:
+        return out
+    for name, info in solvers.SOLVERS.items():
+        if name in run or kind not in info.kinds:
+            continue
+        if info.template:
+            why = "not run"  # not reached: every template runs unless --only
+        elif info.compare_up_to and n_sizes > 1:
+            why = (f"synthesizes a schedule per size: runs unnamed at one size only (name it with --solvers {name} "
+                   f"to run it at each of the {n_sizes} sizes)")
+        elif info.compare_up_to and n_ranks > info.compare_up_to:
+            why = (f"runs unnamed on up to {info.compare_up_to} ranks ({n_ranks} here: its synthesis takes minutes); "
+                   f"name it with --solvers {name}")
+        elif name == "smt":
+            why = (f"the exact search runs unnamed on up to {SMT_UP_TO} ranks ({n_ranks} here: it can take hours); "
+                   "name it with --solvers smt")
+        else:
+            why = (f"the MILP runs only when named (--solvers {name}): one solve per size, minutes to hours on large "
+                   "machines")
+        out.append((name, why))
+    return out
 
 
 def compare(
@@ -190,17 +227,23 @@ def compare(
     collective = builtin(kind, topology.n_ranks, root)
     kind = collective.kind
     once = synthesis_size is not None
-    names = solver_names(kind, solvers, only=only, n_ranks=topology.n_ranks, n_sizes=1 if once else len(sizes))
+    n_sizes = 1 if once else len(sizes)
+    names = solver_names(kind, solvers, only=only, n_ranks=topology.n_ranks, n_sizes=n_sizes)
+    omitted = left_out(kind, names, only=only, n_ranks=topology.n_ranks, n_sizes=n_sizes)
     say = progress or (lambda _: None)
     # name -> (simulator of its Program, synthesis seconds, error, algorithm, size given); per size for slow solvers
     fixed: dict[str, tuple[Any, float | None, str | None, Any, int | None]] = {}
+    finished: list[tuple[str, Any, int | None]] = []  # (solver, algorithm, size given) of every schedule made
+    out: list[Comparison] = []
 
     def build(name: str, size: float | None) -> tuple[Any, float | None, str | None, Any, int | None]:
         info = SOLVERS[name]
         if kind not in info.kinds:
             return None, None, f"does not implement {kind}", None, None
         given = None if size is None else int(math.ceil(size))
-        request = Request(solver=name, chunks=chunks, size=given, time_limit=time_limit)
+        bounded = name == "smt" and time_limit is None  # unnamed, or named without a limit: a budget of work
+        request = Request(solver=name, chunks=chunks, size=given, time_limit=time_limit,
+                          options=(("conflicts", SMT_CONFLICTS),) if bounded else ())
         say(f"synthesizing {kind} with {name}" + ("" if given is None else f" for {format_bytes(given)}") + "...")
         start = time.perf_counter()
         try:
@@ -210,17 +253,39 @@ def compare(
         except CclError as exc:
             return None, None, exc.message, None, given
         lowered = program(result, channels=channels, fuse=fuse, check=False)
+        finished.append((name, result.algorithm, given))
         return Simulator(lowered), time.perf_counter() - start, None, result.algorithm, given
 
+    try:
+        _compare(names, sizes, fixed, build, out, topology, collective, kind, chunks, mode, slices, once,
+                 synthesis_size, time_limit, say, tuple(omitted))
+    except (Interrupted, KeyboardInterrupt):  # Ctrl-C: what is finished is kept (and saved by the CLI)
+        interrupt.acknowledge()
+        raise Interrupted(f"stopped by Ctrl-C; {len(finished)} schedule(s) made and {len(out)} of {len(sizes)} "
+                          "size(s) compared", best=Unfinished(tuple(out), tuple(finished))) from None
+    return out
+
+
+@dataclass(frozen=True)
+class Unfinished:
+    """What a comparison stopped by Ctrl-C finished: the sizes compared, and every schedule
+    made (solver, algorithm, size it was synthesized for or None)."""
+
+    comparisons: tuple[Comparison, ...]
+    schedules: tuple[tuple[str, Any, int | None], ...]
+
+
+def _compare(names, sizes, fixed, build, out, topology, collective, kind, chunks, mode, slices, once, synthesis_size,
+             time_limit, say, omitted) -> None:
+    """The body of ``compare``: ``out`` gets one Comparison per size as each is done."""
     for name in names:
-        if SOLVERS[name].template:
+        if SOLVERS[name].template or name == "smt":  # smt's schedule does not depend on the size
             fixed[name] = build(name, None)
         elif once:
             fixed[name] = build(name, synthesis_size)
         elif len(sizes) > 1 and kind in SOLVERS[name].kinds:
             limit = "" if time_limit is None else f" of up to {time_limit:g} s each"
             say(f"{name} synthesizes a schedule per size: {len(sizes)} runs{limit}")
-    out = []
     for size in sizes:
         bounds = lower_bound(topology, collective, size)
         rows: list[Row] = []
@@ -242,8 +307,7 @@ def compare(
                         detail=f"{bounds.binding}: {bounds.method}"))
         rows.sort(key=lambda r: (r.error is not None, math.inf if r.time_us is None else r.time_us, r.name))
         out.append(Comparison(topology.name, kind, topology.n_ranks, size, mode, chunks, tuple(rows),
-                              bounds.to_json()))
-    return out
+                              bounds.to_json(), omitted))
 
 
 @dataclass(frozen=True)

@@ -15,15 +15,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from solvers.bounds import lower_bound
-
 from ..core.algorithm import Algorithm
 from ..core.collective import builtin
 from ..core.errors import InputError
-from ..core.groups import Groups, group_topology, parse_groups, shared_bound, union, usage
+from ..core.groups import Groups, group_topologies, parse_groups, union, usage
 from ..core.problem import Problem, Request
 from ..core.topology import Topology
 from ..core.verify import verify
+from .group_bound import groups_bound
+from .group_bound import shape as _shape
 from .stages import synthesize
 from .timing import simulate as timed
 from .tuner import tune
@@ -53,13 +53,6 @@ class GroupResult:
                 "transfers": len(self.algorithm.transfers), "synthesis_seconds": round(self.seconds, 3)}
 
 
-def _shape(topo: Topology) -> tuple:
-    """What synthesis sees of a machine, names aside (alike groups are synthesized once)."""
-    return (topo.n_ranks, tuple((x.src, x.dst, x.bandwidth, x.latency, x.lanes) for x in topo.links),
-            tuple((lim.links, lim.bandwidth) for lim in topo.limits), tuple(s.kind for s in topo.switches),
-            tuple(topo.node_of))
-
-
 def _one(sub: Topology, kind: str, root: int | None, solver: str, size: float, chunks: int,
          time_budget: float | None, quick: bool = False) -> Algorithm:
     if solver == "auto":
@@ -85,15 +78,13 @@ def synthesize_groups(topology: Topology, kind: str, groups: Groups | str, *, si
     if not size > 0:
         raise InputError(f"size must be a positive number of bytes, got {size!r}")
     per_group: list[Algorithm] = []
+    machines: list[Topology] = []
     done: dict[tuple, Algorithm] = {}
-    bound, why = shared_bound(topology, groups, kind, size)
-    if bound > 0:
-        why = f"what the groups must move over {why}"
     alone: list[float] = []
-    solo_times: dict[tuple, tuple[float, float]] = {}
-    count = usage(topology, groups)
+    solo_times: dict[tuple, float] = {}
+    count = usage(topology, groups) if len(groups) > 1 else {}  # one group shares nothing
     for i, members in enumerate(groups.members):
-        sub = group_topology(topology, groups, i, count=count)
+        sub, full = group_topologies(topology, groups, i, count=count)
         key = _shape(sub)
         if key not in done:
             if progress is not None:
@@ -104,19 +95,21 @@ def synthesize_groups(topology: Topology, kind: str, groups: Groups | str, *, si
         if alg.topology is not sub:  # an alike group's schedule: checked with the rest in the joined one
             alg = Algorithm(alg.name, alg.collective, sub, alg.transfers, alg.rounds, alg.solver)
         per_group.append(alg)
-        full = group_topology(topology, groups, i, shared=False)
+        machines.append(full)
         solo_key = (key, _shape(full))
         if solo_key not in solo_times:  # alike groups alone: timed once
             solo = Algorithm(alg.name, alg.collective, full, alg.transfers, alg.rounds, alg.solver)
-            solo_times[solo_key] = (simulate(solo, size).time_us, lower_bound(full, alg.collective, size).bound_us)
-        time_alone, own = solo_times[solo_key]
-        alone.append(time_alone)
-        if own > bound:
-            bound, why = own, f"group {i}'s own bound"
+            solo_times[solo_key] = simulate(solo, size).time_us
+        alone.append(solo_times[solo_key])
+    # the bound ccl simulate finds for the joined schedule too (ccl.compiler.group_bound)
+    gb = groups_bound(topology, groups, kind, [a.collective for a in per_group], size, machines=machines)
     joined = union(topology, groups, per_group)
     verify(joined)  # every group's postcondition, in one schedule of the whole machine
-    if progress is not None:
-        progress(f"simulating {len(groups)} groups at once")
-    together = simulate(joined, size).time_us
-    return GroupResult(groups, kind, size, joined, tuple(per_group), tuple(alone), together, bound, why,
+    if len(groups) == 1 and per_group[0].topology is topology:
+        together = alone[0]  # the one group is the whole machine: the joined schedule is the one timed alone
+    else:
+        if progress is not None:
+            progress(f"simulating {len(groups)} groups at once")
+        together = simulate(joined, size).time_us
+    return GroupResult(groups, kind, size, joined, tuple(per_group), tuple(alone), together, gb.bound_us, gb.why,
                        tuple(sorted({a.solver for a in per_group})), time.perf_counter() - start)

@@ -16,6 +16,7 @@ import stat
 from typing import Any
 
 from backends.msccl import interpret, model
+from backends.msccl.limits import never_signalled
 
 from ..core.algorithm import Algorithm
 from ..core.errors import InputError, VerificationError
@@ -85,9 +86,19 @@ def _noted(exc: Any, algo: Any, notes: list[str]) -> Any:
 
 def verify_imported(imported: Any) -> dict[str, Any]:
     """Verify every way a file claims to be called; VerificationError naming gpu/tb/step (and,
-    in place, saying so; and the elements the runtimes skip, when the file has any)."""
+    in place, saying so; and the elements the runtimes skip, when the file has any). A step that
+    waits for a step which never signals (hasdep=0) is a deadlock on both runtimes, whatever the
+    data: the file fails, however its data would flow."""
     out: dict[str, Any] = {}
     algo = imported.algo
+    stuck = never_signalled(algo)
+    if stuck:
+        gpu, tb, step, line = stuck[0]
+        s = algo.gpus[[g.id for g in algo.gpus].index(gpu)].tbs[tb].steps[step]
+        more = f" ({len(stuck) - 1} more step(s) wait the same way)" if len(stuck) > 1 else ""
+        raise VerificationError(f"{imported.path}:{line}: {model.where(gpu, tb, step)}: deadlock: waits for tb "
+                                f"{s.depid} step {s.deps}, which has hasdep=0 and so never signals: msccl and rccl "
+                                f"would wait here forever{more}", rank=gpu)
     for mode, claimed, program in (("out_of_place", algo.outofplace, imported.program),
                                    ("in_place", algo.inplace, imported.in_place)):
         if not claimed:

@@ -4,15 +4,23 @@ a file as Programs every other stage takes (``backends.msccl.interpret``).
 * ``export_xml(schedule, target=...)``: the verified Program of a schedule as an ``<algo>`` file,
   checked against the target's limits before anything is written, and read back and verified
   (the file's own semantics, through the importer) before it is returned.
+* ``unfit(schedule, target)``: why a schedule cannot be exported for a target (the tuner's
+  check, so a set tuned for a target holds only schedules that export for it), or None.
+* ``protocol_for(kind, topology, lo, hi, sizes)``: the NCCL protocol a size range runs with, by
+  NCCL's own rule (``backends.cost.nccl.protocol``) for most of the swept sizes it serves; a
+  schedule set's entries carry it and the export writes it.
 
 Reading a file back (as a schedule every stage takes) is the loader's (``ccl.compiler.loader``).
 """
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Sequence
 from typing import Any
 
+from backends.cost.nccl import protocol as nccl_protocol
 from backends.msccl import export, interpret, limits, model
 from backends.msccl import instances as copies
 
@@ -20,10 +28,12 @@ from ..core import validate
 from ..core.algorithm import Algorithm
 from ..core.errors import BackendError, InputError, VerificationError
 from ..core.program import Program
+from ..core.serialize import read_json
+from ..core.topology import Topology
 from ..core.units import MAX_SIZE
 from ..core.verify import verify
 from ..core.verify_program import verify_program
-from .loader import load_schedule, verify_imported
+from .loader import is_xml, load_schedule, verify_imported
 from .lowering import in_place_problem
 from .lowering import program as program_stage
 from .timing import simulate
@@ -39,6 +49,64 @@ def msccl_bytes(kind: str, n_ranks: int, lo: int, hi: int | None) -> tuple[int, 
         return lo_x, 0
     hi_x = -(-hi // per) - 1
     return lo_x, max(hi_x, lo_x)
+
+
+RULE_SIZES = tuple(2**k for k in range(10, 31))  # the tuner's default sweep, 1KiB..1GiB
+
+
+def representative_size(lo: int, hi: int | None) -> int:
+    """The size a range's protocol is chosen at: its geometric middle (from 1 byte), or its
+    start when it has no upper limit."""
+    if hi is None:
+        return max(1, lo)
+    return max(1, math.isqrt(max(1, lo) * max(1, hi - 1)))
+
+
+def protocol_for(kind: str, topology: Topology, lo: int, hi: int | None, sizes: Sequence[int] = ()) -> str:
+    """The protocol calls of ``lo <= size < hi`` bytes run with, by NCCL's own choice
+    (``backends.cost.nccl.protocol``): the one it makes for most of ``sizes`` (the swept sizes
+    the range serves, by default the tuner's default sweep ``RULE_SIZES``; ties go to the larger
+    sizes' choice), or, when none falls in the range, its choice at the range's
+    ``representative_size``. A rule until a calibrated cost model times the protocols."""
+    inside = [x for x in (sizes or RULE_SIZES) if x >= lo and (hi is None or x < hi)]
+    if not inside:
+        return nccl_protocol(kind, topology, representative_size(lo, hi))
+    votes: dict[str, tuple[int, int]] = {}
+    for x in inside:
+        p = nccl_protocol(kind, topology, x)
+        count, top = votes.get(p, (0, 0))
+        votes[p] = (count + 1, max(top, x))
+    return max(votes, key=lambda p: votes[p])
+
+
+def recorded_protocol(path: Any) -> str | None:
+    """The protocol a schedule file records: an MSCCL XML file's ``proto``, or the ``protocol``
+    a program file imported from one keeps; None for files without one."""
+    if not isinstance(path, (str, os.PathLike)):
+        return None
+    if is_xml(path):
+        proto = model.read(os.fspath(path)).proto
+        return proto if proto in model.PROTOCOLS else None
+    try:
+        data = read_json(path)
+    except (InputError, OSError, ValueError):
+        return None
+    proto = data.get("protocol") if isinstance(data, dict) else None
+    return proto if proto in model.PROTOCOLS else None
+
+
+def unfit(schedule: Any, target: str, *, channels: int = 1, fuse: bool = True) -> limits.Unfit | None:
+    """Why ``schedule`` (verified) cannot be exported for ``target``, or None when it can: its
+    layout for out-of-place calls, whose input copies make it the largest a default export
+    writes (``ccl emit msccl`` lays out the same ops, and reads the file back before writing
+    it), without the forward fusion, which an export drops where only the plain layout fits."""
+    tgt = limits.target(target)
+    program = program_stage(schedule, channels=channels, fuse=fuse, check=False)
+    try:
+        export.export(program, tgt, in_place=False, out_of_place=True, forward=False)
+    except limits.Unfit as exc:
+        return exc
+    return None
 
 
 def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple", instances: int = 1,
@@ -87,8 +155,16 @@ def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple"
 
     if forward not in ("auto", "on", "off"):
         raise InputError(f"forward must be auto, on or off, got {forward!r}")
+    def attempt() -> tuple[Any, str, Any]:
+        try:
+            return build(forward != "off")
+        except limits.Unfit:
+            if forward != "auto":
+                raise
+            return build(False)  # the fused layout does not fit, the plain one may
+
     try:
-        algo, text, again = build(forward != "off")
+        algo, text, again = attempt()
     except BackendError as exc:
         if fallback is None or exc.message.startswith("internal error"):
             raise
@@ -97,7 +173,7 @@ def export_xml(schedule: Any, *, target: str = "msccl", protocol: str = "Simple"
         program, in_place, out_of_place = fallback, False, True
         claim = {**claim, "claimed": False, "reason": f"the Program lowered for in-place calls does not fit "
                                                       f"{tgt.name}: {exc.message}"}
-        algo, text, again = build(forward != "off")
+        algo, text, again = attempt()
     judged = None
     fused_forwards = sum(1 for g in algo.gpus for tb in g.tbs for s in tb.steps if s.type in ("rcs", "rrcs"))
     if forward == "auto" and fused_forwards:

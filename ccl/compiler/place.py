@@ -27,6 +27,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import solvers
+
+from ..core import validate
 from ..core.algorithm import Algorithm, Transfer
 from ..core.collective import Collective
 from ..core.errors import InputError
@@ -303,13 +306,20 @@ def _axis_cost(topology: Topology, axis: str, traffic: Traffic, members: list[tu
             try:
                 result = synthesize_groups(topology, traffic.kind, groups, size=traffic.size, solver=solver,
                                            quick=quick)
-            except InputError:
-                if solver == "ring":
+            except InputError:  # the solver cannot do this axis: a template that implements it does
+                fallback = _fallback(traffic.kind, solver)
+                if fallback is None:
                     raise
-                result = synthesize_groups(topology, traffic.kind, groups, size=traffic.size, solver="ring")
+                result = synthesize_groups(topology, traffic.kind, groups, size=traffic.size, solver=fallback)
             cache[key] = (result.together_us, max(result.alone_us), "+".join(result.solvers))
     together, alone, used = cache[key]
     return AxisCost(axis, traffic, groups, spanned, together, alone, used)
+
+
+def _fallback(kind: str, tried: str) -> str | None:
+    """The template a placement uses for an axis the chosen solver cannot do (recorded as the
+    axis's solver in the result), or None."""
+    return next((name for name in solvers.TEMPLATES if name != tried and kind in solvers.SOLVERS[name].kinds), None)
 
 
 def place(topology: Topology, axes: dict[str, int], traffic: dict[str, Traffic], *, solver: str = "packing",
@@ -324,6 +334,11 @@ def place(topology: Topology, axes: dict[str, int], traffic: dict[str, Traffic],
     if not traffic:
         raise InputError("no communication given: --comm AXIS=KIND:SIZE[*COUNT] or a model (--layers, --hidden, "
                          "--tokens)")
+    if solver != "auto" and solver not in solvers.SOLVERS:
+        raise InputError(f"no solver named {validate.show(solver)} (known: auto, {', '.join(solvers.SOLVERS)})")
+    if all(axes[axis] < 2 for axis in traffic):
+        raise InputError(f"nothing crosses ranks: every axis with communication ({', '.join(traffic)}) has size 1 "
+                         "in the plan, so every placement costs nothing")
     nodes = topology.node_ranks if topology.n_nodes > 1 else (tuple(range(n)),)
     per_node = len(nodes[0])
     if any(len(x) != per_node for x in nodes) or any(x != tuple(range(k * per_node, (k + 1) * per_node))

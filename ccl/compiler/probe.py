@@ -21,17 +21,24 @@ how well the model explains what was measured.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from dsl.printer import format_topology
+from dsl.printer import check_identifier, format_topology
 
+from ..core import limits, validate
+from ..core.display import shown
 from ..core.errors import InputError
 from ..core.topology import Link, SharedLimit, Topology
-from ..core.units import format_size
+from ..core.units import MAX_SIZE, format_size
 
 SHARED = 0.8  # below this fraction of the independent bandwidth, links share a bottleneck
+# A fit that misses a measurement by more than POOR_MAX (or half of them by more than
+# POOR_MEDIAN) does not describe the machine: the written topology is marked and the command warns.
+POOR_MAX = 0.5
+POOR_MEDIAN = 0.1
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,20 @@ class Probed:
     def errors(self) -> list[float]:
         return [c["error"] for c in self.checks]
 
+    def warning(self) -> str | None:
+        """Why the fitted model should not be trusted, or None: its errors are large (the
+        machine was busy, the timer coarse, or the links behave as the model cannot say)."""
+        errs = self.errors()
+        if not errs:
+            return None
+        median, largest = statistics.median(errs), max(errs)
+        if largest <= POOR_MAX and median <= POOR_MEDIAN:
+            return None
+        worst = max(self.checks, key=lambda c: c["error"])
+        return (f"the fitted topology explains the measurements poorly: errors up to {largest:.1%} "
+                f"({shown(worst['what'])}: measured {worst['measured_us']:g} us, model {worst['predicted_us']:g} us), "
+                f"median {median:.1%}; measure again on an idle machine or with a larger --repeat before trusting it")
+
     def to_json(self) -> dict[str, Any]:
         errs = self.errors()
         return {"topology": self.topology.name, "n_ranks": self.topology.n_ranks,
@@ -71,7 +92,8 @@ class Probed:
                            for lim in self.topology.limits],
                 "checks": list(self.checks),
                 "fit": {"median_error": round(statistics.median(errs), 4) if errs else 0.0,
-                        "max_error": round(max(errs), 4) if errs else 0.0, "measurements": len(errs)},
+                        "max_error": round(max(errs), 4) if errs else 0.0, "measurements": len(errs),
+                        "poor": self.warning() is not None, "warning": self.warning()},
                 "measurements": self.measurements}
 
 
@@ -104,27 +126,102 @@ def _fit_pair(a: int, b: int, points: list[tuple[int, float]]) -> PairFit:
     return PairFit(a, b, _round(latency), _round(1.0 / (slope * 1e3)), tuple(points))
 
 
-def fit(measurements: dict[str, Any], name: str = "probed") -> Probed:
-    """The topology the measurements describe (module docstring)."""
+def _bad(what: str) -> InputError:
+    return InputError(f"malformed probe measurement: {what}")
+
+
+def _time(value: Any, what: str) -> float:
+    """A measured time: a positive, finite number of microseconds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise _bad(f"{what}: expected a positive number of microseconds, got {validate.show(value)}")
+    return float(value)
+
+
+def _rank(value: Any, n: int, what: str) -> int:
+    if type(value) is not int or not 0 <= value < n:
+        raise _bad(f"{what}: expected a rank in 0..{n - 1}, got {validate.show(value)}")
+    return value
+
+
+def _key(text: Any, what: str, least: int, most: int) -> int:
+    """A whole number written as a JSON key ("4096", "3")."""
+    if not isinstance(text, str) or not re.fullmatch(r"\d{1,20}", text) or not least <= int(text) <= most:
+        raise _bad(f"{what}: expected a whole number in {least}..{most}, got {validate.show(text)}")
+    return int(text)
+
+
+def checked(measurements: Any) -> dict[str, Any]:
+    """The measurements with every field checked (InputError naming the first one wrong) and
+    put in the shapes ``fit`` uses: a file from ``--measurements`` may have been edited or
+    damaged, and ``fit`` runs on what it holds."""
     if not isinstance(measurements, dict) or measurements.get("format") != "ccl-probe":
         raise InputError("not a probe measurement (expected format 'ccl-probe')")
-    try:
-        n = int(measurements["n_ranks"])
-        sizes = [int(s) for s in measurements["sizes"]]
-        raw_pairs = measurements["pairs"]
-        hosts = list(measurements.get("hosts") or ["?"] * n)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"malformed probe measurement: {exc}") from None
-    if n < 2:
-        raise InputError("a probe needs at least 2 ranks")
-    largest = max(sizes)
-    fits: dict[tuple[int, int], PairFit] = {}
+    m = measurements
+    n = m.get("n_ranks")
+    if type(n) is not int or n < 2:
+        raise _bad(f"n_ranks: expected a whole number of at least 2, got {validate.show(n)}")
+    limits.RANKS.check(n, "probe measurement n_ranks")
+    sizes = m.get("sizes")
+    if not isinstance(sizes, list) or not sizes or any(type(s) is not int or not 1 <= s <= MAX_SIZE for s in sizes):
+        raise _bad(f"sizes: expected a list of sizes in bytes (1..{MAX_SIZE}), got {validate.show(sizes)}")
+    raw = m.get("pairs")
+    if not isinstance(raw, dict):
+        raise _bad(f"pairs: expected an object of times per pair of ranks, got {validate.show(raw)}")
+    if len(raw) < n * (n - 1) // 2:  # every pair is needed: counted before any is read
+        raise _bad(f"pairs: {n} ranks need times for {n * (n - 1) // 2} pairs, the file has {len(raw)}")
+    pairs: dict[tuple[int, int], list[tuple[int, float]]] = {}
     for a in range(n):
         for b in range(a + 1, n):
-            row = raw_pairs.get(f"{a},{b}")
-            if not row:
-                raise InputError(f"malformed probe measurement: no times for ranks {a} and {b}")
-            fits[(a, b)] = _fit_pair(a, b, sorted((int(s), float(t)) for s, t in row.items()))
+            row = raw.get(f"{a},{b}")
+            if not isinstance(row, dict) or not row:
+                raise _bad(f"no times for ranks {a} and {b} (pairs[\"{a},{b}\"])")
+            pairs[(a, b)] = sorted((_key(s, f"pairs[\"{a},{b}\"] size", 1, MAX_SIZE),
+                                    _time(t, f"pairs[\"{a},{b}\"][{validate.show(s)}]")) for s, t in row.items())
+    fans = {}
+    for label in ("fan_out", "fan_in"):
+        table = m.get(label) or {}
+        if not isinstance(table, dict):
+            raise _bad(f"{label}: expected an object of times per rank, got {validate.show(table)}")
+        fans[label] = sorted((_key(r, f"{label} rank", 0, n - 1), _time(us, f"{label}[{validate.show(r)}]"))
+                             for r, us in table.items())
+    concurrent = []
+    rows = m.get("concurrent") or []
+    if not isinstance(rows, list):
+        raise _bad(f"concurrent: expected a list, got {validate.show(rows)}")
+    for k, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise _bad(f"concurrent[{k}]: expected an object, got {validate.show(row)}")
+        links = []
+        for side in ("first", "second"):
+            pair = row.get(side)
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise _bad(f"concurrent[{k}].{side}: expected two ranks, got {validate.show(pair)}")
+            i, j = (_rank(x, n, f"concurrent[{k}].{side}") for x in pair)
+            if i == j:
+                raise _bad(f"concurrent[{k}].{side}: a transfer between two different ranks, got {i} and {j}")
+            links.append((i, j))
+        times = [row.get("first_us"), row.get("second_us")]
+        if not all(times):  # not measured: skipped, as measure() leaves it
+            continue
+        concurrent.append((links[0], links[1], _time(times[0], f"concurrent[{k}].first_us"),
+                           _time(times[1], f"concurrent[{k}].second_us")))
+    hosts = m.get("hosts") or ["?"] * n
+    if not isinstance(hosts, list) or len(hosts) != n or not all(isinstance(h, str) for h in hosts):
+        raise _bad(f"hosts: expected a list of {n} host names, got {validate.show(hosts)}")
+    return {"n": n, "sizes": sizes, "pairs": pairs, "fan_out": fans["fan_out"], "fan_in": fans["fan_in"],
+            "concurrent": concurrent, "hosts": hosts}
+
+
+def fit(measurements: dict[str, Any], name: str = "probed") -> Probed:
+    """The topology the measurements describe (module docstring); InputError naming the field
+    when they are malformed (``checked``), or when ``name`` cannot name a description."""
+    check_identifier(name, "--name")
+    data = checked(measurements)
+    n, sizes, hosts = data["n"], data["sizes"], data["hosts"]
+    largest = max(sizes)
+    fits: dict[tuple[int, int], PairFit] = {}
+    for (a, b), points in data["pairs"].items():
+        fits[(a, b)] = _fit_pair(a, b, points)
 
     def pair(a: int, b: int) -> PairFit:
         return fits[(min(a, b), max(a, b))]
@@ -142,9 +239,8 @@ def fit(measurements: dict[str, Any], name: str = "probed") -> Probed:
             check(f"{a} <-> {b}, {format_size(s)}", t, f.predict(s))
 
     # fan-out and fan-in: (n - 1) messages of the largest size at once
-    for label, table, direction in (("out", measurements.get("fan_out", {}), 1), ("in", measurements.get("fan_in", {}), -1)):
-        for key, us in sorted(table.items(), key=lambda kv: int(kv[0])):
-            r = int(key)
+    for label, table, direction in (("out", data["fan_out"], 1), ("in", data["fan_in"], -1)):
+        for r, us in table:
             others = [q for q in range(n) if q != r]
             independent = sum(pair(r, q).bandwidth_gbps for q in others)
             reached = (n - 1) * largest / (us * 1e3) if us > 0 else independent
@@ -170,11 +266,7 @@ def fit(measurements: dict[str, Any], name: str = "probed") -> Probed:
 
     reached_by: dict[tuple[int, int], list[float]] = {}
     tests = []
-    for row in measurements.get("concurrent", []):
-        (i, j), (k, m) = row["first"], row["second"]
-        t1, t2 = row.get("first_us"), row.get("second_us")
-        if not t1 or not t2:
-            continue
+    for (i, j), (k, m), t1, t2 in data["concurrent"]:
         alone1 = pair(i, j).predict(largest) + pair(i, j).latency_us  # the one-byte acknowledgement
         alone2 = pair(k, m).predict(largest) + pair(k, m).latency_us
         shared = alone1 / t1 < SHARED and alone2 / t2 < SHARED
@@ -216,9 +308,10 @@ def to_ccl(probed: Probed, ident: str = "probed") -> str:
     """A description file: the measurements as comments, then the fitted topology."""
     m = probed.measurements
     errs = probed.errors()
-    lines = [f"# Measured by `ccl probe` on {probed.topology.n_ranks} ranks ({m.get('backend', '?')}), "
+    # every comment line is one line: what the measurements file says is escaped
+    lines = [f"# Measured by `ccl probe` on {probed.topology.n_ranks} ranks ({shown(m.get('backend', '?'))}), "
              f"{len(set(m.get('hosts', [])))} host(s); sizes "
-             + ", ".join(format_size(s) for s in m.get("sizes", [])) + f", best of {m.get('repeat', '?')}.",
+             + ", ".join(format_size(s) for s in m.get("sizes", [])) + f", best of {shown(m.get('repeat', '?'))}.",
              "# pair: latency, bandwidth (fit of time = latency + bytes / bandwidth; largest error)"]
     for p in probed.pairs:
         lines.append(f"#   {p.a} <-> {p.b}: {p.latency_us:g} us, {p.bandwidth_gbps:g} GB/s ({p.max_error():.1%})")
@@ -227,4 +320,7 @@ def to_ccl(probed: Probed, ident: str = "probed") -> str:
     if errs:
         lines.append(f"# the model predicts the {len(errs)} measurements within {statistics.median(errs):.1%} "
                      f"(median), {max(errs):.1%} (largest)")
+    warning = probed.warning()
+    if warning:
+        lines.append(f"# WARNING: {warning}")
     return "\n".join(lines) + "\n" + format_topology(probed.topology, ident)

@@ -21,6 +21,7 @@ from ..core.problem import SynthesisResult
 from ..core.program import Program
 from ..core.report import Report
 from ..core.units import parse_size
+from .group_bound import groups_bound, recognize
 from .lowering import program as program_stage
 
 
@@ -32,12 +33,16 @@ class SimulationJudge:
         self.channels = channels
         self.fuse = fuse
         self.last_effort_us: float | None = None  # the last call's cost (``ccl.core.judge.effort_us``)
+        self.spent_us = 0.0  # every call's cost so far (what a solver's judgements cost, from counts)
+        self.calls = 0
         self._fastest: tuple[float, Algorithm, Program] | None = None
 
     def time_us(self, algorithm: Algorithm, size: float) -> float:
         program = program_stage(algorithm, channels=self.channels, fuse=self.fuse, check=False)
         sim = run(program, size)
         self.last_effort_us = LOWER_OP_US * program.n_ops + sim.effort_us
+        self.spent_us += self.last_effort_us
+        self.calls += 1
         us = sim.report.time_us
         if self._fastest is None or us < self._fastest[0]:
             self._fastest = (us, algorithm, program)
@@ -87,8 +92,14 @@ def complete(report: Report, program: Program, size: float, schedule: Any = None
     (``lane_latency``: False when the simulation overlapped latencies, see ``lower_bound``)."""
     topo, coll = program.topology, program.collective
     if bound:
-        b = lower_bound(topo, coll, size, lane_latency=lane_latency)
-        report = report.with_bound(b.bound_us, b.latency_us, b.bandwidth_us, b.binding, b.method)
+        grouped = recognize(coll, topo)  # a schedule of groups at once: their bound, as synthesize --groups gives it
+        if grouped is not None:
+            g = groups_bound(topo, grouped.groups, grouped.kind, grouped.collectives, size, lane_latency=lane_latency)
+            report = report.with_bound(g.bound_us, g.latency_us, g.bandwidth_us, g.binding,
+                                       f"{len(grouped.groups)} group(s) of {grouped.kind} at once: {g.why}")
+        else:
+            b = lower_bound(topo, coll, size, lane_latency=lane_latency)
+            report = report.with_bound(b.bound_us, b.latency_us, b.bandwidth_us, b.binding, b.method)
     if baselines and coll.kind != "custom":
         report = report.with_baselines(tuple(nccl_baselines(coll.kind, topo, size)))
     if isinstance(schedule, SynthesisResult):

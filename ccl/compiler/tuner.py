@@ -1,4 +1,4 @@
-"""The tuner behind ``--solver auto``: every applicable solver within a time budget, each
+"""The tuner behind ``--solver auto``: every applicable solver within a budget of work, each
 schedule simulated over a size sweep, the fastest kept per size, as a schedule set.
 
 Candidates, in the order they run:
@@ -9,27 +9,35 @@ Candidates, in the order they run:
 2. size-aware solvers (``packing``: its pipeline depth is chosen for a size) at anchor sizes
    spread over the sweep, the largest first (one schedule per 16x of size);
 3. the exact solver ``smt`` (fewest steps: the latency-optimal schedule small messages want) on
-   machines of up to ``SMT_UP_TO`` ranks, with at most ``SMT_LIMIT`` seconds; the searching
-   solvers named with ``solvers`` (``smt``, ``milp``, ``teccl``) elsewhere, each given the
-   remaining budget as its time limit (the MILPs at the anchor sizes).
+   machines of up to ``SMT_UP_TO`` ranks, within ``candidates.SMT_CONFLICTS`` SAT conflicts; the
+   searching solvers named with ``solvers`` (``smt``, ``milp``, ``teccl``) elsewhere (the MILPs
+   at the anchor sizes, each with the budget as its time limit).
 
 Each schedule is lowered once and simulated at every swept size (the simulator of
 ``backends.sim``, as ``ccl simulate`` times it). Per size the fastest wins (ties: fewer
 messages, then the earlier candidate); a run of sizes with one winner becomes one entry, and
 ranges meet at the geometric midpoint of the swept sizes on either side. Identical schedules
-(same transfers) are kept once.
+(same transfers) are kept once. Every entry carries the NCCL protocol for its sizes
+(``msccl.protocol_for``: NCCL's own rule, until a calibrated model times the protocols).
 
-The budget bounds the optional candidates (2 and 3), counted from the first of them (the
-templates always run, however long their simulations take on a large machine): one that would
-start after it is spent is skipped and reported, and a searching solver's own time limit is what
-remains. Within the budget the result is
-deterministic (same input, same set); a budget that cuts a candidate makes it depend on the
-machine's speed, which the set's ``candidates`` record.
+Reproducible. The budget (``time_budget``, in seconds of work on the reference machine the
+simulator's effort constants were measured on) bounds the optional candidates (2 and 3),
+counted from the first of them: an optional candidate starts only while the work charged so far
+is within it (``candidates``: counts of ops simulated, judgements and transfers, never the
+clock), so the same request runs the same candidates and gives the same set, byte for byte, on
+a fast or a loaded machine. ``deadline`` (wall-clock seconds) is only a hard stop: candidates it
+skips or cuts short make the set depend on the machine's speed, so the set is marked incomplete
+(``ScheduleSet.complete``) and never cached.
+
+Target. With ``target`` ``msccl`` or ``rccl``, a schedule that the MSCCL export cannot fit in
+that runtime's limits (``msccl.unfit``: written, read back and verified as ``ccl emit msccl``
+writes it) is never chosen: the winners are checked, an unfit one is left out with its reason
+and the sizes it won go to the next fastest, so every entry of the set exports for the target.
+``torch`` runs every Program; the set records its target.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from bisect import bisect_right
@@ -39,72 +47,51 @@ from typing import Any
 
 import solvers as registry
 from backends.cost.nccl import baselines
-from backends.sim import Simulator
 from solvers.bounds import lower_bound
 
-from ..core import interrupt, validate
-from ..core.algorithm import Algorithm
+from ..core import interrupt, limits, validate
 from ..core.collective import builtin, check_size
-from ..core.errors import CclError, InputError, Interrupted
-from ..core.problem import Problem, Request
+from ..core.errors import BackendError, InputError, Interrupted
 from ..core.schedule_set import Entry, ScheduleSet
 from ..core.topology import Topology
 from ..core.units import format_size, parse_size, parse_sizes
 from . import cache as result_cache
-from .lowering import program as program_stage
-from .stages import synthesize
+from .candidates import SEARCHING, SIZE_AWARE, Candidate, Run, label_of
+from .candidates import run as run_candidates
+from .msccl import protocol_for, unfit
 
 DEFAULT_SIZES = "1KiB..1GiB"
-DEFAULT_BUDGET = 30.0  # seconds; a second per rank on machines of more than 30 ranks
+DEFAULT_BUDGET = 30.0  # seconds of work on the reference machine; a second per rank above 30 ranks
+TARGETS = ("msccl", "rccl", "torch")  # runtimes a set can be tuned for (the first two check the export)
 
 
 def default_budget(n_ranks: int) -> float:
-    """The default time budget: 30 s, or a second per rank on larger machines (where one tree
-    packing takes tens of seconds and each schedule's simulations longer)."""
+    """The default work budget: 30 s of the reference machine, or a second per rank on larger
+    machines (where one tree packing and each schedule's simulations cost more)."""
     return max(DEFAULT_BUDGET, float(n_ranks))
-SIZE_AWARE = ("packing",)  # solvers whose schedule depends on the size they are given
-SEARCHING = ("smt", "milp", "teccl")  # they take the remaining budget as their time limit
+
+
 ANCHOR_STEP = 16  # one size-aware schedule per this factor of size
 SMT_UP_TO = 8  # ranks up to which auto runs smt unnamed
 LANE_VARIANTS_UP_TO = 16  # ranks up to which templates also run with a piece per lane
-SMT_LIMIT = 10.0  # seconds smt gets when it runs unnamed
-
-
-@dataclass
-class Candidate:
-    label: str
-    solver: str
-    size: int | None = None  # the size it was synthesized for (size-aware solvers)
-    algorithm: Algorithm | None = None
-    seconds: float | None = None
-    times_us: list[float] = field(default_factory=list)
-    messages: int = 0
-    error: str | None = None
-    same_as: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"label": self.label, "solver": self.solver, "size": self.size,
-                               "synthesis_seconds": None if self.seconds is None else round(self.seconds, 3)}
-        if self.error is not None:
-            out["error"] = self.error
-        elif self.same_as is not None:
-            out["same_as"] = self.same_as
-        else:
-            out["messages"] = self.messages
-            out["times_us"] = [round(t, 3) for t in self.times_us]
-        return out
 
 
 @dataclass(frozen=True)
 class TuneResult:
+    """A tuned set, the wall-clock seconds it took, whether it came from the cache, and the
+    wall-clock seconds of every candidate's synthesis (``timings``: reported, never stored in
+    the set, which holds only what the inputs decide)."""
+
     schedule_set: ScheduleSet
     seconds: float
     cached: bool
+    timings: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         s = self.schedule_set
-        return {"status": "ok", "cached": self.cached, "seconds": round(self.seconds, 3), **s.summary(),
-                "table": list(s.table), "candidates": list(s.candidates)}
+        return {"status": "ok" if s.complete else "incomplete", "cached": self.cached,
+                "seconds": round(self.seconds, 3), **s.summary(), "table": list(s.table),
+                "candidates": list(s.candidates), "timings": {k: round(v, 3) for k, v in self.timings.items()}}
 
 
 def anchors(sizes: Sequence[int]) -> list[int]:
@@ -169,11 +156,6 @@ def with_lane_variants(planned: Sequence[tuple[str, int | None]], topology: Topo
     return out
 
 
-def _label(name: str, size: int | None, factor: int, chunks: int) -> str:
-    label = name if size is None else f"{name}@{format_size(size)}"
-    return label if factor == chunks else f"{label}/k{factor}"
-
-
 def boundaries(sizes: Sequence[int], winners: Sequence[int]) -> list[tuple[int, int | None, int]]:
     """Runs of one winner over the sorted sizes as (min_bytes, max_bytes, winner), covering
     every size from 0 up; adjacent runs meet at the geometric midpoint of the sizes between
@@ -190,15 +172,9 @@ def boundaries(sizes: Sequence[int], winners: Sequence[int]) -> list[tuple[int, 
     return runs
 
 
-def _digest(alg: Algorithm) -> str:
-    h = hashlib.sha256()
-    for t in alg.transfers:
-        h.update(repr(tuple(t)).encode())
-    return h.hexdigest()
-
-
 def _check_arguments(topology: Any, kind: Any, sizes: Any, solvers: Any, chunks: Any, time_budget: Any,
-                     channels: Any, fuse: Any, options: Any, progress: Any, cache: Any) -> None:
+                     channels: Any, fuse: Any, options: Any, progress: Any, cache: Any, target: Any,
+                     deadline: Any) -> None:
     """``tune``'s arguments, each of the right type and range (InputError naming it)."""
     validate.instance(topology, Topology, "topology")
     validate.text(kind, "collective", empty=False)
@@ -208,8 +184,11 @@ def _check_arguments(topology: Any, kind: Any, sizes: Any, solvers: Any, chunks:
         for name in validate.sequence(solvers, "solvers (a list of names)"):
             validate.text(name, "a solver name", empty=False)
     validate.integer(chunks, "chunks", least=1)
-    if time_budget is not None:
-        validate.number(time_budget, "time budget (seconds)", positive=True)
+    for value, what in ((time_budget, "work budget (seconds)"), (deadline, "deadline (seconds)")):
+        if value is not None:
+            validate.number(value, what, positive=True)
+            if not math.isfinite(value):
+                raise InputError(f"{what} must be a finite number of seconds, got {value!r}")
     validate.integer(channels, "channels", least=1, most=2**31 - 1)
     validate.flag(fuse, "fuse")
     for item in validate.sequence(options, "options ((name, value) pairs)"):
@@ -218,6 +197,8 @@ def _check_arguments(topology: Any, kind: Any, sizes: Any, solvers: Any, chunks:
     if progress is not None and not callable(progress):
         raise InputError(f"progress must be a function or None, got {validate.show(progress)}")
     validate.flag(cache, "cache")
+    if target is not None:
+        validate.choice(target, "target", TARGETS)
 
 
 def tune(
@@ -234,22 +215,26 @@ def tune(
     options: Sequence[tuple[str, Any]] = (),
     progress: Callable[[str, float | None], None] | None = None,
     cache: bool = True,
+    target: str | None = None,
+    deadline: float | None = None,
 ) -> TuneResult:
-    """A schedule set for ``kind`` on ``topology`` (see module docstring). ``progress(message,
-    fraction)`` is told what runs and how far along the budget or the plan is. With
-    ``cache``, an identical earlier request is answered from the result cache
-    (``ccl.compiler.cache``)."""
+    """A schedule set for ``kind`` on ``topology`` (see module docstring). ``time_budget``:
+    the work budget of the optional candidates, in seconds of the reference machine;
+    ``deadline``: a wall-clock stop (the set is then incomplete and not cached); ``target``:
+    the runtime every entry must export for (``TARGETS``). ``progress(message, fraction)`` is
+    told what runs and how far along the budget or the plan is. With ``cache``, an identical
+    earlier request is answered from the result cache (``ccl.compiler.cache``)."""
     start = time.perf_counter()
-    _check_arguments(topology, kind, sizes, solvers, chunks, time_budget, channels, fuse, options, progress, cache)
+    _check_arguments(topology, kind, sizes, solvers, chunks, time_budget, channels, fuse, options, progress, cache,
+                     target, deadline)
     sweep = parse_sizes(sizes) if isinstance(sizes, str) else sorted(set(parse_size(s) for s in sizes or ()))
     if not sweep:
         sweep = parse_sizes(DEFAULT_SIZES)
     if any(s < 1 for s in sweep):
         raise InputError("sizes must be at least 1 byte")
+    limits.SET_ENTRIES.check(len(sweep), "the sizes to tune over (each may become an entry of the set)")
     if time_budget is None:
         time_budget = default_budget(topology.n_ranks)
-    if not (isinstance(time_budget, (int, float)) and time_budget > 0 and math.isfinite(time_budget)):
-        raise InputError(f"time budget must be a positive number of seconds, got {time_budget!r}")
     collective = builtin(kind, topology.n_ranks, root)
     kind = collective.kind
     check_size(kind, topology.n_ranks, chunks)  # before any solver builds the chunked collective
@@ -257,20 +242,21 @@ def tune(
     if not planned:
         raise InputError(f"no solver implements {kind}")
     todo = with_lane_variants(planned, topology, chunks)
-    asked = {"sizes": [format_size(s) for s in sweep], "solvers": [_label(*item, chunks) for item in todo],
-             "chunks": chunks, "time_budget_s": time_budget, "channels": channels, "fuse": fuse,
-             "options": {k: v for k, v in options}}
+    asked = {"sizes": [format_size(s) for s in sweep], "solvers": [label_of(*item, chunks) for item in todo],
+             "chunks": chunks, "work_budget_s": time_budget, "channels": channels, "fuse": fuse,
+             "options": {k: v for k, v in options}, "target": target}
     key = None
-    if cache:
+    if cache:  # the deadline is not part of the key: only complete sets are stored
         key = result_cache.key("schedule-set", topology=topology, collective=collective, asked=asked)
         hit = result_cache.load_set(key)
         if hit is not None:
             return TuneResult(hit, time.perf_counter() - start, True)
     say = progress or (lambda message, fraction: None)
     candidates: list[Candidate] = []
+    setup = Run(topology, collective, chunks, sweep, bool(solvers), options, channels, fuse, time_budget, deadline,
+                say)
     with interrupt.cooperative():  # Ctrl-C: stop after the candidate running, keep the ones timed
-        _run_candidates(topology, collective, todo, chunks, sweep, solvers, options, channels, fuse, time_budget,
-                        say, candidates)
+        run_candidates(setup, todo, candidates)
     stopped = interrupt.requested()
     if stopped:
         interrupt.acknowledge()
@@ -280,100 +266,58 @@ def tune(
             raise Interrupted(f"stopped by Ctrl-C before any schedule of {kind} on {topology.name} was timed")
         reasons = "; ".join(f"{c.label}: {c.error}" for c in candidates if c.error)
         raise InputError(f"no schedule for {kind} on {topology.name}: {reasons}")
-    result = _schedule_set(topology, collective, kind, sweep, candidates, timed, asked)
+    winners = _winners(sweep, timed, target, channels, fuse, say)
+    complete = not stopped and not any(c.cut for c in candidates)
+    result = _schedule_set(topology, collective, kind, sweep, candidates, timed, winners, asked, target, complete)
+    timings = {c.label: c.seconds for c in candidates if c.seconds is not None}
     if stopped:
         raise Interrupted(f"stopped by Ctrl-C; the set holds the {len(timed)} schedule(s) timed so far",
-                          best=TuneResult(result, time.perf_counter() - start, False))
-    if key is not None:
+                          best=TuneResult(result, time.perf_counter() - start, False, timings))
+    if key is not None and complete:
         result_cache.store_set(key, result)
     say("done", 1.0)
-    return TuneResult(result, time.perf_counter() - start, False)
+    return TuneResult(result, time.perf_counter() - start, False, timings)
 
 
-def _run_candidates(topology: Topology, collective: Any, todo: list[tuple[str, int | None, int]], chunks: int,
-                    sweep: list[int], solvers: Sequence[str] | None, options: Sequence[tuple[str, Any]],
-                    channels: int, fuse: bool, time_budget: float, say: Callable[[str, float | None], None],
-                    candidates: list[Candidate]) -> None:
-    """Synthesize and time the planned candidates into ``candidates`` (see ``tune``); returns
-    early on Ctrl-C, keeping an interrupted solver's best schedule as a candidate."""
-    seen: dict[str, str] = {}
-    optional_start: float | None = None  # the budget counts from the first optional candidate
-    for k, (name, size, factor) in enumerate(todo):
-        if interrupt.requested():
-            return
-        label = _label(name, size, factor, chunks)
-        cand = Candidate(label, name, size)
-        candidates.append(cand)
-        optional = name in SIZE_AWARE or name in SEARCHING
-        if optional and optional_start is None:
-            optional_start = time.perf_counter()
-            elapsed = 0.0  # the first optional candidate always runs
-        else:
-            elapsed = 0.0 if optional_start is None else time.perf_counter() - optional_start
-        if optional and elapsed >= time_budget:
-            cand.error = f"skipped: the time budget ({time_budget:g} s) was spent"
-            continue
-        say(f"[{k + 1}/{len(todo)}] synthesizing {label}", min(1.0, max(k / len(todo), elapsed / time_budget)))
-        limit = None
-        if name in SEARCHING:
-            limit = max(0.1, time_budget - elapsed)
-            if name == "smt" and not solvers:
-                limit = min(limit, SMT_LIMIT)
-        request = Request(solver=name, chunks=factor, size=size, time_limit=limit,
-                          options=tuple(options) if name in SEARCHING else ())
-        t0 = time.perf_counter()
-        try:
-            result = synthesize(Problem(topology, collective, request))
-        except Interrupted as exc:  # the solver's best schedule so far, verified, is still a candidate
-            if exc.best is None:
-                cand.error = exc.message
-                return
-            result = exc.best
-        except CclError as exc:
-            cand.error = exc.message
-            continue
-        cand.seconds = time.perf_counter() - t0
-        cand.algorithm = result.algorithm
-        digest = _digest(result.algorithm)
-        if digest in seen:
-            cand.same_as = seen[digest]
-            continue
-        seen[digest] = label
-        prog = program_stage(result.algorithm, channels=channels, fuse=fuse, check=False)
-        sim = Simulator(prog)
-        cand.messages = prog.n_messages
-        spent = 0.0 if optional_start is None else time.perf_counter() - optional_start
-        say(f"[{k + 1}/{len(todo)}] simulating {label} at {len(sweep)} sizes",
-            min(1.0, max((k + 0.5) / len(todo), spent / time_budget)))
-        try:
-            times = []
-            for s in sweep:
-                if interrupt.requested():  # an untimed candidate is dropped
-                    cand.error = "stopped by Ctrl-C while it was simulated"
-                    return
-                times.append(sim.run(s).report.time_us)
-            cand.times_us = times
-        except CclError as exc:
-            cand.error = f"simulation failed: {exc.message}"
-            continue
+def _winners(sweep: list[int], timed: list[Candidate], target: str | None, channels: int, fuse: bool,
+             say: Callable[[str, float | None], None]) -> list[int]:
+    """Per swept size, the index in ``timed`` of the fastest candidate (ties: fewer messages,
+    then the earlier candidate) among those that export for ``target``: the winners are
+    checked (``msccl.unfit``), an unfit one is marked and left out, until every winner fits."""
+    checked: set[int] = set()
+    while True:
+        fits = [j for j, c in enumerate(timed) if c.unfit is None]
+        if not fits:
+            reasons = "; ".join(f"{c.label}: {c.unfit}" for c in timed)
+            raise BackendError(f"no schedule tried exports for {target}: {reasons}")
+        winners = [min(fits, key=lambda j: (round(timed[j].times_us[i], 6), timed[j].messages, j))
+                   for i in range(len(sweep))]
+        if target not in ("msccl", "rccl"):
+            return winners
+        todo = [j for j in dict.fromkeys(winners) if j not in checked]
+        if not todo:
+            return winners
+        for j in todo:
+            checked.add(j)
+            say(f"checking that {timed[j].label} exports for {target}", None)
+            why = unfit(timed[j].algorithm, target, channels=channels, fuse=fuse)
+            if why is not None:
+                timed[j].unfit = why.message
 
 
 def _schedule_set(topology: Topology, collective: Any, kind: str, sweep: list[int], candidates: list[Candidate],
-                  timed: list[Candidate], asked: dict[str, Any]) -> ScheduleSet:
-    """The set of the timed candidates: the fastest per swept size, runs of one winner as
-    entries, and the table against the bound and NCCL's models."""
-    winners = []
-    for i in range(len(sweep)):
-        best = min(range(len(timed)), key=lambda j: (round(timed[j].times_us[i], 6), timed[j].messages, j))
-        winners.append(best)
+                  timed: list[Candidate], winners: list[int], asked: dict[str, Any], target: str | None,
+                  complete: bool) -> ScheduleSet:
+    """The set of the timed candidates: the winners per swept size, runs of one winner as
+    entries (each with its protocol), and the table against the bound and NCCL's models."""
     runs = boundaries(sweep, winners)
     entries = []
     for lo, hi, w in runs:
         cand = timed[w]
         assert cand.algorithm is not None
-        entries.append(Entry(cand.algorithm, lo, hi, cand.label, cand.seconds))
+        entries.append(Entry(cand.algorithm, lo, hi, cand.label, None, protocol_for(kind, topology, lo, hi, sweep)))
     starts = [e.min_bytes for e in entries]
-    templates = [c for c in timed if c.solver not in SIZE_AWARE and c.solver not in SEARCHING]
+    templates = [c for c in timed if not c.optional]
     table = []
     for i, size in enumerate(sweep):
         cand = timed[winners[i]]
@@ -391,4 +335,4 @@ def _schedule_set(topology: Topology, collective: Any, kind: str, sweep: list[in
         table.append(row)
     name = f"{kind}-{topology.name}-auto"
     return ScheduleSet(name, topology, collective, tuple(entries), tuple(table),
-                       tuple(c.to_json() for c in candidates), asked)
+                       tuple(c.to_json() for c in candidates), asked, target, complete)

@@ -113,10 +113,10 @@ class Algorithm:
     solver: str = ""
 
     def __post_init__(self) -> None:
-        validate.text(self.name, "algorithm name", error=CollectiveError)
+        validate.name(self.name, "algorithm name", error=CollectiveError)
         validate.instance(self.collective, Collective, f"algorithm {self.name!r}: collective", error=CollectiveError)
         validate.instance(self.topology, Topology, f"algorithm {self.name!r}: topology", error=CollectiveError)
-        validate.text(self.solver, f"algorithm {self.name!r}: solver", error=CollectiveError)
+        validate.name(self.solver, f"algorithm {self.name!r}: solver", error=CollectiveError)
         if self.collective.n_ranks != self.topology.n_ranks:
             raise CollectiveError(
                 f"algorithm {self.name!r}: collective has {self.collective.n_ranks} ranks but "

@@ -34,6 +34,7 @@ from functools import lru_cache
 from typing import Any
 
 from . import limits, validate
+from .display import number
 from .errors import CollectiveError
 
 BUILTIN_KINDS = (
@@ -63,7 +64,7 @@ class Collective:
     _chunked: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
-        validate.text(self.name, "collective name", error=CollectiveError)
+        validate.name(self.name, "collective name", error=CollectiveError)
         validate.text(self.kind, f"collective {self.name!r}: kind", empty=False, error=CollectiveError)
         n = self.n_ranks
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -203,12 +204,13 @@ class Collective:
         """CollectiveError when ``chunk_up(k)`` would exceed ``ccl.core.limits.SLOTS`` (checked
         before building it)."""
         slots = sum(map(len, self.inputs)) + sum(map(len, self.outputs))
-        _check_slots(f"{self.name} on {self.n_ranks} ranks with chunk factor {self.chunk_factor * k}", slots * k)
+        _check_slots(f"{self.name} on {self.n_ranks} ranks with chunk factor {number(self.chunk_factor * k)}",
+                     slots * k)
 
     def chunk_up(self, k: int) -> Collective:
         """Split every slot into ``k`` consecutive slots and every chunk into ``k`` chunks."""
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise CollectiveError(f"chunk factor must be a positive integer, got {k!r}")
+            raise CollectiveError(f"chunk factor must be a positive integer, got {validate.show(k)}")
         if k == 1:
             return self
         self.check_chunk_up(k)  # before the cache too: a limit lowered later still holds
@@ -306,7 +308,7 @@ def check_size(kind: str, n: int, chunks: int = 1) -> None:
     _check_n(kind, n)
     base = _BASE_SLOTS.get(kind)
     if base is not None and type(chunks) is int:
-        _check_slots(f"{kind} on {n} ranks" + (f" with chunk factor {chunks}" if chunks != 1 else ""),
+        _check_slots(f"{kind} on {n} ranks" + (f" with chunk factor {number(chunks)}" if chunks != 1 else ""),
                      base(n) * max(chunks, 1))
 
 
@@ -318,7 +320,7 @@ def _check_slots(what: str, slots: int) -> None:
 
 def _check_n(kind: str, n: int) -> None:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise CollectiveError(f"{kind} needs a positive number of ranks, got {n!r}")
+        raise CollectiveError(f"{kind} needs a positive number of ranks, got {validate.show(n)}")
     if n > limits.RANKS.value:
         raise CollectiveError(limits.RANKS.message(n, f"{kind} on too many ranks"))
     base = _BASE_SLOTS.get(kind)

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .display import shown
+
 EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_BAD_INPUT = 2
@@ -35,7 +37,7 @@ class Span:
     end_column: int | None = None
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.column}"
+        return f"{shown(self.file)}:{self.line}:{self.column}"
 
 
 class CclError(Exception):
@@ -49,8 +51,10 @@ class CclError(Exception):
         self.message = message
 
     def render(self) -> str:
-        """The text the CLI prints on stderr (one line unless the error has source context)."""
-        return f"{self.kind}: {self.message}"
+        """The text the CLI prints on stderr (one line unless the error has source context).
+        Whatever the message quotes from an input is escaped (``ccl.core.display.shown``): it
+        stays on its line and prints as itself."""
+        return f"{self.kind}: {shown(self.message)}"
 
     def to_json(self) -> dict[str, Any]:
         return {"error": type(self).__name__, "message": self.message, "exit_code": self.exit_code}
@@ -75,8 +79,8 @@ class DslError(InputError):
 
     def render(self) -> str:
         if self.span is None:
-            return f"error: {self.message}"
-        head = f"{self.span}: {self.message}"
+            return f"error: {shown(self.message)}"
+        head = f"{self.span}: {shown(self.message)}"
         if not self.source:
             return head
         lines = self.source.splitlines()
@@ -92,8 +96,10 @@ class DslError(InputError):
             text = ("..." if start else "") + text[start:start + 160] + ("..." if start + 160 < len(text) else "")
             column = column - start + (3 if start else 0)
             width = max(1, min(width, len(text) - column + 1))
-        caret = " " * (column - 1) + "^" * width
-        return f"{head}\n    {text}\n    {caret}"
+        # the excerpt printed escaped: the caret moves with the escapes before and under it
+        before, under = shown(text[:column - 1]), shown(text[column - 1:column - 1 + width])
+        caret = " " * len(before) + "^" * max(1, len(under))
+        return f"{head}\n    {shown(text)}\n    {caret}"
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()

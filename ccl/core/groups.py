@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from . import validate
 from .algorithm import Algorithm, Transfer
 from .collective import Collective
 from .errors import CollectiveError, InputError
@@ -51,8 +52,10 @@ class Groups:
 def parse_groups(spec: str, topology: Topology) -> Groups:
     """Groups from their spec (module docstring); InputError naming what is wrong."""
     if not isinstance(spec, str) or not spec.strip():
-        raise InputError(f"groups: expected tp, dp, blocks:K, stride:K or rank lists such as 0-3;4-7, got {spec!r}")
+        raise InputError(f"groups: expected tp, dp, blocks:K, stride:K or rank lists such as 0-3;4-7, got "
+                         f"{validate.show(spec)}")
     text = spec.strip()
+    shown_spec = validate.show(spec)
     n = topology.n_ranks
     nodes = topology.node_ranks if topology.n_nodes > 0 else (tuple(range(n)),)
     if text == "tp":
@@ -62,7 +65,7 @@ def parse_groups(spec: str, topology: Topology) -> Groups:
         if len(sizes) != 1:
             raise InputError(f"groups dp: the nodes of {topology.name!r} have different numbers of ranks")
         members = [tuple(node[i] for node in nodes) for i in range(sizes.pop())]
-    elif m := re.fullmatch(r"(blocks|stride):(\d+)", text):
+    elif m := re.fullmatch(r"(blocks|stride):(\d{1,30})", text):
         k = int(m.group(2))
         if k < 1 or n % k:
             raise InputError(f"groups {text}: {k} does not divide the {n} ranks of {topology.name!r}")
@@ -72,27 +75,34 @@ def parse_groups(spec: str, topology: Topology) -> Groups:
             members = [tuple(range(i, n, k)) for i in range(k)]
     else:
         members = []
+        total = 0  # ranks named so far: ranges are checked before they are expanded
         for part in text.split(";"):
             ranks: list[int] = []
             for item in part.split(","):
                 item = item.strip()
-                m = re.fullmatch(r"(\d+)(?:-(\d+))?", item)
+                m = re.fullmatch(r"(\d{1,30})(?:-(\d{1,30}))?", item)
                 if not m:
-                    raise InputError(f"groups {spec!r}: {item!r} is not a rank or a range a-b")
+                    raise InputError(f"groups {shown_spec}: {validate.show(item)} is not a rank or a range a-b")
                 a, b = int(m.group(1)), int(m.group(2) or m.group(1))
                 if b < a:
-                    raise InputError(f"groups {spec!r}: the range {item} is empty")
+                    raise InputError(f"groups {shown_spec}: the range {item} is empty")
+                if b >= n:
+                    raise InputError(f"groups {shown_spec}: rank {b} is not a rank of {topology.name!r} (0..{n - 1})")
+                total += b - a + 1
+                if total > n:  # more ranks than the topology has: some rank is in two groups
+                    raise InputError(f"groups {shown_spec}: names {total} or more ranks but {topology.name!r} has "
+                                     f"{n}: a rank is in two groups")
                 ranks.extend(range(a, b + 1))
             members.append(tuple(ranks))
     seen: set[int] = set()
     for g in members:
         if len(g) < 2:
-            raise InputError(f"groups {spec!r}: a group needs at least 2 ranks, got {list(g)}")
+            raise InputError(f"groups {shown_spec}: a group needs at least 2 ranks, got {list(g)}")
         for r in g:
             if not 0 <= r < n:
-                raise InputError(f"groups {spec!r}: rank {r} is not a rank of {topology.name!r} (0..{n - 1})")
+                raise InputError(f"groups {shown_spec}: rank {r} is not a rank of {topology.name!r} (0..{n - 1})")
             if r in seen:
-                raise InputError(f"groups {spec!r}: rank {r} is in two groups")
+                raise InputError(f"groups {shown_spec}: rank {r} is in two groups")
             seen.add(r)
     return Groups(text, tuple(members))
 
@@ -124,6 +134,23 @@ def usage(topology: Topology, groups: Groups) -> dict[tuple[int, int], int]:
     return count
 
 
+def group_topologies(topology: Topology, groups: Groups, index: int,
+                     count: dict[tuple[int, int], int] | None = None) -> tuple[Topology, Topology]:
+    """Group ``index``'s machine with its shared links at a fair share, and alone (full
+    bandwidths): one object when no link of the group is shared, and ``topology`` itself when
+    the group is every rank in order and shares nothing: its machine is the whole machine (one
+    of hundreds of ranks is then not built again, nor its routes computed again)."""
+    g = groups.members[index]
+    if len(groups) == 1 and g == tuple(range(topology.n_ranks)):
+        return topology, topology
+    hops = _route_hops(topology, g)
+    if count is None:
+        count = usage(topology, groups)
+    alone_is_shared = all(count.get(hop, 1) == 1 for hop in hops)
+    sub = _group_topology(topology, groups, index, hops, count, True)
+    return sub, (sub if alone_is_shared else _group_topology(topology, groups, index, hops, {}, False))
+
+
 def group_topology(topology: Topology, groups: Groups, index: int, *, shared: bool = True,
                    count: dict[tuple[int, int], int] | None = None) -> Topology:
     """Group ``index``'s machine (module docstring); ``shared=False`` keeps full bandwidths (the
@@ -134,6 +161,12 @@ def group_topology(topology: Topology, groups: Groups, index: int, *, shared: bo
         count = {}
     elif count is None:
         count = usage(topology, groups)
+    return _group_topology(topology, groups, index, hops, count, shared)
+
+
+def _group_topology(topology: Topology, groups: Groups, index: int, hops: set[tuple[int, int]],
+                    count: dict[tuple[int, int], int], shared: bool) -> Topology:
+    g = groups.members[index]
     n = topology.n_ranks
     vertex: dict[int, int] = {r: i for i, r in enumerate(g)}
     switches: list[Switch] = []
@@ -141,8 +174,8 @@ def group_topology(topology: Topology, groups: Groups, index: int, *, shared: bo
         for v in (a, b):
             if v not in vertex:
                 if v < n:
-                    raise InputError(f"groups {groups.spec!r}: group {index} {list(g)} routes through rank {v}, "
-                                     "which is not in it")
+                    raise InputError(f"groups {validate.show(groups.spec)}: group {index} {validate.show(list(g))} "
+                                     f"routes through rank {v}, which is not in it")
                 vertex[v] = len(g) + len(switches)
                 switches.append(topology.switches[v - n])
     renumber: dict[int, int] = {}
@@ -166,7 +199,7 @@ def group_topology(topology: Topology, groups: Groups, index: int, *, shared: bo
     sub = Topology(name, len(g), tuple(links), tuple(switches), tuple(limits), node_of, topology.accelerator)
     flat = sub.flat()
     if not _connected(flat):
-        raise InputError(f"groups {groups.spec!r}: group {index} {list(g)} cannot reach all its ranks without "
+        raise InputError(f"groups {validate.show(groups.spec)}: group {index} {validate.show(list(g))} cannot reach all its ranks without "
                          "relaying through ranks outside it")
     return sub
 

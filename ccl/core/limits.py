@@ -20,6 +20,7 @@ import stat
 from dataclasses import dataclass
 from typing import Any
 
+from .display import number, shown
 from .errors import InputError
 
 
@@ -45,8 +46,8 @@ class Limit:
         except ValueError:
             value = 0
         if value < 1:
-            raise InputError(f"{self.env}={text!r}: expected a positive integer (the {self.name} limit, "
-                             f"default {self.default})")
+            raise InputError(f"{self.env}={shown(repr(text[:40]))}: expected a positive integer (the {self.name} "
+                             f"limit, default {self.default})")
         return value
 
     def hint(self) -> str:
@@ -61,8 +62,9 @@ class Limit:
         return amount
 
     def message(self, amount: int, what: str, limit: int | None = None) -> str:
+        """The one line; ``amount`` may be an integer of any size (``ccl.core.display.number``)."""
         limit = self.value if limit is None else limit
-        return f"{what}: {amount} {self.unit}, over the limit of {limit} {self.unit} ({self.hint()})"
+        return f"{what}: {number(amount)} {self.unit}, over the limit of {limit} {self.unit} ({self.hint()})"
 
 
 MiB = 1 << 20
@@ -72,12 +74,19 @@ RANKS = Limit("ranks", "CCL_MAX_RANKS", 1 << 20, "ranks")
 LINKS = Limit("links", "CCL_MAX_LINKS", 1 << 20, "links")
 SLOTS = Limit("buffer slots", "CCL_MAX_SLOTS", 1 << 23, "slots")
 STEPS = Limit("steps", "CCL_MAX_STEPS", 1 << 20, "steps")
+LANES = Limit("lanes of a link", "CCL_MAX_LANES", 1024, "lanes")
 SMT_VARS = Limit("exact-solver model size", "CCL_MAX_SMT_VARS", 1 << 21, "variables")
+SMT_MEMORY = Limit("exact-solver memory", "CCL_MAX_SMT_MEMORY", 2048, "MiB")
 LOCAL_PROCESSES = Limit("local processes", "CCL_MAX_LOCAL_PROCESSES", 256, "processes")
 DSL_WORK = Limit("description work", "CCL_MAX_DSL_WORK", 20_000_000, "steps of work")
 SIM_OPS = Limit("simulated op instances", "CCL_MAX_SIM_OPS", 1 << 24, "op instances")
+CHANNELS = Limit("channels", "CCL_MAX_CHANNELS", 1024, "channels")
+SET_ENTRIES = Limit("schedule set entries", "CCL_MAX_SET_ENTRIES", 1024, "entries")
+XML_MOVES = Limit("MSCCL XML chunk moves", "CCL_MAX_XML_MOVES", 1 << 23, "chunk moves")
+XML_DEPS = Limit("MSCCL XML dependencies", "CCL_MAX_XML_DEPS", 1 << 22, "dependencies")
 
-ALL = (INPUT_BYTES, RANKS, LINKS, SLOTS, STEPS, SIM_OPS, SMT_VARS, DSL_WORK, LOCAL_PROCESSES)
+ALL = (INPUT_BYTES, RANKS, LINKS, LANES, SLOTS, STEPS, CHANNELS, SIM_OPS, SMT_VARS, SMT_MEMORY, DSL_WORK,
+       LOCAL_PROCESSES, SET_ENTRIES, XML_MOVES, XML_DEPS)
 
 
 # ---------------------------------------------------------------------- files
@@ -201,6 +210,17 @@ def check_parse_memory(text: str | bytes, name: str) -> None:
     needed = len(text) + items * JSON_BYTES_PER_ITEM
     if needed > budget:
         raise _too_large_to_parse(name, needed, budget)
+
+
+def check_memory(name: str, needed: int, what: str = "read") -> None:
+    """InputError when ``needed`` bytes (an estimate made before the work) exceed what one
+    input may take (``parse_memory_budget``)."""
+    budget = parse_memory_budget()
+    if needed > budget:
+        raise InputError(f"{name}: too large to {what} in memory (needs about {needed >> 20} MiB, "
+                         f"{max(budget, 0) >> 20} MiB allowed): an input may take the memory free or "
+                         f"{JSON_MEMORY_FACTOR} bytes per byte of the input file limit ({INPUT_BYTES.value} bytes, "
+                         f"{INPUT_BYTES.env}), whichever is less")
 
 
 def parse_json(text: str, name: str) -> Any:

@@ -57,7 +57,7 @@ from itertools import chain
 
 import numpy as np
 
-from . import validate
+from . import limits, validate
 from .algorithm import Algorithm
 from .collective import Collective
 from .collector import gc_paused
@@ -77,6 +77,8 @@ def lower(algorithm: Algorithm, *, channels: int = 1, fuse: bool = True, in_plac
     place and out of place (see the module)."""
     validate.instance(algorithm, Algorithm, "ccl.lower's algorithm", error=CollectiveError)
     validate.integer(channels, "channels", least=1, most=2**31 - 1, error=CollectiveError)
+    if channels > limits.CHANNELS.value:  # before the Program is built with them
+        raise CollectiveError(limits.CHANNELS.message(channels, "channels"))
     validate.flag(fuse, "fuse", error=CollectiveError)
     validate.flag(in_place, "in_place", error=CollectiveError)
     with gc_paused():  # the schedule may hold millions of objects

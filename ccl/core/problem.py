@@ -93,7 +93,8 @@ class Request:
             if value is None and name != "chunks":
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(f"{name} must be a positive integer, got {value!r}")
+                raise InputError(f"{name} must be a positive integer, got {validate.show(value)}")
+            validate.integer(value, name, least=1)  # and no larger than any real count
             if name != "chunks":
                 limits.STEPS.check(value, f"the request's {name}")
         if self.size is not None:

@@ -361,11 +361,11 @@ class Program:
     steps: int = 0
 
     def __post_init__(self) -> None:
-        validate.text(self.name, "program name", error=CollectiveError)
+        validate.name(self.name, "program name", error=CollectiveError)
         where = f"program {self.name!r}"
         validate.instance(self.collective, Collective, f"{where}: collective", error=CollectiveError)
         validate.instance(self.topology, Topology, f"{where}: topology", error=CollectiveError)
-        validate.text(self.solver, f"{where}: solver", error=CollectiveError)
+        validate.name(self.solver, f"{where}: solver", error=CollectiveError)
         validate.integer(self.steps, f"{where}: steps", least=0, error=CollectiveError)
         if not isinstance(self.ops, OpTable):
             for r, ops in enumerate(validate.sequence(self.ops, f"{where}: ops", error=CollectiveError)):
@@ -383,8 +383,9 @@ class Program:
         if table.n_ranks != n or len(scratch) != n:
             raise CollectiveError(f"{where}: needs op lists and scratch classes for {n} ranks, got "
                                   f"{table.n_ranks} and {len(scratch)}")
-        if isinstance(self.channels, bool) or not isinstance(self.channels, int) or self.channels < 1:
-            raise CollectiveError(f"{where}: channels must be a positive integer, got {self.channels!r}")
+        validate.integer(self.channels, f"{where}: channels", least=1, error=CollectiveError)
+        if self.channels > limits.CHANNELS.value:
+            raise CollectiveError(limits.CHANNELS.message(self.channels, f"{where}: channels"))
         k = self.collective.chunk_factor
         flat = [c for row in scratch for c in row]
         if set(map(type, flat)) - {int} or (flat and not 0 <= min(flat) <= max(flat) < k):

@@ -7,9 +7,18 @@ entries cover every size from 1 byte up, without gaps or overlaps: entry ``i`` s
 of ``min_bytes <= size < max_bytes`` (``max_bytes`` None: no upper limit). ``pick(size)`` is
 the dispatch every consumer uses (simulate, run, the torch script, the MSCCL files).
 
+Every entry carries the NCCL protocol (LL, LL128, Simple) a runtime should run it with; the
+tuner chooses it by NCCL's own rule at the entry's sizes (``ccl.compiler.msccl.entry_protocol``)
+and the MSCCL export writes it (``proto=``). A set records the runtime it was tuned for
+(``target``: its entries all export for it; None: any), and whether the tuner ran every
+candidate it planned (``complete``: False when a wall-clock stop cut it short; such a set
+depends on the machine's speed and is not cached).
+
 The file (``"format": "ccl-schedule-set"``) stores the topology and collective once; each
 entry holds its algorithm without them. Files are deterministic except the timing fields
-(``synthesis_seconds``).
+(``synthesis_seconds``). Files written before entries carried a protocol, and sets a target
+and completeness, are read as protocol None (the exporter then applies the rule), target None
+and complete; readers that predate those fields ignore them.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import validate
+from . import limits, validate
 from .algorithm import Algorithm
 from .collective import Collective
 from .errors import CclError, InputError, VerificationError
@@ -44,6 +53,7 @@ from .verify import verify
 
 SET_FORMAT = "ccl-schedule-set"
 SET_VERSION = 1
+PROTOCOLS = ("LL", "LL128", "Simple")  # NCCL's protocols, as MSCCL files spell them
 
 
 @dataclass(frozen=True)
@@ -56,15 +66,19 @@ class Entry:
     max_bytes: int | None
     label: str  # the candidate it came from, e.g. "packing@64MiB" or "ring"
     synthesis_seconds: float | None = None
+    protocol: str | None = None  # LL, LL128 or Simple (None: not recorded, the exporter's rule applies)
 
     def __post_init__(self) -> None:
         validate.instance(self.algorithm, Algorithm, "schedule set entry: algorithm")
-        validate.text(self.label, "schedule set entry: label")
+        validate.name(self.label, "schedule set entry: label")
         validate.number(self.min_bytes, f"schedule set entry {self.label!r}: min_bytes", least=0)
         if self.max_bytes is not None:
             validate.number(self.max_bytes, f"schedule set entry {self.label!r}: max_bytes", least=0)
         if self.synthesis_seconds is not None:
             validate.number(self.synthesis_seconds, f"schedule set entry {self.label!r}: synthesis_seconds", least=0)
+        if self.protocol is not None and self.protocol not in PROTOCOLS:
+            raise InputError(f"schedule set entry {self.label!r}: protocol {self.protocol!r} is not one of "
+                             f"{', '.join(PROTOCOLS)}")
 
     def serves(self, size: float) -> bool:
         return self.min_bytes <= size and (self.max_bytes is None or size < self.max_bytes)
@@ -79,7 +93,9 @@ class ScheduleSet:
     """Schedules of one collective on one topology by size range (see module docstring).
     ``table``: per swept size the winner (its entry), time, bound and NCCL models;
     ``candidates``: every schedule the tuner tried, with its times or why it is missing;
-    ``options``: what the tuner was asked (sizes, budget, solvers)."""
+    ``options``: what the tuner was asked (sizes, budget, solvers); ``target``: the runtime
+    every entry exports for (None: not checked); ``complete``: False when the tuner stopped
+    before running every candidate it planned."""
 
     name: str
     topology: Topology
@@ -88,9 +104,14 @@ class ScheduleSet:
     table: tuple[dict[str, Any], ...] = ()
     candidates: tuple[dict[str, Any], ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
+    target: str | None = None
+    complete: bool = True
 
     def __post_init__(self) -> None:
-        validate.text(self.name, "schedule set name")
+        validate.name(self.name, "schedule set name")
+        if self.target is not None:
+            validate.text(self.target, f"schedule set {self.name!r}: target", empty=False)
+        validate.flag(self.complete, f"schedule set {self.name!r}: complete")
         validate.instance(self.topology, Topology, f"schedule set {self.name!r}: topology")
         validate.instance(self.collective, Collective, f"schedule set {self.name!r}: collective")
         entries = validate.sequence(self.entries, f"schedule set {self.name!r}: entries")
@@ -101,6 +122,7 @@ class ScheduleSet:
         validate.mapping(self.options, f"schedule set {self.name!r}: options")
         if not self.entries:
             raise InputError(f"schedule set {self.name!r} has no entries")
+        limits.SET_ENTRIES.check(len(self.entries), f"schedule set {self.name!r} has too many entries")
         lo = 0
         for k, e in enumerate(self.entries):
             c = e.algorithm.collective
@@ -134,9 +156,9 @@ class ScheduleSet:
 
     def summary(self) -> dict[str, Any]:
         return {"name": self.name, "collective": self.collective.kind, "topology": self.topology.name,
-                "n_ranks": self.topology.n_ranks,
+                "n_ranks": self.topology.n_ranks, "target": self.target, "complete": self.complete,
                 "entries": [{"label": e.label, "solver": e.algorithm.solver, "min_bytes": e.min_bytes,
-                             "max_bytes": e.max_bytes, "transfers": len(e.algorithm.transfers),
+                             "max_bytes": e.max_bytes, "protocol": e.protocol, "transfers": len(e.algorithm.transfers),
                              "steps": e.algorithm.n_steps} for e in self.entries]}
 
 
@@ -147,13 +169,15 @@ def set_to_json(sset: ScheduleSet) -> dict[str, Any]:
         "format": SET_FORMAT,
         "version": SET_VERSION,
         "name": sset.name,
+        "target": sset.target,
+        "complete": sset.complete,
         "options": sset.options,
         "table": list(sset.table),
         "candidates": list(sset.candidates),
         "collective": collective_to_json(sset.collective),
         "topology": topology_to_json(sset.topology),
         "entries": [
-            {"label": e.label, "min_bytes": e.min_bytes, "max_bytes": e.max_bytes,
+            {"label": e.label, "min_bytes": e.min_bytes, "max_bytes": e.max_bytes, "protocol": e.protocol,
              "synthesis_seconds": None if e.synthesis_seconds is None else round(e.synthesis_seconds, 3),
              "algorithm": {"format": "ccl-algorithm", "version": FORMAT_VERSION, "name": e.algorithm.name,
                            "solver": e.algorithm.solver, "collective": collective_to_json(e.algorithm.collective),
@@ -171,6 +195,8 @@ def set_from_json(data: dict[str, Any]) -> ScheduleSet:
     if data.get("version") != SET_VERSION:
         raise InputError(f"schedule set version {data.get('version')!r} is not supported (this tool reads "
                          f"version {SET_VERSION})")
+    if isinstance(data.get("entries"), list):  # before any entry is read
+        limits.SET_ENTRIES.check(len(data["entries"]), "the schedule set has too many entries")
     topology = topology_from_json(data["topology"])
     collective = collective_from_json(data["collective"])
     entries = []
@@ -189,12 +215,19 @@ def set_from_json(data: dict[str, Any]) -> ScheduleSet:
             raise InputError(f"entry {k}: min_bytes and max_bytes must be whole numbers of bytes (max_bytes null: "
                              "no upper limit)")
         seconds = e.get("synthesis_seconds")
+        proto = e.get("protocol")
+        if proto is not None and proto not in PROTOCOLS:
+            raise InputError(f"entry {k}: protocol {validate.show(proto)} is not one of {', '.join(PROTOCOLS)} "
+                             "(or null)")
         entries.append(Entry(alg, lo, hi, str(e.get("label", alg.solver)),
-                             None if seconds is None else float(seconds)))
+                             None if seconds is None else float(seconds), proto))
     options = data.get("options") or {}
+    target, complete = data.get("target"), data.get("complete", True)
+    if target is not None and not isinstance(target, str) or not isinstance(complete, bool):
+        raise InputError("a schedule set's target must be a name or null and complete true or false")
     return ScheduleSet(str(data["name"]), topology, collective, tuple(entries),
                        tuple(data.get("table") or ()), tuple(data.get("candidates") or ()),
-                       options if isinstance(options, dict) else {})
+                       options if isinstance(options, dict) else {}, target, complete)
 
 
 def save_set(sset: ScheduleSet, path: str | os.PathLike[str]) -> None:

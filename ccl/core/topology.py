@@ -78,7 +78,7 @@ class Switch:
     reduce: bool = False
 
     def __post_init__(self) -> None:
-        validate.text(self.name, "switch name", error=TopologyError)
+        validate.name(self.name, "switch name", error=TopologyError)
         if self.node is not None:
             validate.integer(self.node, f"switch {self.name!r}: node", least=0, error=TopologyError)
         if self.kind not in SWITCH_KINDS:
@@ -99,7 +99,7 @@ class SharedLimit:
     bandwidth: float
 
     def __post_init__(self) -> None:
-        validate.text(self.name, "shared limit name", error=TopologyError)
+        validate.name(self.name, "shared limit name", error=TopologyError)
         validate.number(self.bandwidth, f"shared limit {self.name!r}: bandwidth", positive=True, error=TopologyError)
         given = validate.sequence(self.links, f"shared limit {self.name!r}: links", error=TopologyError)
         if not given:
@@ -154,7 +154,7 @@ class Topology:
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
-        validate.text(self.name, "topology name", error=TopologyError)
+        validate.name(self.name, "topology name", error=TopologyError)
         validate.text(self.accelerator, f"topology {self.name!r}: accelerator", error=TopologyError)
         if self.accelerator:
             try:
@@ -175,6 +175,10 @@ class Topology:
             raise TopologyError(limits.RANKS.message(self.n_ranks, f"topology {self.name!r} has too many ranks"))
         if len(self.links) > limits.LINKS.value:
             raise TopologyError(limits.LINKS.message(len(self.links), f"topology {self.name!r} has too many links"))
+        widest = max(self.links, key=lambda x: x.lanes, default=None)
+        if widest is not None and widest.lanes > limits.LANES.value:  # solvers and the simulator keep a slot per lane
+            raise TopologyError(limits.LANES.message(widest.lanes, f"topology {self.name!r}: link {widest.src} -> "
+                                                                   f"{widest.dst} has too many lanes"))
         n_vertices = self.n_ranks + len(self.switches)
         names = [s.name for s in self.switches]
         if len(set(names)) != len(names):

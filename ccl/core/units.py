@@ -147,7 +147,7 @@ def parse_sizes(text: str | int) -> list[int]:
         if len(out) > MAX_SWEEP:
             break
     if len(out) > MAX_SWEEP:
-        raise InputError(f"{text!r} asks for more than {MAX_SWEEP} sizes")
+        raise InputError(f"{show(text)} asks for more than {MAX_SWEEP} sizes")
     return sorted(out)
 
 

@@ -73,6 +73,19 @@ def text(value: Any, what: str, *, empty: bool = True, error: type[InputError] =
     return value
 
 
+def name(value: Any, what: str, *, empty: bool = True, error: type[InputError] = InputError) -> str:
+    """``value`` as the name of something (a topology, collective, schedule, label, solver):
+    ``text``, and one line of printable characters. A name is printed in reports and written
+    into files; one holding a newline, an escape sequence or another control character could
+    fake lines of output or recolour a terminal, so it is refused (the message shows it escaped)."""
+    text(value, what, empty=empty, error=error)
+    if not value.isprintable():
+        bad = next(ch for ch in value if not ch.isprintable())
+        raise error(f"{what} {show(value)} holds the control character {bad!r} (a name is one line of printable "
+                    "text)")
+    return value
+
+
 def choice(value: Any, what: str, choices: tuple[str, ...], *, error: type[InputError] = InputError) -> str:
     """``value``, one of ``choices``."""
     if not isinstance(value, str) or value not in choices:

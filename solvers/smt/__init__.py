@@ -20,6 +20,8 @@ schedule found, if any (``pareto``: the frontier so far, ``interrupted`` set). O
 * ``scratch``: at most this many scratch slots per rank;
 * ``symmetry``: symmetry breaking (default True; exact either way);
 * ``max_steps``: where least-steps and Pareto searches give up (default step bound + 2n + 2).
+* ``conflicts``: the SAT conflicts the whole search may spend (every check capped by what is
+  left); reached, it stops as at a time limit, but at the same point on every machine.
 
 ``pareto(topology, collective, max_chunks)`` returns the frontier. z3 is imported only when one
 of these runs (``solve``).

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import z3
 
-from ccl.core import interrupt
-from ccl.core.errors import Z3Error
+from ccl.core import interrupt, limits
+from ccl.core.errors import InputError, Z3Error
 
 SAT, UNSAT, UNKNOWN = "sat", "unsat", "unknown"
 
@@ -44,6 +44,29 @@ FIRST_BUDGET = 1000
 BASE_SEED = 0  # the seeds are BASE_SEED, BASE_SEED + 1, ... (benchmarks vary it to sample runtimes)
 
 Lit = str | bool
+
+
+def memory_cap() -> int:
+    """The memory z3 may take, in MiB, set as its ``memory_max_size`` before each parse and
+    check: ``ccl.core.limits.SMT_MEMORY``, and no more than three quarters of what this process
+    may still allocate (``ccl.core.limits.memory_available``), so z3 stops with an error of its
+    own before the process runs out (where z3 would crash rather than fail)."""
+    cap = limits.SMT_MEMORY.value
+    free = limits.memory_available()
+    if free is not None:
+        cap = min(cap, max(64, (free * 3 // 4) >> 20))
+    z3.set_param("memory_max_size", cap)
+    return cap
+
+
+def _out_of_memory(exc: object) -> bool:
+    return "memory" in str(exc).lower()
+
+
+def _memory_error(label: str, cap: int) -> InputError:
+    return InputError(f"z3 needs more than {cap} MiB of memory for {label} (the exact-solver memory limit, at most "
+                      f"3/4 of the memory free; {limits.SMT_MEMORY.hint()}, or ask for fewer steps or chunks, or "
+                      "use another solver)")
 
 
 def neg(lit: Lit) -> Lit:
@@ -227,9 +250,12 @@ class Encoding:
             return
         text = "\n".join(self._lines)
         self._lines = []
+        cap = memory_cap()
         try:
             self.solver.from_string(text)
-        except z3.Z3Exception as exc:  # a bug in an encoding
+        except z3.Z3Exception as exc:  # a bug in an encoding, or the memory cap reached
+            if _out_of_memory(exc):
+                raise _memory_error(self.label, cap) from None
             raise Z3Error(f"z3 rejected the {self.label} encoding: {exc}") from None
 
     # ------------------------------------------------------------------ solving
@@ -247,14 +273,19 @@ class Encoding:
             self.solver.set("timeout", max(1, int(left * 1000)))
         self.solver.set("sat.max_conflicts", conflicts if conflicts is not None else 2**32 - 1)
         handles = [_handle(a, self.ctx) for a in assumptions]
+        cap = memory_cap()
         start = time.perf_counter()
         try:
             with interrupt.on_interrupt(self.ctx.interrupt):  # Ctrl-C ends the check (unknown)
                 result = self.solver.check(*handles)
-        except z3.Z3Exception as exc:  # pragma: no cover - z3 internal failure
+        except z3.Z3Exception as exc:  # the memory cap reached, or a z3 internal failure
             if interrupt.requested():
                 return CheckAnswer(UNKNOWN, time.perf_counter() - start)
+            if _out_of_memory(exc):
+                raise _memory_error(self.label, cap) from None
             raise Z3Error(f"z3 failed on {self.label}: {exc}") from None
+        if result == z3.unknown and _out_of_memory(self.solver.reason_unknown()):
+            raise _memory_error(self.label, cap)
         seconds = time.perf_counter() - start
         total = _stats(self.solver)  # z3 counts over the solver's life: keep this check's share
         stats = {k: v - self._seen.get(k, 0) for k, v in total.items()}
@@ -356,26 +387,33 @@ class Portfolio:
             e.build_seconds = 0.0
         return out
 
-    def check(self, rounds: int | None, deadline: float | None) -> CheckAnswer:
+    def check(self, rounds: int | None, deadline: float | None, cap: int | None = None) -> CheckAnswer:
         """Is there a schedule with at most ``rounds`` rounds (None: any)? ``core`` of an unsat
-        answer is ("rounds",) when the proof used the rounds bound."""
+        answer is ("rounds",) when the proof used the rounds bound. ``cap``: the SAT conflicts
+        all copies may spend on this question (unknown when spent; None: no cap)."""
         budget = self.budget
         spent = 0.0
         stats: dict[str, float] = {}
+        left = cap
         while True:
             for i in range(self.workers):
-                if interrupt.stop_due(deadline):  # no new copy built, no check started
+                if interrupt.stop_due(deadline) or (left is not None and left <= 0):  # no new copy, no check
                     return CheckAnswer(UNKNOWN, spent, (), stats)
                 if i == len(self.encodings):
                     self.encodings.append(self.make(i, self.base_seed + i))
                 enc = self.encodings[i]
                 lits = [] if rounds is None else [enc.rounds_literal(rounds)]
                 last = self.workers == 1
-                out = enc.check(lits, deadline, None if last else budget)
+                limit = None if last else budget
+                if left is not None:
+                    limit = left if limit is None else min(limit, left)
+                out = enc.check(lits, deadline, limit)
                 spent += out.seconds
                 for k, v in out.stats.items():
                     if k in ("sat conflicts", "conflicts", "sat decisions"):
                         stats[k] = stats.get(k, 0) + v
+                if left is not None:
+                    left -= max(1, int(out.stats.get("sat conflicts", out.stats.get("conflicts", 0))))
                 if out.status != UNKNOWN:
                     self.winner = enc
                     core = ("rounds",) if lits and lits[0] in out.core else ()

@@ -29,7 +29,7 @@ from .search import Frontier, OutOfTime, Point, Search, Unsatisfiable
 
 class ComposedSearch:
     def __init__(self, topology: Topology, collective: Collective, *, time_limit: float | None = None,
-                 progress=None, **options) -> None:
+                 progress=None, conflicts: int | None = None, **options) -> None:
         if collective.kind != "allreduce" or collective.chunk_factor != 1:
             raise CollectiveError("method compose builds allreduce from reducescatter + allgather; it takes the "
                                   f"built-in allreduce (chunks come from the request), not {collective}")
@@ -37,9 +37,9 @@ class ComposedSearch:
         self.topology = topology
         self.n = n
         self.rs = Search(formulation(topology, builtin("reducescatter", n), "dual", **options),
-                         time_limit=time_limit, progress=progress)
+                         time_limit=time_limit, progress=progress, conflicts=conflicts)
         self.ag = Search(formulation(topology, builtin("allgather", n), "routing", **options),
-                         time_limit=time_limit, progress=progress)
+                         time_limit=time_limit, progress=progress, conflicts=conflicts)
         self.ag.deadline = self.rs.deadline
         self.checks = self.rs.checks
         self.ag.checks = self.rs.checks  # one log for both phases

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from ccl.core import interrupt
+from ccl.core import interrupt, limits
 from ccl.core.algorithm import Algorithm
 from ccl.core.errors import InfeasibleError
 
@@ -121,10 +121,15 @@ class OutOfTime(Exception):
 
 class Search:
     def __init__(self, formulation: Formulation, *, time_limit: float | None = None,
-                 progress: Callable[[str], None] | None = None, max_steps: int | None = None) -> None:
+                 progress: Callable[[str], None] | None = None, max_steps: int | None = None,
+                 conflicts: int | None = None) -> None:
         self.f = formulation
         self.start = time.monotonic()
         self.deadline = interrupt.deadline(time_limit)  # from the driver's clock: building counts
+        # the SAT conflicts the whole search may spend (None: no cap): a budget of work that
+        # stops the search at the same point on every machine, unlike the time limit
+        self.conflicts_left = conflicts
+        self.out_of_work = False
         self.progress = progress or log.info
         self.checks: list[Check] = []
         self._encodings: dict[tuple[int, int, bool], Portfolio] = {}
@@ -158,6 +163,10 @@ class Search:
         (their extra-round bits stop there); None: capacity never binds (any rounds)."""
         key = (steps, chunks, bounded is None)
         enc = self._encodings.get(key)
+        if enc is None:  # the model's size checked before it is built, for every step count tried
+            size = self.f.collective.n_chunks * chunks * max(1, len(self.f.network.links)) * steps
+            limits.SMT_VARS.check(size, f"an exact model of {self.f.name} with {steps} steps and chunk factor "
+                                        f"{chunks} is too large")
         need = None if bounded is None else max(0, bounded - steps)
         if enc is None or (need is not None and enc.encodings[0].max_extra is not None
                            and enc.encodings[0].max_extra < need):
@@ -175,12 +184,16 @@ class Search:
         ``Satisfiable`` with one, or ``Unsatisfiable`` when z3 proves there is none. ``budget``:
         the largest R this (S, C) solver will be asked about (None: unbounded). Raises OutOfTime
         at the deadline (or on Ctrl-C), before building a new encoding when it has passed."""
-        if interrupt.stop_due(self.deadline):
+        if interrupt.stop_due(self.deadline) or (self.conflicts_left is not None and self.conflicts_left <= 0):
+            self.out_of_work = self.conflicts_left is not None and self.conflicts_left <= 0
             raise OutOfTime(f"S={steps} R={'any' if rounds is None else rounds} C={chunks}")
         enc = self._encoding(steps, chunks, budget)
-        answer = enc.check(rounds, self.deadline)
+        answer = enc.check(rounds, self.deadline, self.conflicts_left)
         build = enc.take_build_seconds()  # charged once
         conflicts = int(answer.stats.get("sat conflicts", answer.stats.get("conflicts", 0)))
+        if self.conflicts_left is not None:
+            self.conflicts_left -= max(1, conflicts)
+            self.out_of_work = answer.status == UNKNOWN and self.conflicts_left <= 0
         self.checks.append(Check(steps, rounds, chunks, answer.status, answer.seconds, build, conflicts))
         what = f"S={steps} R={'any' if rounds is None else rounds} C={chunks}"
         self.progress(f"{what}: {answer.status} in {answer.seconds:.2f} s (build {build:.2f} s)")

@@ -18,7 +18,7 @@ from ccl.core.problem import Problem
 from ccl.core.topology import Topology
 
 METHODS = ("auto", "routing", "dual", "combining", "compose")
-OPTIONS = ("method", "scratch", "symmetry", "max_steps")
+OPTIONS = ("method", "scratch", "symmetry", "max_steps", "conflicts")
 
 
 def _options(options: dict[str, Any]) -> dict[str, Any]:
@@ -37,7 +37,11 @@ def _options(options: dict[str, Any]) -> dict[str, Any]:
     symmetry = options.get("symmetry", True)
     if not isinstance(symmetry, bool):
         raise InputError(f"smt option symmetry must be true or false, got {symmetry!r}")
-    return {"method": method, "scratch": scratch, "max_steps": max_steps, "symmetry": symmetry}
+    conflicts = options.get("conflicts")
+    if conflicts is not None and (isinstance(conflicts, bool) or not isinstance(conflicts, int) or conflicts < 1):
+        raise InputError(f"smt option conflicts must be a positive integer, got {conflicts!r}")
+    return {"method": method, "scratch": scratch, "max_steps": max_steps, "symmetry": symmetry,
+            "conflicts": conflicts}
 
 
 def searcher(topology: Topology, collective: Collective, *, time_limit: float | None = None,
@@ -49,12 +53,13 @@ def searcher(topology: Topology, collective: Collective, *, time_limit: float | 
         from .compose import ComposedSearch
 
         return ComposedSearch(topology, collective, time_limit=time_limit, progress=progress,
-                              scratch=opts["scratch"], symmetry=opts["symmetry"])
+                              scratch=opts["scratch"], symmetry=opts["symmetry"], conflicts=opts["conflicts"])
     from .formulation import formulation
     from .search import Search
 
     f = formulation(topology, collective, opts["method"], scratch=opts["scratch"], symmetry=opts["symmetry"])
-    return Search(f, time_limit=time_limit, progress=progress, max_steps=opts["max_steps"])
+    return Search(f, time_limit=time_limit, progress=progress, max_steps=opts["max_steps"],
+                  conflicts=opts["conflicts"])
 
 
 def _check_model_size(topology: Topology, collective: Collective, chunks: int, steps: Any) -> None:
@@ -89,13 +94,21 @@ def synthesize(problem: Problem) -> Algorithm:
                 f"(bound {floor})")
         if interrupt.requested():
             raise Interrupted(f"stopped by Ctrl-C; kept {what}", best=best.algorithm) from None
-        raise SolverTimeout(f"time limit of {req.time_limit} s reached; returning {what}", best=best.algorithm,
+        raise SolverTimeout(f"{_limit(search, req)} reached; returning {what}", best=best.algorithm,
                             gap=(best.rounds - floor) / best.rounds) from None
     except OutOfTime:
         if interrupt.requested():
             raise Interrupted("stopped by Ctrl-C before z3 found a schedule") from None
-        raise SolverTimeout(f"time limit of {req.time_limit} s reached before z3 found a schedule") from None
+        raise SolverTimeout(f"{_limit(search, req)} reached before z3 found a schedule") from None
     return point.algorithm
+
+
+def _limit(search: Any, req: Any) -> str:
+    """What stopped a search: its budget of conflicts (option ``conflicts``) or the time limit."""
+    if getattr(search, "out_of_work", False) or getattr(getattr(search, "rs", None), "out_of_work", False) or \
+            getattr(getattr(search, "ag", None), "out_of_work", False):
+        return f"the budget of {dict(req.options).get('conflicts')} SAT conflicts"
+    return f"time limit of {req.time_limit} s"
 
 
 def pareto(topology: Topology, collective: Collective, max_chunks: int, *, time_limit: float | None = None,

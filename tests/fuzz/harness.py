@@ -57,11 +57,47 @@ def make_fixtures(folder: Path) -> dict[str, str]:
                     "algorithm a(n = 4) implements allgather on t(n) {\n for s in 0..n-1, r in 0..n {\n"
                     "  copy output[(r - s) % n] from r to (r + 1) % n at step s\n }\n}\n"),
     }
+    texts["probe.json"] = json.dumps(probe_measurements(), indent=1) + "\n"
+    texts["entry.json"] = cache_entry(folder)
     reference = ROOT / "tests" / "data" / "msccl-xml" / "rccl-alltoall-8n-0-9kb.xml"  # RCCL's (MIT, see NOTICE)
     texts["a2a.xml"] = reference.read_text()
     for name, text in texts.items():
         (folder / name).write_text(text)
     return texts
+
+
+def probe_measurements(n: int = 4) -> dict:
+    """What ``ccl probe --measurements`` writes for n ranks at 10 us + bytes / 5 GB/s."""
+    sizes = [4096, 262144, 4194304]
+    pairs = {f"{a},{b}": {str(s): 10.0 + s / 5e3 for s in sizes} for a in range(n) for b in range(a + 1, n)}
+    fan = {str(r): 10.0 + (n - 1) * sizes[-1] / 15e3 for r in range(n)}
+    return {"format": "ccl-probe", "n_ranks": n, "sizes": sizes, "repeat": 5, "backend": "gloo", "pairs": pairs,
+            "fan_out": fan, "fan_in": dict(fan), "hosts": ["a"] * n,
+            "concurrent": [{"first": [0, 1], "second": [2, 3], "first_us": 850.0, "second_us": 850.0}]}
+
+
+# The request the cache-entry cases are stored under (worker.py answers it from the fuzzed entry).
+CACHE_REQUEST = {"topology": "ring:4", "kind": "allreduce", "sizes": "1KiB,1MiB", "solvers": ["ring", "direct"]}
+
+
+def cache_entry(folder: Path) -> str:
+    """The text of the result cache's entry for ``CACHE_REQUEST`` (computed once, in a cache
+    folder of its own)."""
+    from ccl.compiler import cache, load_topology
+    from ccl.compiler.tuner import tune
+
+    old = os.environ.get("CCL_CACHE_DIR")
+    os.environ["CCL_CACHE_DIR"] = str(folder.parent / "seed-cache")
+    try:
+        r = CACHE_REQUEST
+        tune(load_topology(r["topology"]), r["kind"], sizes=r["sizes"], solvers=r["solvers"])
+        [entry] = cache.entries()
+        return entry.read_text()
+    finally:
+        if old is None:
+            os.environ.pop("CCL_CACHE_DIR", None)
+        else:
+            os.environ["CCL_CACHE_DIR"] = old
 
 
 class Worker:

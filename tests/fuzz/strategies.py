@@ -18,7 +18,9 @@ HOSTILE_JSON = [
     [None] * 50,
 ]
 HOSTILE_ATTR = ["-1", "0", "1", "2", "3", "7", "9999999999", "-99999", "1e3", "0x10", "x", "", " 1 ", "01", "+2",
-                "i", "o", "s", "r", "rrc", "nop", "cpy", "re", "allreduce", "Simple", "LL128", "4294967296"]
+                "i", "o", "s", "r", "rrc", "nop", "cpy", "re", "allreduce", "Simple", "LL128", "4294967296",
+                # sizes beyond the limits: scratch, chunks, gpus, channels of 10^8..10^23
+                "8388609", "100000000", "1000000000000", "99999999999999999999999", "9" * 5000]
 JUNK = ["", "{", "}", "[", "]", ",", ":", '"', "null", "<", ">", "/>", "</tb>", "&amp;", "&#0;", "\x00", "\ufffd",
         "\n", "<!DOCTYPE x [<!ENTITY a 'aaaa'>]>", "&a;", "1" * 40, "-", "e999", "\\u0000"]
 
@@ -91,7 +93,25 @@ def xml_text(draw, seeds: dict[str, str]) -> str:
     elements = list(root.iter())
     for _ in range(draw(st.integers(1, 4))):
         el = draw(st.sampled_from(elements))
-        op = draw(st.sampled_from(["attr", "attr", "attr", "drop-attr", "remove", "duplicate"]))
+        op = draw(st.sampled_from(["attr", "attr", "attr", "drop-attr", "remove", "duplicate", "inflate"]))
+        if op == "inflate":  # a threadblock of thousands of steps: nops, or its own steps again
+            tbs = [t for t in root.iter("tb")]
+            if tbs:
+                tb = draw(st.sampled_from(tbs))
+                count = draw(st.sampled_from([1000, 10_000, 40_000]))
+                steps = list(tb)
+                kind = draw(st.sampled_from(["nop", "repeat"]))
+                for k in range(count):
+                    if kind == "nop" or not steps:
+                        new = ET.SubElement(tb, "step")
+                        new.attrib.update(type="nop", srcbuf="i", srcoff="0", dstbuf="o", dstoff="0", cnt="0",
+                                          depid="-1", deps="-1", hasdep="0")
+                    else:
+                        tb.append(copy.deepcopy(steps[k % len(steps)]))
+                for k, s in enumerate(tb):
+                    s.set("s", str(k))
+                elements = list(root.iter())
+            continue
         if op in ("attr", "drop-attr") and el.attrib:
             attr = draw(st.sampled_from(sorted(el.attrib)))
             if op == "attr":
@@ -112,7 +132,8 @@ def xml_text(draw, seeds: dict[str, str]) -> str:
 
 
 # ---------------------------------------------------------------------------- CLI
-FILES = ["ag.json", "ar.json", "prog.json", "set.json", "topo.json", "ag.xml", "ar.xml", "req.ccl", "a2a.xml"]
+FILES = ["ag.json", "ar.json", "prog.json", "set.json", "topo.json", "ag.xml", "ar.xml", "req.ccl", "a2a.xml",
+         "probe.json"]
 BAD_FILES = ["missing.json", ".", "", "/nonexistent/x.json", "/dev/null", "/dev/zero", "req.ccl:t", "req.ccl:nosuch",
              "req.ccl:t(n = 3)", "req.ccl:t(n = -1)"]
 TOPOLOGIES = ["ring:4", "dgx1", "fully-connected:3", "switch:4", "ndv2:2", "hypercube:8", "topo.json", "ring:0",
@@ -131,8 +152,14 @@ STRINGS = ["x", "", "a/b", "../x", "k=v", "time_limit=1", "x=1e400", "-", "--", 
 FAST_SOLVERS = ["ring", "direct", "binomial-tree", "recursive-doubling", "double-binary-tree", "hierarchical",
                 "multi-ring", "nosuch", ""]
 SLOW_SOLVERS = ["smt", "milp", "teccl", "packing", "auto"]
-SKIPPED = {"run", "probe"}  # start processes or a live job: covered by their own tests
+SKIPPED = {"run", "probe"}  # start processes or a live job: covered by their own tests (probe files: the "probe" format)
 SLOW_COMMANDS = {"pareto", "compare", "place"}
+
+GROUPS = ["tp", "dp", "blocks:2", "stride:2", "0-1;2-3", "0-3;4-7", "0,2;1,3", "0-1000000000", "0-" + "9" * 40,
+          "0-3;0-3", "0-3;" * 1000 + "4-7", "blocks:0", "stride:" + "9" * 40, "3-1", "0", "x", "", ";", "0-1;2",
+          "blocks:1000000000"]
+PLANS = ["tp=8", "tp=4,dp=2", "tp=1,dp=1,pp=1,ep=16", "tp=0", "tp=" + "9" * 40, "x", "tp=8,tp=8", ""]
+COMMS = ["tp=allreduce:1MiB", "ep=alltoall:1MiB", "tp=allreduce:1MiB*1e9", "tp=nosuch:1MiB", "x", ""]
 
 POOLS = {
     "topology": TOPOLOGIES, "collective": COLLECTIVES, "size": SIZES, "sizes": SIZES, "min_bytes": SIZES,
@@ -140,6 +167,7 @@ POOLS = {
     "output": OUTPUTS, "o": OUTPUTS, "trace": OUTPUTS, "plot": OUTPUTS, "save_dir": OUTPUTS,
     "time_limit": FLOATS, "time_budget": FLOATS, "timeout": FLOATS,
     "file": FILES + BAD_FILES, "files": FILES + BAD_FILES, "sketch": FILES + BAD_FILES,
+    "groups": GROUPS, "plan": PLANS, "comm": COMMS, "source": ["probe.json"] + FILES + BAD_FILES,
 }
 
 

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from . import harness as H
 from . import strategies as S
 
-QUICK = {"algorithm": 25, "program": 20, "topology": 20, "set": 15, "xml": 25, "dsl": 25, "cli": 30}
+QUICK = {"algorithm": 25, "program": 20, "topology": 20, "set": 15, "xml": 25, "dsl": 25, "cli": 30, "probe": 25,
+         "cache": 15}
 
 pytestmark = pytest.mark.fuzz
 
@@ -58,7 +59,8 @@ def _fuzz(fmt: str, strategy, worker, make_case) -> None:
 
 
 @pytest.mark.parametrize("fmt,seeds", [("algorithm", ("ag.json", "ar.json")), ("program", ("prog.json",)),
-                                       ("topology", ("topo.json",)), ("set", ("set.json",))])
+                                       ("topology", ("topo.json",)), ("set", ("set.json",)), ("probe", ("probe.json",)),
+                                       ("cache", ("entry.json", "set.json"))])
 def test_json_files(env, fmt, seeds):
     texts, worker = env
     strategy = S.json_text({name: texts[name] for name in seeds})
@@ -118,7 +120,23 @@ REPRODUCERS = {
     "cli-simulate-size-1e400": lambda t: {"format": "cli", "argv": ["simulate", "ag.json", "--size", "1e400"]},
     "cli-emit-instances-1e20": lambda t: {"format": "cli", "argv": ["emit", "msccl", "ag.json", "--instances",
                                                                     "99999999999999999999", "-o", "x.xml"]},
+    # the issue's hostile cases (tests/ccl/test_hostile.py has them all)
+    "xml-s-chunks-1e12": lambda t: {"format": "xml", "text": t["ag.xml"].replace('s_chunks="0"', 's_chunks="1000000000000"', 1)},
+    "xml-30000-nops": lambda t: {"format": "xml", "text": _nops(t["ag.xml"], 30_000)},
+    "cli-groups-1e9": lambda t: {"format": "cli", "argv": ["synthesize", "-t", "ring:8", "-c", "allgather", "-s", "ring",
+                                                          "--groups", "0-1000000000", "--size", "1MiB"]},
+    "probe-zero-time": lambda t: {"format": "probe", "text": t["probe.json"].replace('"4096": 10.8192', '"4096": 0', 1)},
+    "cache-bare-set": lambda t: {"format": "cache", "text": t["set.json"]},
 }
+
+
+def _nops(text: str, count: int) -> str:
+    """The file with ``count`` nop steps after gpu 0 tb 0's first step."""
+    lines = text.split("\n")
+    at = next(i for i, line in enumerate(lines) if 'type="cpy"' in line) + 1
+    new = [f'      <step s="{k}" type="nop" srcbuf="i" srcoff="0" dstbuf="o" dstoff="0" cnt="0" depid="-1" deps="-1" '
+           'hasdep="0"/>' for k in range(1, count + 1)]
+    return "\n".join(lines[:at] + new + lines[at:])
 
 
 @pytest.mark.parametrize("name", sorted(REPRODUCERS))

@@ -4,7 +4,9 @@ one worker serves many cases (importing the project once).
 
 A case is ``{"format": F, "text": ..., "argv": [...], "timeout": seconds}``; F is one of
 ``algorithm``, ``program``, ``topology``, ``set`` (JSON files), ``xml`` (MSCCL XML), ``dsl``
-(description text) or ``cli`` (an argument vector for ``ccl``, run in a fresh folder holding
+(description text), ``probe`` (a measurements file, fitted and written as a description and
+read back), ``cache`` (a file placed at, or symlinked from, the result cache's entry of a
+request that is then asked: only that request's own set may come back) or ``cli`` (an argument vector for ``ccl``, run in a fresh folder holding
 the files of ``fixtures``). The answer is ``{"outcome": "ok" | "error" | "bad", ...}``:
 ``error`` a project error (CclError; the CLI: exit 2-5 with one ``ccl:`` line on stderr),
 ``bad`` anything else (another exception, a traceback, an internal error, a memory or time
@@ -64,6 +66,18 @@ def _load(fmt: str, path: str, base: str) -> str:
         from ccl.compiler.loader import load_schedule
 
         return type(load_schedule(path)).__name__
+    if fmt == "probe":  # a measurements file fitted as `ccl probe --from` does, written as a description
+        from ccl.compiler.probe import fit, to_ccl
+        from ccl.core.limits import read_input_json
+
+        probed = fit(read_input_json(path))
+        import dsl
+
+        text = to_ccl(probed)
+        dsl.load_string(text, "probed.ccl").topology("probed")  # what it wrote, read back
+        return f"{probed.topology.n_ranks} ranks"
+    if fmt == "cache":  # the fuzzed file placed as the entry of a request: served only if it is that request's
+        return _cache_case(path)
     if fmt == "dsl":
         import dsl
 
@@ -78,6 +92,49 @@ def _load(fmt: str, path: str, base: str) -> str:
             dsl.verify_algorithm(item)
         return "module"
     raise ValueError(f"unknown format {fmt!r}")
+
+
+def _cache_case(path: str) -> str:
+    """Put the file at the cache entry of ``harness.CACHE_REQUEST`` (sometimes as a symlink to
+    it) and ask the request: the answer must be a set for that very request, and no file
+    outside the cache may change."""
+    request = {"topology": "ring:4", "kind": "allreduce", "sizes": "1KiB,1MiB", "solvers": ["ring", "direct"]}
+    saved = os.environ.get("CCL_CACHE_DIR")
+    os.environ["CCL_CACHE_DIR"] = os.path.join(os.path.dirname(path), "case-cache")
+    try:
+        return _cache_request(path, request)
+    finally:
+        if saved is None:
+            os.environ.pop("CCL_CACHE_DIR", None)
+        else:
+            os.environ["CCL_CACHE_DIR"] = saved
+
+
+def _cache_request(path: str, request: dict) -> str:
+    import random
+    import shutil
+
+    from ccl.compiler import cache, load_topology
+    from ccl.compiler.tuner import tune
+
+    topo = load_topology(request["topology"])
+    first = tune(topo, request["kind"], sizes=request["sizes"], solvers=request["solvers"])
+    [entry] = cache.entries()
+    outside = os.path.join(os.path.dirname(path), "outside.json")
+    shutil.copy(path, outside)
+    before = open(outside, "rb").read()
+    os.unlink(entry)
+    if random.Random(before).random() < 0.3:
+        os.symlink(outside, entry)  # a neighbour's symlink: never written through
+    else:
+        shutil.copy(path, entry)
+    answer = tune(topo, request["kind"], sizes=request["sizes"], solvers=request["solvers"])
+    sset = answer.schedule_set
+    if sset.topology != topo or sset.collective != first.schedule_set.collective:
+        raise AssertionError(f"the cache served a set for {sset.collective.kind} on {sset.topology.name}")
+    if open(outside, "rb").read() != before:
+        raise AssertionError("the cache wrote through a symlink")
+    return "served" if answer.cached else "recomputed"
 
 
 def _excerpt(lines: list[str]) -> bool:
