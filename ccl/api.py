@@ -209,7 +209,7 @@ def _schedule(schedule: Any, where: str) -> Any:
 
 PROBLEM_OPTIONS = ("root", "solver", "chunks", "steps", "rounds", "size", "time_limit", "objective", "sketch",
                    "options")
-SIMULATE_OPTIONS = ("channels", "fuse", "bound", "baselines", "mode", "slices", "in_place", "overlap_latency",
+SIMULATE_OPTIONS = ("channels", "fuse", "bound", "baselines", "mode", "slices", "in_place", "overlap_latency", "runtime", "protocol",
                     "local_bandwidth")
 TO_MSCCL_OPTIONS = ("target", "protocol", "instances", "min_bytes", "max_bytes", "mode", "name", "forward", "channels",
                     "fuse")

@@ -22,7 +22,7 @@ from .bounds import SIZE_COLUMNS, fixed, nccl_columns, size_cells, sizes_arg, ta
 from .common import add_problem_arguments, command, emit, positive_int, seconds_arg
 from .outputs import declare, guard, inputs_of, make_folder
 from .progress import quiet_from_env
-from .stages import add_lowering_options, lowering
+from .stages import add_lowering_options, add_runtime_options, charged, lowering
 
 SWEEP = [4**k * 1024 for k in range(11)]  # 1KiB .. 1GiB
 
@@ -44,7 +44,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     slow = bool(names) and any(not SOLVERS[x].template for x in names if x in SOLVERS) and not quiet_from_env()
     options = dict(root=args.root, chunks=args.chunks, solvers=names, only=args.only, mode=args.mode,
                    slices=args.slices, time_limit=args.time_limit, progress=progress if slow else None,
-                   **lowering(args))
+                   **lowering(args), **charged(args))
     sizes = args.size
     try:
         if args.plot and len(sizes) == 1:
@@ -230,6 +230,7 @@ def register(sub: Any) -> None:
     p.add_argument("--slices", type=positive_int, default=1,
                    help="run every rank's program this many times side by side on 1/slices of the data each")
     add_lowering_options(p)
+    add_runtime_options(p)
     p.add_argument("--time-limit", type=seconds_arg, default=None, help="seconds per slow solver")
     p.add_argument("--plot", help="write a PNG of time and bus bandwidth against size (one size given: a sweep "
                    "1KiB..1GiB of the schedules made for that size)")

@@ -10,6 +10,7 @@ from backends.sim.plots import plot_sizes
 from .. import compiler
 from ..compiler.compare import sweep
 from ..compiler.loader import load_any
+from ..compiler.msccl import recorded_protocol
 from ..core.algorithm import Algorithm
 from ..core.display import shown
 from ..core.errors import InputError
@@ -22,7 +23,7 @@ from ..core.verify_program import verify_program
 from .bounds import SIZE_COLUMNS, SIZE_HELP, fixed, nccl_columns, size_cells, sizes_arg, table
 from .common import command, emit, parsed, positive_int
 from .outputs import declare
-from .stages import add_emit, emit_programs, lowering
+from .stages import add_emit, add_runtime_options, charged, emit_programs, lowering
 
 
 def bandwidth_arg(text: str) -> float:
@@ -43,9 +44,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         return _sweep(args, alg)
     [size] = args.size
     entry = alg.pick(size) if isinstance(alg, ScheduleSet) else None
+    recorded = entry.protocol if entry is not None else recorded_protocol(args.file)
     sim = compiler.simulation(alg if entry is None else entry.algorithm, size, mode=args.mode, slices=args.slices,
                               in_place=args.in_place, overlap_latency=args.overlap_latency,
-                              local_bandwidth=args.local_bandwidth, **lowering(args))
+                              local_bandwidth=args.local_bandwidth, **lowering(args), **charged(args, recorded))
     with batch():  # the trace and the plot, both or neither
         if args.trace:
             sim.write_trace(args.trace)
@@ -76,8 +78,10 @@ def _sweep(args: argparse.Namespace, schedule: Any) -> int:
     --plot, time and bus bandwidth against size."""
     if args.trace:
         raise InputError(f"--trace writes the timeline of one call: give one size, not {len(args.size)}")
+    recorded = None if isinstance(schedule, ScheduleSet) else recorded_protocol(args.file)
     points = sweep(schedule, args.size, mode=args.mode, slices=args.slices, in_place=args.in_place,
-                   overlap_latency=args.overlap_latency, local_bandwidth=args.local_bandwidth, **lowering(args))
+                   overlap_latency=args.overlap_latency, local_bandwidth=args.local_bandwidth, **lowering(args),
+                   **charged(args, recorded))
     is_set = isinstance(schedule, ScheduleSet)
     first = points[0].report
     reference = _reference(first)
@@ -170,6 +174,7 @@ def register(sub: Any) -> None:
                    help="a lane is busy for bytes/bandwidth only; latency overlaps the next transfer")
     p.add_argument("--local-bandwidth", type=bandwidth_arg, default=None,
                    help="charge local copies at this bandwidth (e.g. 1500GB/s); free by default")
+    add_runtime_options(p)
     p.add_argument("--trace", help="write a Chrome trace (open in https://ui.perfetto.dev); one size only")
     p.add_argument("--plot", help="write a PNG: timeline and link-utilization heatmap (several sizes: time and "
                                   "bus bandwidth against size, with NCCL's models and the bound)")

@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from backends.cost.calibration import PROTOCOLS
+from backends.cost.runtime import DEFAULT_RUNTIME, RUNTIMES, protocols
 from dsl.printer import ast_to_json, dump_ast, format_algorithm, format_problem, format_topology
 
 from .. import compiler
@@ -56,6 +58,26 @@ def add_lowering_options(parser: argparse.ArgumentParser) -> None:
 
 def lowering(args: argparse.Namespace) -> dict[str, Any]:
     return {"channels": args.channels, "fuse": not args.no_fuse}
+
+
+def add_runtime_options(parser: argparse.ArgumentParser) -> None:
+    """Whose charges a schedule is timed under (``backends.cost.runtime``), for every command
+    that simulates."""
+    parser.add_argument("--runtime", choices=tuple(RUNTIMES), default=DEFAULT_RUNTIME,
+                        help="the runtime that executes the schedule, whose calibrated launch, latency and protocol "
+                             f"costs are charged (default {DEFAULT_RUNTIME}; physics: the links alone)")
+    parser.add_argument("--protocol", choices=PROTOCOLS, default=None,
+                        help="the protocol the runtime runs (default: the fastest it offers; a set's entry: its "
+                             "own; an MSCCL XML file: its proto)")
+
+
+def charged(args: argparse.Namespace, recorded: str | None = None) -> dict[str, Any]:
+    """The runtime options of ``add_runtime_options``; ``recorded``: the protocol the schedule
+    file names (used when --protocol is not given and the runtime offers it)."""
+    protocol = args.protocol
+    if protocol is None and recorded in protocols(args.runtime) and args.runtime != "physics":
+        protocol = recorded
+    return {"runtime": args.runtime, "protocol": protocol}
 
 
 def emit_ast(args: argparse.Namespace, path: str) -> int:

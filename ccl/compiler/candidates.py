@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from backends.cost.runtime import DEFAULT_RUNTIME
 from backends.sim import Simulator
 
 from ..core import interrupt
@@ -36,7 +37,7 @@ from ..core.topology import Topology
 from ..core.units import format_size
 from .lowering import program as program_stage
 from .stages import synthesize
-from .timing import LOWER_OP_US, SimulationJudge
+from .timing import LOWER_OP_US, SimulationJudge, by_protocol
 
 SIZE_AWARE = ("packing",)  # solvers whose schedule depends on the size they are given
 SEARCHING = ("smt", "milp", "teccl")  # searching solvers (optional, after the size-aware ones)
@@ -52,7 +53,9 @@ class Candidate:
     algorithm: Algorithm | None = None
     seconds: float | None = None  # wall clock: reported, never decides anything
     work_us: float = 0.0  # what it cost, from counts (module docstring)
-    times_us: list[float] = field(default_factory=list)
+    times_us: list[float] = field(default_factory=list)  # per swept size, under its fastest protocol
+    protocols: list[str] = field(default_factory=list)  # that protocol, per swept size
+    times_by: dict[str, list[float]] = field(default_factory=dict)  # protocol -> time per swept size
     messages: int = 0
     error: str | None = None
     same_as: str | None = None
@@ -75,6 +78,7 @@ class Candidate:
         else:
             out["messages"] = self.messages
             out["times_us"] = [round(t, 3) for t in self.times_us]
+            out["protocols"] = list(self.protocols)
             if self.unfit is not None:
                 out["unfit"] = self.unfit
         if self.cut:
@@ -109,6 +113,7 @@ class Run:
     budget_s: float  # work budget, seconds of the reference machine
     deadline_s: float | None  # the wall-clock stop (None: none)
     say: Callable[[str, float | None], None]
+    runtime: str = DEFAULT_RUNTIME  # whose charges the candidates are timed under (``backends.cost.runtime``)
 
 
 def run(r: Run, todo: list[tuple[str, int | None, int]], candidates: list[Candidate]) -> None:
@@ -169,7 +174,7 @@ def _synthesize(r: Run, cand: Candidate, factor: int, elapsed: float) -> bool:
     if r.deadline_s is not None and cand.optional:
         left = max(0.1, r.deadline_s - elapsed)
         limit = left if limit is None else min(limit, left)
-    judge = SimulationJudge(channels=r.channels, fuse=r.fuse)
+    judge = SimulationJudge(channels=r.channels, fuse=r.fuse, runtime=r.runtime)
     request = Request(solver=name, chunks=factor, size=cand.size, time_limit=limit, options=options)
     t0 = time.perf_counter()
     try:
@@ -201,16 +206,20 @@ def _simulate(r: Run, cand: Candidate) -> float:
     cand.messages = prog.n_messages
     work = LOWER_OP_US * prog.n_ops
     try:
-        times = []
+        times, protos, by = [], [], {}
         for s in r.sweep:
             if interrupt.requested():  # an untimed candidate is dropped
                 cand.error = "stopped by Ctrl-C while it was simulated"
                 break
-            done = sim.run(s)
-            work += done.effort_us
-            times.append(done.report.time_us)
+            runs = by_protocol(sim, s, r.runtime)
+            for p, done in runs.items():
+                work += done.effort_us
+                by.setdefault(p, []).append(done.report.time_us)
+            best = min(runs, key=lambda p: runs[p].report.time_us)
+            times.append(runs[best].report.time_us)
+            protos.append(best)
         else:
-            cand.times_us = times
+            cand.times_us, cand.protocols, cand.times_by = times, protos, by
     except CclError as exc:
         cand.error = f"simulation failed: {exc.message}"
     cand.work_us += work

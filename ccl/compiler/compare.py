@@ -24,6 +24,7 @@ from typing import Any
 
 import solvers
 from backends.cost.nccl import baselines
+from backends.cost.runtime import DEFAULT_RUNTIME, protocols
 from backends.sim import Simulator
 from solvers import SOLVERS
 from solvers.bounds import lower_bound
@@ -38,7 +39,7 @@ from ..core.topology import Topology
 from .candidates import SMT_CONFLICTS
 from .lowering import program
 from .stages import synthesize
-from .timing import complete
+from .timing import by_protocol, check_runtime, complete, fastest
 from .tuner import SMT_UP_TO
 
 
@@ -216,9 +217,13 @@ def compare(
     time_limit: float | None = None,
     synthesis_size: float | None = None,
     progress: Callable[[str], None] | None = None,
+    runtime: str = DEFAULT_RUNTIME,
+    protocol: str | None = None,
 ) -> list[Comparison]:
     """One Comparison per size (see module docstring). Simulator options: ``mode``,
-    ``slices``; lowering options: ``channels``, ``fuse``. ``synthesis_size``: synthesize the
+    ``slices``; lowering options: ``channels``, ``fuse``; every schedule is charged for
+    ``runtime`` with ``protocol`` (None: its fastest, ``timing.by_protocol``), NCCL's rows are
+    its pick and its other algorithms under the same calibrated model. ``synthesis_size``: synthesize the
     size-specific (slow) solvers once, for this size, and simulate their schedules at every
     size, instead of once per size. ``progress`` is told what runs, and first how many runs a
     solver synthesizing per size will take."""
@@ -257,8 +262,9 @@ def compare(
         return Simulator(lowered), time.perf_counter() - start, None, result.algorithm, given
 
     try:
+        check_runtime(runtime, protocol)
         _compare(names, sizes, fixed, build, out, topology, collective, kind, chunks, mode, slices, once,
-                 synthesis_size, time_limit, say, tuple(omitted))
+                 synthesis_size, time_limit, say, tuple(omitted), (runtime, protocol))
     except (Interrupted, KeyboardInterrupt):  # Ctrl-C: what is finished is kept (and saved by the CLI)
         interrupt.acknowledge()
         raise Interrupted(f"stopped by Ctrl-C; {len(finished)} schedule(s) made and {len(out)} of {len(sizes)} "
@@ -276,7 +282,7 @@ class Unfinished:
 
 
 def _compare(names, sizes, fixed, build, out, topology, collective, kind, chunks, mode, slices, once, synthesis_size,
-             time_limit, say, omitted) -> None:
+             time_limit, say, omitted, charged) -> None:
     """The body of ``compare``: ``out`` gets one Comparison per size as each is done."""
     for name in names:
         if SOLVERS[name].template or name == "smt":  # smt's schedule does not depend on the size
@@ -295,7 +301,7 @@ def _compare(names, sizes, fixed, build, out, topology, collective, kind, chunks
                 rows.append(Row(name, "schedule", None, error=error))
                 continue
             say(f"simulating {name} at {format_bytes(size)}...")
-            rep = sim.run(size, mode=mode, slices=slices).report
+            rep = fastest(by_protocol(sim, size, *charged, mode=mode, slices=slices)).report
             rep = rep.with_bound(bounds.bound_us, bounds.latency_us, bounds.bandwidth_us, bounds.binding,
                                  bounds.method)
             prog = sim.program
@@ -321,13 +327,15 @@ class SweepPoint:
 
 
 def sweep(schedule: Any, sizes: Sequence[float], *, channels: int = 1, fuse: bool = True,
-          **options: Any) -> list[SweepPoint]:
+          runtime: str = DEFAULT_RUNTIME, protocol: str | None = None, **options: Any) -> list[SweepPoint]:
     """Simulate a schedule (Algorithm, SynthesisResult or Program, verified) or a
     ``ScheduleSet`` (each size served by ``pick(size)``) at every size, with the lower bound
     and NCCL's models; every Program is lowered once. ``options``: the simulator's (``mode``,
-    ``slices``, ``in_place``, ``overlap_latency``, ``local_bandwidth``)."""
+    ``slices``, ``in_place``, ``overlap_latency``, ``local_bandwidth``). Charged for ``runtime``
+    with ``protocol``; None: a set's entry's own protocol, else the fastest."""
     if not sizes:
         raise InputError("a sweep needs at least one size")
+    check_runtime(runtime, protocol)
     simulators: dict[int, tuple[Any, Any]] = {}  # id of the schedule -> (its Simulator, the schedule)
     out = []
     for size in sizes:
@@ -338,7 +346,8 @@ def sweep(schedule: Any, sizes: Sequence[float], *, channels: int = 1, fuse: boo
                               in_place=bool(options.get("in_place")))  # the Program an in-place call runs
             simulators[id(which)] = (Simulator(lowered), which)
         sim, _ = simulators[id(which)]
-        report = complete(sim.run(size, **options).report, sim.program, size, which,
+        proto = protocol or (entry.protocol if entry is not None and entry.protocol in protocols(runtime) else None)
+        report = complete(fastest(by_protocol(sim, size, runtime, proto, **options)).report, sim.program, size, which,
                           lane_latency=not options.get("overlap_latency", False))
         out.append(SweepPoint(size, report, entry))
     return out

@@ -17,8 +17,9 @@ Each schedule is lowered once and simulated at every swept size (the simulator o
 ``backends.sim``, as ``ccl simulate`` times it). Per size the fastest wins (ties: fewer
 messages, then the earlier candidate); a run of sizes with one winner becomes one entry, and
 ranges meet at the geometric midpoint of the swept sizes on either side. Identical schedules
-(same transfers) are kept once. Every entry carries the NCCL protocol for its sizes
-(``msccl.protocol_for``: NCCL's own rule, until a calibrated model times the protocols).
+(same transfers) are kept once. Every candidate is timed under the charges of the runtime the set is for (``runtime_of``: the
+MSCCL executor by default) with each protocol it offers; every entry carries the protocol its
+schedule was fastest with over most of its range, and the table times it under that protocol.
 
 Reproducible. The budget (``time_budget``, in seconds of work on the reference machine the
 simulator's effort constants were measured on) bounds the optional candidates (2 and 3),
@@ -47,6 +48,7 @@ from typing import Any
 
 import solvers as registry
 from backends.cost.nccl import baselines
+from backends.cost.runtime import DEFAULT_RUNTIME
 from solvers.bounds import lower_bound
 
 from ..core import interrupt, limits, validate
@@ -58,7 +60,7 @@ from ..core.units import format_size, parse_size, parse_sizes
 from . import cache as result_cache
 from .candidates import SEARCHING, SIZE_AWARE, Candidate, Run, label_of
 from .candidates import run as run_candidates
-from .msccl import protocol_for, unfit
+from .msccl import unfit
 
 DEFAULT_SIZES = "1KiB..1GiB"
 DEFAULT_BUDGET = 30.0  # seconds of work on the reference machine; a second per rank above 30 ranks
@@ -244,7 +246,7 @@ def tune(
     todo = with_lane_variants(planned, topology, chunks)
     asked = {"sizes": [format_size(s) for s in sweep], "solvers": [label_of(*item, chunks) for item in todo],
              "chunks": chunks, "work_budget_s": time_budget, "channels": channels, "fuse": fuse,
-             "options": {k: v for k, v in options}, "target": target}
+             "options": {k: v for k, v in options}, "target": target, "runtime": runtime_of(target)}
     key = None
     if cache:  # the deadline is not part of the key: only complete sets are stored
         key = result_cache.key("schedule-set", topology=topology, collective=collective, asked=asked)
@@ -254,7 +256,7 @@ def tune(
     say = progress or (lambda message, fraction: None)
     candidates: list[Candidate] = []
     setup = Run(topology, collective, chunks, sweep, bool(solvers), options, channels, fuse, time_budget, deadline,
-                say)
+                say, runtime_of(target))
     with interrupt.cooperative():  # Ctrl-C: stop after the candidate running, keep the ones timed
         run_candidates(setup, todo, candidates)
     stopped = interrupt.requested()
@@ -305,6 +307,23 @@ def _winners(sweep: list[int], timed: list[Candidate], target: str | None, chann
                 timed[j].unfit = why.message
 
 
+def runtime_of(target: str | None) -> str:
+    """The runtime a set's candidates are timed for: its target's (the torch executor runs over
+    NCCL on GPUs), the MSCCL executor when the set has no target."""
+    return {"rccl": "rccl", "torch": "torch-nccl"}.get(target or "", DEFAULT_RUNTIME)
+
+
+def range_protocol(cand: Candidate, sweep: list[int], lo: int, hi: int | None) -> str:
+    """The protocol an entry runs its range with: the one under which its schedule was fastest
+    at most of the range's swept sizes (ties: the larger sizes' protocol)."""
+    votes: dict[str, tuple[int, int]] = {}
+    for x, p in zip(sweep, cand.protocols):
+        if x >= lo and (hi is None or x < hi):
+            count, top = votes.get(p, (0, 0))
+            votes[p] = (count + 1, max(top, x))
+    return max(votes, key=lambda p: votes[p]) if votes else "Simple"
+
+
 def _schedule_set(topology: Topology, collective: Any, kind: str, sweep: list[int], candidates: list[Candidate],
                   timed: list[Candidate], winners: list[int], asked: dict[str, Any], target: str | None,
                   complete: bool) -> ScheduleSet:
@@ -315,17 +334,19 @@ def _schedule_set(topology: Topology, collective: Any, kind: str, sweep: list[in
     for lo, hi, w in runs:
         cand = timed[w]
         assert cand.algorithm is not None
-        entries.append(Entry(cand.algorithm, lo, hi, cand.label, None, protocol_for(kind, topology, lo, hi, sweep)))
+        entries.append(Entry(cand.algorithm, lo, hi, cand.label, None, range_protocol(cand, sweep, lo, hi)))
     starts = [e.min_bytes for e in entries]
     templates = [c for c in timed if not c.optional]
     table = []
     for i, size in enumerate(sweep):
         cand = timed[winners[i]]
         b = lower_bound(topology, collective, size)
-        row: dict[str, Any] = {"size": size, "winner": cand.label,
-                               "entry": bisect_right(starts, size) - 1,
-                               "time_us": round(cand.times_us[i], 3), "bound_us": round(b.bound_us, 3),
-                               "bound_ratio": round(cand.times_us[i] / b.bound_us, 4) if b.bound_us > 0 else None}
+        entry = bisect_right(starts, size) - 1
+        proto = entries[entry].protocol
+        us = cand.times_by[proto][i] if proto in cand.times_by else cand.times_us[i]  # under the entry's protocol
+        row: dict[str, Any] = {"size": size, "winner": cand.label, "entry": entry, "protocol": proto,
+                               "time_us": round(us, 3), "bound_us": round(b.bound_us, 3),
+                               "bound_ratio": round(us / b.bound_us, 4) if b.bound_us > 0 else None}
         if templates:
             best_t = min(templates, key=lambda c: c.times_us[i])
             row["best_template"] = best_t.label
