@@ -229,16 +229,20 @@ def tune(
     cache: bool = True,
     target: str | None = None,
     deadline: float | None = None,
+    native: bool = True,
 ) -> TuneResult:
     """A schedule set for ``kind`` on ``topology`` (see module docstring). ``time_budget``:
     the work budget of the optional candidates, in seconds of the reference machine;
     ``deadline``: a wall-clock stop (the set is then incomplete and not cached); ``target``:
-    the runtime every entry must export for (``TARGETS``). ``progress(message, fraction)`` is
+    the runtime every entry must export for (``TARGETS``); ``native``: sizes where NCCL's own
+    pick is faster go to NCCL (False: every size to a schedule of ours, for callers that must
+    simulate it, such as concurrent groups). ``progress(message, fraction)`` is
     told what runs and how far along the budget or the plan is. With ``cache``, an identical
     earlier request is answered from the result cache (``ccl.compiler.cache``)."""
     start = time.perf_counter()
     _check_arguments(topology, kind, sizes, solvers, chunks, time_budget, channels, fuse, options, progress, cache,
                      target, deadline)
+    validate.flag(native, "native")
     sweep = parse_sizes(sizes) if isinstance(sizes, str) else sorted(set(parse_size(s) for s in sizes or ()))
     if not sweep:
         sweep = parse_sizes(DEFAULT_SIZES)
@@ -256,7 +260,7 @@ def tune(
     todo = with_lane_variants(planned, topology, chunks)
     asked = {"sizes": [format_size(s) for s in sweep], "solvers": [label_of(*item, chunks) for item in todo],
              "chunks": chunks, "work_budget_s": time_budget, "channels": channels, "fuse": fuse,
-             "options": {k: v for k, v in options}, "target": target}
+             "options": {k: v for k, v in options}, "target": target, "native": native}
     key = None
     if cache:  # the deadline is not part of the key: only complete sets are stored
         key = result_cache.key("schedule-set", topology=topology, collective=collective, asked=asked)
@@ -279,7 +283,7 @@ def tune(
         reasons = "; ".join(f"{c.label}: {c.error}" for c in candidates if c.error)
         raise InputError(f"no schedule for {kind} on {topology.name}: {reasons}")
     models = [baselines(kind, topology, size) for size in sweep]
-    natives = [None if target == "rccl" else _nccl_time(m) for m in models]
+    natives = [None if target == "rccl" or not native else _nccl_time(m) for m in models]
     winners = _winners(sweep, timed, natives, target, channels, fuse, say)
     complete = not stopped and not any(c.cut for c in candidates)
     result = _schedule_set(topology, collective, kind, sweep, candidates, timed, winners, models, asked, target,
