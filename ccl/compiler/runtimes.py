@@ -112,7 +112,7 @@ def run_local(schedule: Any, *, size: int | str, channels: int = 1, fuse: bool =
     """Run on local gloo processes, check against torch's collective, time both
     (``backends.torch.launch.run_local`` for the options); returns its RunReport."""
     [run] = run_local_sizes(schedule, sizes=[size], channels=channels, fuse=fuse, topology=topology, **options)
-    if run.report is None:
+    if run.entry is not None and run.entry.is_native:
         raise InputError(f"calls of {format_size(run.size)} are left to NCCL by the set (entry {run.entry.served_by}, "
                          f"sizes {run.entry.range_text()}): no schedule of ours runs there")
     return run.report

@@ -180,3 +180,13 @@ def test_verify_simulate_and_run_say_nccl_serves_the_range(capsys, ring4_allgath
     code, out, err = run(capsys, "run", src, "--size", "4MiB")  # nothing of ours to run: no processes start
     assert code == 0, err
     assert "left to NCCL by the set (NCCL Ring/Simple, native" in out and "nothing of ours to run" in out
+
+
+def test_a_local_run_of_one_size_left_to_nccl_is_refused_by_the_api(ring4_allgather):
+    from ccl.compiler.runtimes import run_local, run_local_sizes
+
+    sset, _ = ring4_allgather
+    with pytest.raises(InputError, match=r"left to NCCL by the set \(entry NCCL Ring/Simple, native"):
+        run_local(sset, size="4MiB")
+    [only] = run_local_sizes(sset, sizes=["4MiB"])  # every size NCCL's: no process starts
+    assert only.report is None and only.entry.native == "Ring"
