@@ -190,3 +190,20 @@ def test_a_local_run_of_one_size_left_to_nccl_is_refused_by_the_api(ring4_allgat
         run_local(sset, size="4MiB")
     [only] = run_local_sizes(sset, sizes=["4MiB"])  # every size NCCL's: no process starts
     assert only.report is None and only.entry.native == "Ring"
+
+
+def test_the_torch_script_of_a_set_leaves_the_native_range_to_nccl(capsys, ring4_allgather, tmp_path):
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    _, src = ring4_allgather
+    script = tmp_path / "prog.py"
+    code, out, err = run(capsys, "emit", "torch", src, "-o", script, "--json")
+    assert code == 0, err
+    assert [e.get("native") for e in json.loads(out)["entries"]] == [None, "NCCL Ring/Simple"]
+    text = script.read_text()
+    assert "(65536, None, 'NCCL Ring/Simple', None)," in text and "left to NCCL" in text
+    # a size of NCCL's range: the script says so and runs nothing (no process group needed)
+    proc = subprocess.run([sys.executable, str(script), "--size", "4MiB"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "left to NCCL (NCCL Ring/Simple)" in proc.stderr and proc.stdout == ""
