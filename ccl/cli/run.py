@@ -51,7 +51,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.emit == "program":
         loaded = load_any(args.file, topology=args.topology, in_place=args.in_place)
         if isinstance(loaded, ScheduleSet):
-            return emit_programs(args, [e.algorithm for e in loaded.entries])
+            return emit_programs(args, [e.algorithm for e in loaded.schedules])
         return emit_programs(args, [compiler.runnable(loaded, **lowering(args))])
     if args.size is None:
         raise InputError("--size is required (the message size, as nccl-tests counts it, e.g. 16MiB)")
