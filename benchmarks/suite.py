@@ -216,7 +216,7 @@ def _tune_case(machine: str, kind: str, sizes: tuple[int, ...], budget: float, k
     out = {
         "ranks": topology.n_ranks, "nodes": topology.n_nodes, "root": sset.collective.root,
         "tuner_s": round(result.seconds, 3), "peak_MiB": peak_mib(), "error": None,
-        "entries": [{"label": e.label, "min_bytes": e.min_bytes, "max_bytes": e.max_bytes}
+        "entries": [{"label": e.label, "min_bytes": e.min_bytes, "max_bytes": e.max_bytes, "native": e.is_native}
                     for e in sset.entries],
         "rows": case_rows(sset.table, candidates), "candidates": plain(candidates),
     }
@@ -254,6 +254,8 @@ def run_gloo(config: Config, case: GlooCase, sset: Any) -> list[dict[str, Any]]:
     out = []
     for run in runs:
         rep = run.report
+        if rep is None:  # the set leaves this size to NCCL: torch's own collective, nothing of ours to run
+            continue
         out.append({**base, "size": run.size, "schedule": run.entry.label, "ranks": rep.ranks,
                     "size_bytes": rep.size_bytes, "repeat": rep.repeat, "correct": rep.correct,
                     "max_error": rep.max_error, "ours_s": rep.ours_seconds, "torch_s": rep.native_seconds,
@@ -445,7 +447,8 @@ def headline(doc: dict[str, Any]) -> dict[str, Any]:
     out["skipped"] = [x for x in out["skipped"] if x[2]]
     out["worst_bound"] = list(worst[0]) if worst else None
     out["geomean_bound_all"] = round(geomean([x[0] for x in worst]), 3) if worst else None
-    out["synthesized_wins"] = sum(1 for _, r in points if r["best_template"] and r["winner"] != r["best_template"])
+    out["synthesized_wins"] = sum(1 for _, r in points if r["solver"] and r["best_template"]  # not NCCL's own
+                                  and r["winner"] != r["best_template"])
     gl = [g for g in doc["gloo"] if not g["error"]]
     out["gloo"] = {"runs": len(doc["gloo"]), "correct": sum(1 for g in gl if g["correct"]),
                    "failed": len(doc["gloo"]) - len(gl)}

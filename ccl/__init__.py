@@ -14,7 +14,7 @@ first use so ``import ccl`` stays cheap.
     allreduce = ccl.executor("ar.json")       # on a live torch.distributed process group
     xml = ccl.to_msccl(result, target="rccl") # MSCCL XML for the msccl executor or RCCL
     tuned = ccl.tune("dgx1", "allreduce")     # every solver, the best per size: a ScheduleSet
-    tuned.pick(64 << 20).algorithm            # the schedule serving 64 MiB calls
+    tuned.pick(64 << 20).algorithm            # the schedule serving 64 MiB calls (None: left to NCCL)
     program = ccl.from_msccl("algo.xml")      # a published XML file, verified, as a Program
 """
 

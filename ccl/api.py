@@ -176,8 +176,10 @@ def tune(topology: str | Topology, collective: str, **options: Any) -> ScheduleS
     ``solvers``, ``chunks``, ``time_budget`` (seconds of work on the reference machine: the same
     request gives the same set on any machine), ``deadline`` (a wall-clock stop that leaves the
     set incomplete), ``target`` ("msccl", "rccl" or "torch": every entry exports for it),
-    ``channels``, ``fuse``, ``cache`` (the result cache; default on). ``ScheduleSet.pick(size)``
-    is the entry serving a size; save it with ``ccl.core.schedule_set.save_set``."""
+    ``channels``, ``fuse``, ``cache`` (the result cache; default on), ``native`` (default on: a
+    size where NCCL's own pick beats every schedule goes to NCCL, an entry without algorithm).
+    ``ScheduleSet.pick(size)`` is the entry serving a size; save it with
+    ``ccl.core.schedule_set.save_set``."""
     from .compiler import load_topology
     from .compiler.tuner import tune as run
 
@@ -214,7 +216,7 @@ SIMULATE_OPTIONS = ("channels", "fuse", "bound", "baselines", "mode", "slices", 
 TO_MSCCL_OPTIONS = ("target", "protocol", "instances", "min_bytes", "max_bytes", "mode", "name", "forward", "channels",
                     "fuse")
 TUNE_OPTIONS = ("root", "sizes", "solvers", "chunks", "time_budget", "channels", "fuse", "options", "progress", "cache",
-                "target", "deadline")
+                "target", "deadline", "native")
 
 
 def load(path: Any) -> Algorithm:

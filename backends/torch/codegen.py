@@ -148,20 +148,23 @@ def _machinery() -> list[str]:
     ]
 
 
-def emit_set_script(name: str, entries: list[tuple[int, int | None, str, Program]], *,
+def emit_set_script(name: str, entries: list[tuple[int, int | None, str, Program | None]], *,
                     source: str | None = None) -> str:
     """The standalone script for a schedule set: one schedule per size range (``entries``:
     ``(min_bytes, max_bytes or None, label, Program)``, ranges in order and covering every
-    size); the script runs the one serving its ``--size``."""
-    if not entries:
-        raise ValueError("a schedule set has at least one entry")
-    specs = [to_plain(program) for *_, program in entries]
-    first = specs[0]
+    size); the script runs the one serving its ``--size``. A range whose Program is None is
+    left to NCCL (a native entry): the script says so for such a size and runs nothing."""
+    specs = [None if program is None else to_plain(program) for *_, program in entries]
+    ours = [spec for spec in specs if spec is not None]
+    if not ours:
+        raise ValueError("a schedule set's script needs at least one schedule that is not NCCL's own")
+    first = ours[0]
     n = first["n_ranks"]
     root = f", root {first['root']}" if first["root"] is not None else ""
     origin = f"\nSource: {source}" if source else ""
-    table = "\n".join(f"    {lo:>12} <= size < {'no limit' if hi is None else hi:<12} {label}: {spec['name']}, "
-                      f"{spec['steps']} steps" for (lo, hi, label, _), spec in zip(entries, specs))
+    table = "\n".join(f"    {lo:>12} <= size < {'no limit' if hi is None else hi:<12} {label}: " + (
+        "left to NCCL (torch.distributed's own collective; nothing here runs)" if spec is None else
+        f"{spec['name']}, {spec['steps']} steps") for (lo, hi, label, _), spec in zip(entries, specs))
     header = f'''#!/usr/bin/env python3
 """{name}: {first["collective"]} on {n} ranks{root}, a schedule set: the schedule run depends on --size.
 
@@ -184,29 +187,35 @@ from __future__ import annotations
 '''
     parts = [header, "# " + "-" * 70 + " the schedules\n"]
     for k, spec in enumerate(specs):
-        parts.append(_schedule_literal(spec).replace("SCHEDULE = {", f"SCHEDULE_{k} = {{", 1))
-        parts.append("\n")
-    parts.append("RANGES = [  # (min_bytes, max_bytes or None, label, schedule)\n")
-    for k, (lo, hi, label, _) in enumerate(entries):
-        parts.append(f"    ({lo}, {hi}, {label!r}, SCHEDULE_{k}),\n")
+        if spec is not None:
+            parts.append(_schedule_literal(spec).replace("SCHEDULE = {", f"SCHEDULE_{k} = {{", 1))
+            parts.append("\n")
+    parts.append("RANGES = [  # (min_bytes, max_bytes or None, label, schedule; None: left to NCCL)\n")
+    for k, ((lo, hi, label, _), spec) in enumerate(zip(entries, specs)):
+        parts.append(f"    ({lo}, {hi}, {label!r}, {'None' if spec is None else f'SCHEDULE_{k}'}),\n")
     parts.append("]\n")
     parts += [
         *_machinery(),
         '''
 
-def pick(size: int) -> dict:
-    """The schedule serving calls of ``size`` bytes."""
-    for lo, hi, _label, spec in RANGES:
+def pick(size: int) -> tuple[str, dict | None]:
+    """The label and schedule serving calls of ``size`` bytes (None: left to NCCL)."""
+    for lo, hi, label, spec in RANGES:
         if lo <= size and (hi is None or size < hi):
-            return spec
-    return RANGES[-1][3]
+            return label, spec
+    return RANGES[-1][2], RANGES[-1][3]
 
 
 if __name__ == "__main__":
     _pre = argparse.ArgumentParser(add_help=False)
     _pre.add_argument("--size", type=parse_size, default=parse_size("1MiB"))
     _known, _ = _pre.parse_known_args()
-    sys.exit(main(pick(_known.size)))
+    _label, _spec = pick(_known.size)
+    if _spec is None:
+        print(f"calls of {_known.size} bytes are left to NCCL ({_label}): the set has no schedule of its own for "
+              "them; torch.distributed's collective serves them", file=sys.stderr)
+        sys.exit(0)
+    sys.exit(main(_spec))
 ''',
     ]
     return "".join(parts)

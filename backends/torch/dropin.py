@@ -21,7 +21,9 @@ A schedule set serves each call with the entry for its size in bytes, counted as
 ``ccl.core.report`` counts sizes (nccl-tests): the tensor for allreduce, broadcast and reduce, the
 output for allgather, the input for reducescatter and alltoall; every rank of a call computes
 the same size, so every rank runs the same entry. Each entry's Program is made (lowered by the
-driver) and bound to the group on its first use.
+driver) and bound to the group on its first use. An entry without a Program (a set's native
+entry: NCCL's own pick was faster there) runs torch.distributed's own collective on the group
+(``Native``), which is NCCL on GPUs.
 """
 
 from __future__ import annotations
@@ -40,8 +42,10 @@ from ccl.core.errors import BackendError, CclError, InputError
 from ccl.core.program import Program
 
 from .executor import Executor
+from .harness import native
+from .runtime import ScheduleError, reduce_op_name
 
-__all__ = ["Collectives", "Work", "allreduce_hook"]
+__all__ = ["Collectives", "Native", "Work", "allreduce_hook"]
 
 KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce")
 
@@ -142,13 +146,42 @@ def _complete(work: Work, run: Callable[[], torch.Tensor]) -> None:
         work._finish(value, None)
 
 
+class Native:
+    """torch.distributed's own collective of ``kind`` on ``group``, called as an ``Executor`` is
+    (``native(input, output, op=...)``, ``broadcast``, ``reduce``): what serves the sizes a
+    schedule set leaves to NCCL. ``root`` is a group rank, as a schedule's."""
+
+    def __init__(self, kind: str, root: int | None, group: Any = None) -> None:
+        self.kind, self.root, self.group = kind, root, group
+        self.rank = dist.get_rank(group)
+        self._spec = {"collective": kind, "root": 0 if root is None and kind in ("broadcast", "reduce") else root}
+
+    def __repr__(self) -> str:
+        return f"Native({self.kind}: torch.distributed's own collective)"
+
+    def __call__(self, input: torch.Tensor, output: torch.Tensor, *, op: Any = "sum") -> torch.Tensor:
+        try:
+            name = reduce_op_name(op)
+        except ScheduleError as exc:
+            raise InputError(exc.message) from None
+        native(self._spec, input, output, name, self.group)
+        return output
+
+    def broadcast(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self(tensor, tensor)
+
+    def reduce(self, tensor: torch.Tensor, op: Any = "sum") -> torch.Tensor:
+        return self(tensor, tensor, op=op)
+
+
 class Collectives:
     """One collective on one process group, served by a schedule or by a schedule set's entries
     (``entries``: (min bytes, max bytes or None, label, a function making the entry's verified
-    Program), contiguous from 0). ``timeout`` and ``validate`` as for ``Executor``."""
+    Program, or None where the set leaves the sizes to NCCL: torch's own collective serves
+    them), contiguous from 0). ``timeout`` and ``validate`` as for ``Executor``."""
 
     def __init__(self, name: str, kind: str, n_ranks: int, root: int | None,
-                 entries: Sequence[tuple[int, int | None, str, Callable[[], Program]]], group: Any = None, *,
+                 entries: Sequence[tuple[int, int | None, str, Callable[[], Program] | None]], group: Any = None, *,
                  timeout: float | None = None, validate: str = "first") -> None:
         if kind not in KINDS:
             raise InputError(f"{name}: drop-in calls implement {', '.join(KINDS)}, not {kind}")
@@ -166,7 +199,7 @@ class Collectives:
         self.entries = list(entries)
         self.timeout, self.validate = timeout, validate
         self._starts = [e[0] for e in self.entries]
-        self._executors: dict[int, Executor] = {}
+        self._executors: dict[int, Executor | Native] = {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -178,17 +211,20 @@ class Collectives:
         """The index of the entry serving a call of ``nbytes`` bytes."""
         return max(0, bisect_right(self._starts, nbytes) - 1)
 
-    def executor_for(self, nbytes: int) -> Executor:
+    def executor_for(self, nbytes: int) -> Executor | Native:
+        """What runs a call of ``nbytes`` bytes: its entry's Executor, or torch's own collective
+        (``Native``) for an entry left to NCCL."""
         index = self.entry_for(nbytes)
         with self._lock:
             ex = self._executors.get(index)
             if ex is None:
-                ex = self._executors[index] = Executor(self.entries[index][3](), self.group, timeout=self.timeout,
-                                                       validate=self.validate)
+                make = self.entries[index][3]
+                ex = self._executors[index] = Native(self.kind, self.root, self.group) if make is None else \
+                    Executor(make(), self.group, timeout=self.timeout, validate=self.validate)
         return ex
 
     # ------------------------------------------------------------------ calls
-    def _call(self, what: str, nbytes: int, run: Callable[[Executor], torch.Tensor], async_op: bool) -> Any:
+    def _call(self, what: str, nbytes: int, run: Callable[[Executor | Native], torch.Tensor], async_op: bool) -> Any:
         if not isinstance(async_op, bool):
             raise InputError(f"async_op must be True or False, got {async_op!r}")
         work = _Worker.get().submit(lambda: run(self.executor_for(nbytes)), f"rank {self.rank}: {self.name} {what}")

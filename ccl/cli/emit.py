@@ -67,13 +67,18 @@ def cmd_torch(args: argparse.Namespace) -> int:
 
 def _torch_set(args: argparse.Namespace, sset: Any) -> int:
     """A schedule set as one script that runs the schedule serving its --size."""
-    entries = [(e.min_bytes, e.max_bytes, e.label, compiler.runnable(e.algorithm, **lowering(args)))
-               for e in sset.entries]
+    if not sset.schedules:
+        raise InputError(f"every size of the set {sset.name!r} is left to NCCL (native entries only): there is no "
+                         "schedule to write a script for")
+    entries = [(e.min_bytes, e.max_bytes, e.label,
+                None if e.algorithm is None else compiler.runnable(e.algorithm, **lowering(args)))
+               for e in sset.entries]  # a native entry: the script leaves its sizes to NCCL
     script = emit_set_script(sset.name, entries, source=args.file)
     n = sset.topology.n_ranks
     summary = {"ok": True, "output": args.output, "name": sset.name, "collective": sset.collective.kind,
-               "n_ranks": n, "entries": [{"label": lbl, "min_bytes": lo, "max_bytes": hi, **p.summary()}
-                                         for lo, hi, lbl, p in entries],
+               "n_ranks": n, "entries": [{"label": lbl, "min_bytes": lo, "max_bytes": hi,
+                                          **(e.summary() if p is None else p.summary())}
+                                         for (lo, hi, lbl, p), e in zip(entries, sset.entries)],
                "bytes": len(script.encode())}
     if _printed(args, summary, "script", script):
         return 0
@@ -128,7 +133,8 @@ def _in_place_line(claim: dict[str, Any]) -> str:
 
 def _msccl_set(args: argparse.Namespace, sset: Any) -> int:
     """A schedule set as one XML file per size range (minBytes/maxBytes from the ranges, in the
-    bytes the runtimes count) into the folder -o; every file or none."""
+    bytes the runtimes count) into the folder -o; every file or none. A native entry's range
+    gets no file: the runtimes run NCCL's own algorithms for calls outside every file's range."""
     if args.min_bytes is not None or args.max_bytes is not None:
         raise InputError("a schedule set carries its size ranges: --min-bytes/--max-bytes do not apply")
     if args.name is not None:
@@ -138,13 +144,20 @@ def _msccl_set(args: argparse.Namespace, sset: Any) -> int:
     if os.path.exists(args.output) and not os.path.isdir(args.output):
         raise InputError(f"-o {args.output!r} is a file; a schedule set needs a folder (one file per size range)")
     kind, n = sset.collective.kind, sset.topology.n_ranks
-    files, skipped, rows = [], [], []
+    if not sset.schedules:
+        raise InputError(f"every size of the set {sset.name!r} is left to NCCL (native entries only): there is no "
+                         "file to write; the runtimes run NCCL's own algorithms without one")
+    files, skipped, rows, native = [], [], [], []
     width = len(str(len(sset.entries) - 1))
     progress = Progress()
     swept = [row["size"] for row in sset.table if isinstance(row, dict) and isinstance(row.get("size"), int)]
     for k, e in enumerate(sset.entries):
         progress(f"emit: entry {k + 1} of {len(sset.entries)} ({shown(e.label)})", k / len(sset.entries))
         lo, hi = msccl_bytes(kind, n, e.min_bytes, e.max_bytes)
+        if e.algorithm is None:  # NCCL itself serves it: no file, the runtimes fall back to NCCL there
+            native.append({"entry": k, "label": e.label, "native": e.served_by, "min_bytes": e.min_bytes,
+                           "max_bytes": e.max_bytes, "minBytes": lo, "maxBytes": hi})
+            continue
         label = re.sub(r"[^A-Za-z0-9_.-]", "_", e.label)
         name = f"{sset.name}-{k:0{width}d}-{label}"
         protocol = args.protocol or e.protocol or protocol_for(kind, sset.topology, e.min_bytes, e.max_bytes, swept)
@@ -177,13 +190,16 @@ def _msccl_set(args: argparse.Namespace, sset: Any) -> int:
         make_folder("-o", args.output)
     write_all([(path, lambda fh, text=text: fh.write(text)) for path, text in files])  # all or none
     data = {"ok": True, "output": args.output, "name": sset.name, "target": args.target, "files": rows,
-            "skipped": skipped}
+            "skipped": skipped, "native": native}
     folder = os.path.normpath(args.output)
     lines = [f"ok: {sset.name}: {len(files)} file{'s' if len(files) != 1 else ''} for {args.target} -> "
              f"{shown(folder)}/ (one per size range; deploy: MSCCL_ALGO_DIR={shown(os.path.abspath(folder))})"]
     for r in rows:
         lines.append(f"  {os.path.basename(r['file'])}: calls of {_span(r['minBytes'], r['maxBytes'])}, {r['proto']}, "
                      f"{r['threadblocks']} threadblocks, {r['max_steps']} steps at most")
+    for r in native:
+        lines.append(f"  left to NCCL: entry {r['entry']} ({r['native']}, calls of {_span(r['minBytes'], r['maxBytes'])}): "
+                     "no file; calls there run NCCL's own algorithm (the runtimes' fallback outside the files' ranges)")
     for s in skipped:
         lines.append(f"  not written: entry {s['entry']} ({s['label']}, calls of {_span(s['minBytes'], s['maxBytes'])}): "
                      f"{s['reason']}; calls there fall back to NCCL")

@@ -27,18 +27,19 @@ def tuner_progress() -> Any:
 
 
 def set_summary(result: Any, where: str) -> str:
-    """The readable report of a tuned schedule set: which schedule serves which sizes, the
-    table per swept size (time, distance to the bound, NCCL's ring model, the best template)
-    and what was tried."""
+    """The readable report of a tuned schedule set: which schedule serves which sizes (NCCL's
+    own algorithm for a native entry), the table per swept size (time, distance to the bound,
+    against NCCL's pick: exactly 1.0 where NCCL itself won, the best template) and what was
+    tried."""
     sset = result.schedule_set
     how = "from the cache, " if result.cached else ""
     status = "ok" if sset.complete else "incomplete"
     target = f" for {sset.target}" if sset.target else ""
     lines = [f"{status}: {sset.collective.kind} on {sset.topology.name} ({sset.topology.n_ranks} ranks){target}: "
-             f"{len(sset.entries)} schedule{'s' if len(sset.entries) != 1 else ''} by size, verified, "
-             f"{how}{result.seconds:.1f} s{where}"]
-    for e in sset.entries:
-        lines.append(f"  {e.range_text():<26} {e.label:<22} {e.protocol or ''}".rstrip())
+             f"{_count(sset)} by size, verified, {how}{result.seconds:.1f} s{where}"]
+    for e in sset.entries:  # a native entry: NCCL's own algorithm serves its sizes
+        what = e.served_by if e.is_native else f"{e.label:<22} {e.protocol or ''}"
+        lines.append(f"  {e.range_text():<26} {what}".rstrip())
     ref_key = next((k for k in ("nccl_us", "nccl-ring_us", "nccl-tree_us", "nccl-p2p_us") if sset.table and k in sset.table[0]),
                    None)
     ref = ref_key[:-3] if ref_key else ""
@@ -46,7 +47,9 @@ def set_summary(result: Any, where: str) -> str:
                  f"{'vs best template':<18}")
     for row in sset.table:
         versus = ""
-        if ref_key and row.get(ref_key):
+        if ref_key == "nccl_us" and row["winner"] == "nccl":  # NCCL itself serves this size: exactly 1.0
+            versus = "1.00x (is NCCL)"
+        elif ref_key and row.get(ref_key):
             x = row[ref_key] / row["time_us"]
             versus = f"{x:.2f}x faster" if x >= 1 else f"{1 / x:.2f}x slower"
         tmpl = ""
@@ -82,6 +85,13 @@ def set_summary(result: Any, where: str) -> str:
         lines.append(f"  incomplete: the wall-clock limit stopped or cut {', '.join(cut) or 'the run'}; the set depends "
                      "on this machine's speed and was not cached (raise --deadline or drop it)")
     return "\n".join(lines)
+
+
+def _count(sset: Any) -> str:
+    """"3 schedules", or "2 schedules and 1 range left to NCCL" when some entries are native."""
+    ours, native = len(sset.schedules), len(sset.entries) - len(sset.schedules)
+    text = f"{ours} schedule{'s' if ours != 1 else ''}"
+    return text if not native else f"{text} and {native} range{'s' if native != 1 else ''} left to NCCL"
 
 
 def summary(result: Any, label: str, where: str) -> str:

@@ -51,18 +51,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.emit == "program":
         loaded = load_any(args.file, topology=args.topology, in_place=args.in_place)
         if isinstance(loaded, ScheduleSet):
-            return emit_programs(args, [e.algorithm for e in loaded.entries])
+            return emit_programs(args, [e.algorithm for e in loaded.schedules])
         return emit_programs(args, [compiler.runnable(loaded, **lowering(args))])
     if args.size is None:
         raise InputError("--size is required (the message size, as nccl-tests counts it, e.g. 16MiB)")
     runs = run_local_sizes(args.file, sizes=args.size, ranks=args.ranks, repeat=args.repeat, warmup=args.warmup,
                            dtype=args.dtype, op=args.op, in_place=args.in_place, timeout=args.timeout,
                            topology=args.topology, round_sizes=args.round, **lowering(args))
-    ok = all(r.report.correct is not False for r in runs)
+    ok = all(r.report is None or r.report.correct is not False for r in runs)
     if len(runs) > 1:
         _sweep(args, runs, ok)
         return 0 if ok else EXIT_BACKEND
     [(size, entry, report)] = runs
+    if report is None:  # the set leaves this size to NCCL
+        emit(args, {"ok": True, "file": args.file, "requested_size": size, "entry": _entry_json(entry), "ran": False},
+             f"ok: calls of {format_size(size)} are left to NCCL by the set ({entry.served_by}, sizes "
+             f"{entry.range_text()}): torch's own collective serves them; nothing of ours to run")
+        return 0
     data = {"ok": report.correct is not False, "file": args.file, **report.to_json(), "requested_size": size}
     rounded = f" (rounded down from {format_size(size)}: --round)" if report.size_bytes != size else ""
     algbw, busbw = report.bandwidth(report.ours_seconds)
@@ -91,7 +96,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _entry_json(entry: Any) -> dict[str, Any]:
-    return {"label": entry.label, "algorithm": entry.algorithm.name, "min_bytes": entry.min_bytes,
+    """A set's entry in a run's JSON (``native``: NCCL's algorithm where the set leaves the sizes to NCCL)."""
+    return {"label": entry.label, "algorithm": None if entry.algorithm is None else entry.algorithm.name,
+            "native": entry.served_by if entry.is_native else None, "min_bytes": entry.min_bytes,
             "max_bytes": entry.max_bytes}
 
 
@@ -100,7 +107,15 @@ def _us(seconds: float | None) -> float | None:
 
 
 def _sweep(args: argparse.Namespace, runs: list, ok: bool) -> None:
-    """Several sizes: one nccl-tests row per size, ours against torch, and the check."""
+    """Several sizes: one nccl-tests row per size, ours against torch, and the check (a size the
+    set leaves to NCCL: a row saying so, nothing run)."""
+    left = [r for r in runs if r.report is None]
+    runs = [r for r in runs if r.report is not None]
+    if not runs:
+        emit(args, {"ok": True, "file": args.file, "rows": [], "native": [_native_row(r) for r in left]},
+             f"ok: every size asked is left to NCCL by the set ({', '.join(sorted({r.entry.served_by for r in left}))})"
+             ": torch's own collective serves them; nothing of ours to run")
+        return
     first = runs[0].report
     is_set = any(r.entry is not None for r in runs)
     rows, cells = [], []
@@ -138,10 +153,18 @@ def _sweep(args: argparse.Namespace, runs: list, ok: bool) -> None:
     if changed:
         head += "\n  rounded down (--round): " + ", ".join(
             f"{format_size(r.size)} -> {format_size(r.report.size_bytes)}" for r in changed)
+    if left:
+        head += "\n  left to NCCL (torch's own collective serves them; nothing of ours ran): " + ", ".join(
+            f"{format_size(r.size)} ({r.entry.served_by})" for r in left)
     data = {"ok": ok, "file": args.file, "collective": first.collective, "ranks": first.ranks, "dtype": first.dtype,
             "op": first.op, "in_place": first.in_place, "repeat": first.repeat, "rows": rows,
-            **({"emulated": emulated} if emulated else {})}
+            **({"emulated": emulated} if emulated else {}), "native": [_native_row(r) for r in left]}
     emit(args, data, "\n".join([head] + table(columns, cells)))
+
+
+def _native_row(run: Any) -> dict[str, Any]:
+    """A size the set leaves to NCCL, in a sweep's JSON."""
+    return {"requested_size": run.size, "entry": _entry_json(run.entry)}
 
 
 def register(sub: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from backends.cost.nccl import baselines
 from backends.sim.plots import plot_sizes
 
 from .. import compiler
@@ -17,7 +18,7 @@ from ..core.errors import InputError
 from ..core.files import batch
 from ..core.report import SIZE_MEANING
 from ..core.schedule_set import ScheduleSet
-from ..core.units import parse_bandwidth
+from ..core.units import format_size, parse_bandwidth
 from ..core.verify import verify
 from ..core.verify_program import verify_program
 from .bounds import SIZE_COLUMNS, SIZE_HELP, fixed, nccl_columns, size_cells, sizes_arg, table
@@ -37,13 +38,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     elif not isinstance(alg, ScheduleSet):  # a set's entries were verified as it was read
         verify_program(alg, in_place=args.in_place)
     if args.emit == "program":
-        return emit_programs(args, [e.algorithm for e in alg.entries] if isinstance(alg, ScheduleSet) else [alg])
+        return emit_programs(args, [e.algorithm for e in alg.schedules] if isinstance(alg, ScheduleSet) else [alg])
     if args.size is None:
         raise InputError("--size is required (the bytes the collective is called with, e.g. 64MiB)")
     if len(args.size) > 1:
         return _sweep(args, alg)
     [size] = args.size
     entry = alg.pick(size) if isinstance(alg, ScheduleSet) else None
+    if entry is not None and entry.algorithm is None:
+        return _native(args, alg, [size])
     recorded = entry.protocol if entry is not None else recorded_protocol(args.file)
     sim = compiler.simulation(alg if entry is None else entry.algorithm, size, mode=args.mode, slices=args.slices,
                               in_place=args.in_place, overlap_latency=args.overlap_latency,
@@ -69,8 +72,35 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _entry_json(entry: Any) -> dict[str, Any]:
-    return {"label": entry.label, "algorithm": entry.algorithm.name, "min_bytes": entry.min_bytes,
+    """A set's entry in the JSON (``native``: NCCL's algorithm where the set leaves the sizes to NCCL)."""
+    return {"label": entry.label, "algorithm": None if entry.algorithm is None else entry.algorithm.name,
+            "native": entry.served_by if entry.is_native else None, "min_bytes": entry.min_bytes,
             "max_bytes": entry.max_bytes}
+
+
+def _native_rows(sset: ScheduleSet, sizes: list[int]) -> list[dict[str, Any]]:
+    """Sizes the set leaves to NCCL: nothing of ours to simulate; NCCL's pick as the calibrated
+    model times it (the ``nccl`` baseline, what the tuner compared against)."""
+    rows = []
+    for size in sizes:
+        model = next((b for b in baselines(sset.collective.kind, sset.topology, size) if b.name == "nccl"), None)
+        rows.append({"size": size, "entry": _entry_json(sset.pick(size)),
+                     "nccl_us": None if model is None else model.time_us})
+    return rows
+
+
+def _native_line(row: dict[str, Any]) -> str:
+    time = "" if row["nccl_us"] is None else f", modelled at {row['nccl_us']:.4g} us"
+    return f"{format_size(row['size'])} ({row['entry']['native']}{time})"
+
+
+def _native(args: argparse.Namespace, sset: ScheduleSet, sizes: list[int]) -> int:
+    """Every size asked is left to NCCL by the set: say so, with NCCL's modelled time."""
+    rows = _native_rows(sset, sizes)
+    emit(args, {"file": args.file, "verified": True, "set": sset.name, "native": rows},
+         f"calls of {', '.join(_native_line(r) for r in rows)} are left to NCCL by the set {sset.name!r}: no "
+         "schedule of ours to simulate")
+    return 0
 
 
 def _sweep(args: argparse.Namespace, schedule: Any) -> int:
@@ -79,10 +109,13 @@ def _sweep(args: argparse.Namespace, schedule: Any) -> int:
     if args.trace:
         raise InputError(f"--trace writes the timeline of one call: give one size, not {len(args.size)}")
     recorded = None if isinstance(schedule, ScheduleSet) else recorded_protocol(args.file)
-    points = sweep(schedule, args.size, mode=args.mode, slices=args.slices, in_place=args.in_place,
-                   overlap_latency=args.overlap_latency, local_bandwidth=args.local_bandwidth, **lowering(args),
-                   **charged(args, recorded))
     is_set = isinstance(schedule, ScheduleSet)
+    left = [s for s in args.size if is_set and schedule.pick(s).algorithm is None]  # sizes left to NCCL
+    if left and len(left) == len(args.size):
+        return _native(args, schedule, left)
+    points = sweep(schedule, [s for s in args.size if s not in left], mode=args.mode, slices=args.slices,
+                   in_place=args.in_place, overlap_latency=args.overlap_latency, local_bandwidth=args.local_bandwidth,
+                   **lowering(args), **charged(args, recorded))
     first = points[0].report
     reference = _reference(first)
     rows, cells = [], []
@@ -109,7 +142,7 @@ def _sweep(args: argparse.Namespace, schedule: Any) -> int:
         columns += ((reference, "(us)", ">"), ("speedup", "(x)", ">"))
     if is_set:
         columns += (("entry", "(of the set)", "<"),)
-    what = (f"set {schedule.name!r} ({len(schedule.entries)} schedules by size)" if is_set
+    what = (f"set {schedule.name!r} ({len(schedule.entries)} entries by size)" if is_set
             else f"{first.algorithm}: solver {first.solver or '-'}, {first.steps} steps, {first.messages} messages")
     head = (f"{what}; {first.collective} on {first.topology} ({first.n_ranks} ranks), {first.mode} mode, "
             f"{len(points)} sizes (size: {SIZE_MEANING.get(first.collective, SIZE_MEANING['custom'])})")
@@ -124,6 +157,9 @@ def _sweep(args: argparse.Namespace, schedule: Any) -> int:
     data["rows"] = rows
     data["plot"] = args.plot
     text = "\n".join([head] + table(columns, cells))
+    if left:
+        data["native"] = _native_rows(schedule, left)
+        text += "\n  left to NCCL (no schedule of ours to simulate): " + ", ".join(map(_native_line, data["native"]))
     if args.plot:
         _plot_sweep(points, args.plot, what)
         text += f"\n  time-vs-size plot written to {shown(args.plot)}"

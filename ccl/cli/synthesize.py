@@ -144,7 +144,7 @@ def synthesize_auto(args: argparse.Namespace, topo: Any) -> int:
         result = tune(topo, args.collective, root=args.root, sizes=sizes, solvers=names, chunks=args.chunks,
                       time_budget=budget, channels=args.channels, fuse=not args.no_fuse, options=options,
                       progress=tuner_progress(), cache=not args.no_cache, target=args.target,
-                      deadline=args.deadline)
+                      deadline=args.deadline, native=not args.no_native)
     except Interrupted as exc:  # Ctrl-C: the set of the schedules timed so far (verified), saved
         if exc.best is None:
             raise
@@ -190,6 +190,9 @@ def register(sub: Any) -> None:
     syn.add_argument("--deadline", type=budget_arg,
                      help="auto: a wall-clock stop in seconds (default none); candidates it skips or cuts short "
                           "make the set incomplete: it then depends on the machine's speed and is not cached")
+    syn.add_argument("--no-native", action="store_true",
+                     help="auto: every size to a schedule of ours (by default a size where NCCL's own pick, under "
+                          "the calibrated model, beats every schedule is left to NCCL: an entry with no file)")
     syn.add_argument("--target", choices=("msccl", "rccl", "torch"),
                      help="auto: the runtime the set is for; with msccl or rccl no schedule the MSCCL export "
                           "cannot fit in that runtime's limits is chosen (the set records the target)")

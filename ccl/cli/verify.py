@@ -79,13 +79,17 @@ def verify_one(args: argparse.Namespace) -> int:
 def _verify_set(args: argparse.Namespace, sset: Any) -> int:
     """Every entry of a schedule set verified (``load_any`` did it; here in place too)."""
     if args.emit == "algorithm":
-        return emit_algorithms(args, [e.algorithm for e in sset.entries])
+        return emit_algorithms(args, [e.algorithm for e in sset.schedules])
     if args.emit == "program":
-        return emit_programs(args, [e.algorithm for e in sset.entries])
+        return emit_programs(args, [e.algorithm for e in sset.schedules])
     if args.emit is not None:
         raise InputError(f"--emit {args.emit} does not apply to a schedule set")
     rows, lines = [], []
     for k, e in enumerate(sset.entries):
+        if e.algorithm is None:  # NCCL's own: no schedule of ours to verify
+            rows.append({"entry": k, **e.summary(), "in_place_ok": True, "verified": False})
+            lines.append(f"  {k}: {e.range_text():<26} {e.served_by}: left to NCCL, nothing to verify")
+            continue
         verdict = in_place_verdict(e.algorithm)
         rows.append({"entry": k, "label": e.label, "min_bytes": e.min_bytes, "max_bytes": e.max_bytes,
                      **e.algorithm.summary(), **_in_place_fields(verdict)})
@@ -94,9 +98,10 @@ def _verify_set(args: argparse.Namespace, sset: Any) -> int:
     data = {"ok": True, "file": args.file, "name": sset.name, "collective": sset.collective.kind,
             "topology": sset.topology.name, "n_ranks": sset.topology.n_ranks,
             "in_place_ok": all(r["in_place_ok"] for r in rows), "entries": rows}
-    head = (f"ok: {shown(args.file)}: schedule set {sset.name}: {len(sset.entries)} schedule"
-            f"{'s' if len(sset.entries) != 1 else ''} of {sset.collective.kind} on {sset.topology.name}, every one "
-            f"verified")
+    ours, native = len(sset.schedules), len(sset.entries) - len(sset.schedules)
+    head = (f"ok: {shown(args.file)}: schedule set {sset.name}: {ours} schedule{'s' if ours != 1 else ''} of "
+            f"{sset.collective.kind} on {sset.topology.name}, every one verified"
+            + (f"; {native} range{'s' if native != 1 else ''} left to NCCL" if native else ""))
     emit(args, data, "\n".join([head, *lines]))
     return 0
 

@@ -340,6 +340,9 @@ def sweep(schedule: Any, sizes: Sequence[float], *, channels: int = 1, fuse: boo
     out = []
     for size in sizes:
         entry = schedule.pick(size) if isinstance(schedule, ScheduleSet) else None
+        if entry is not None and entry.algorithm is None:
+            raise InputError(f"calls of {format_bytes(size)} are left to NCCL by the set ({entry.served_by}): no "
+                             "schedule of ours to simulate there")
         which = schedule if entry is None else entry.algorithm
         if id(which) not in simulators:
             lowered = program(which, channels=channels, fuse=fuse, check=False,

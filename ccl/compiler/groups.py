@@ -57,7 +57,7 @@ def _one(sub: Topology, kind: str, root: int | None, solver: str, size: float, c
          time_budget: float | None, quick: bool = False) -> Algorithm:
     if solver == "auto":
         found = tune(sub, kind, root=root, sizes=[int(size)], chunks=chunks, time_budget=time_budget,
-                     cache=False).schedule_set
+                     cache=False, native=False).schedule_set  # a schedule of ours: the groups are simulated together
         return found.pick(size).algorithm
     request = Request(solver, chunks=chunks, size=None if quick else size)
     return synthesize(Problem(sub, builtin(kind, sub.n_ranks, root), request)).algorithm

@@ -71,14 +71,15 @@ def collectives(schedule: Any, group: Any = None, *, channels: int = 1, fuse: bo
     """A ``backends.torch.Collectives``: torch.distributed's calling conventions (``async_op``
     included) on ``group`` over a schedule, or over a schedule set whose entries are lowered and
     verified on first use (a file holding either, an Algorithm, a SynthesisResult, a Program or a
-    ``ScheduleSet``)."""
+    ``ScheduleSet``). A set's native entries (sizes left to NCCL) run torch.distributed's own
+    collective on ``group``."""
     from backends.torch import Collectives  # loads torch, or says how to install it
 
     if isinstance(schedule, (str, os.PathLike)):
         schedule = load_any(schedule, topology=topology)
     if isinstance(schedule, ScheduleSet):
-        def maker(algorithm: Algorithm):
-            return lambda: runnable(algorithm, channels=channels, fuse=fuse)
+        def maker(algorithm: Algorithm | None):  # None: a native entry, torch's own collective serves it
+            return None if algorithm is None else lambda: runnable(algorithm, channels=channels, fuse=fuse)
 
         coll = schedule.collective
         entries = [(e.min_bytes, e.max_bytes, e.label, maker(e.algorithm)) for e in schedule.entries]
@@ -97,7 +98,9 @@ def torch_script(schedule: Any, *, channels: int = 1, fuse: bool = True, source:
 
 class SizeRun(NamedTuple):
     """One size of a local run: the size asked for, the schedule set's entry that served it
-    (None for a single schedule) and the ``backends.torch.launch.RunReport``."""
+    (None for a single schedule) and the ``backends.torch.launch.RunReport`` (None where the
+    entry is native: the set leaves that size to NCCL, torch's own collective, and nothing of
+    ours runs)."""
 
     size: int
     entry: Any
@@ -109,6 +112,9 @@ def run_local(schedule: Any, *, size: int | str, channels: int = 1, fuse: bool =
     """Run on local gloo processes, check against torch's collective, time both
     (``backends.torch.launch.run_local`` for the options); returns its RunReport."""
     [run] = run_local_sizes(schedule, sizes=[size], channels=channels, fuse=fuse, topology=topology, **options)
+    if run.entry is not None and run.entry.is_native:
+        raise InputError(f"calls of {format_size(run.size)} are left to NCCL by the set (entry {run.entry.served_by}, "
+                         f"sizes {run.entry.range_text()}): no schedule of ours runs there")
     return run.report
 
 
@@ -123,7 +129,8 @@ def run_local_sizes(schedule: Any, *, sizes: Sequence[int | str], channels: int 
                     topology: Any = None, round_sizes: bool = False, **options: Any) -> list[SizeRun]:
     """``run_local`` at every size, in one launch of processes (see
     ``backends.torch.launch.run_local_sizes``); a schedule set serves each size with the entry
-    it picks. Every Program is verified before anything runs.
+    it picks (a size its native entry leaves to NCCL runs nothing: its report is None). Every
+    Program is verified before anything runs.
 
     A size must be a whole number of ``dtype`` elements in every part of the buffer nccl-tests
     counts (so the size run is the size asked); with ``round_sizes`` it is rounded down to the
@@ -146,7 +153,13 @@ def run_local_sizes(schedule: Any, *, sizes: Sequence[int | str], channels: int 
     n_ranks = getattr(getattr(schedule, "collective", None), "n_ranks", None)
     if isinstance(n_ranks, int):  # before lowering anything: one local process per rank
         _check_processes(n_ranks, f"the schedule {getattr(schedule, 'name', '')!r} is for {n_ranks} ranks")
-    entries = [schedule.pick(size) if isinstance(schedule, ScheduleSet) else None for size in sizes]
+    asked = sizes
+    picked = [schedule.pick(size) if isinstance(schedule, ScheduleSet) else None for size in asked]
+    ours = [e is None or e.algorithm is not None for e in picked]  # the rest is left to NCCL: nothing to run
+    if not any(ours):
+        return [SizeRun(size, e, None) for size, e in zip(asked, picked)]
+    entries = [e for e, run in zip(picked, ours) if run]
+    sizes = [size for size, run in zip(asked, ours) if run]
     programs: dict[int, Program] = {}
     for entry in entries:
         which = schedule if entry is None else entry.algorithm
@@ -161,8 +174,8 @@ def run_local_sizes(schedule: Any, *, sizes: Sequence[int | str], channels: int 
             _check_whole(program, size, options.get("dtype", "float32"))
     _check_memory(chosen, sizes, options.get("dtype", "float32"))
 
-    reports = launch.run_local_sizes(chosen, sizes, **options)
-    return [SizeRun(size, entry, report) for size, entry, report in zip(sizes, entries, reports)]
+    reports = iter(launch.run_local_sizes(chosen, sizes, **options))
+    return [SizeRun(size, e, next(reports) if run else None) for size, e, run in zip(asked, picked, ours)]
 
 
 def _check_processes(n: int, what: str) -> None:

@@ -15,11 +15,16 @@ Candidates, in the order they run:
 
 Each schedule is lowered once and simulated at every swept size (the simulator of
 ``backends.sim``, as ``ccl simulate`` times it). Per size the fastest wins (ties: fewer
-messages, then the earlier candidate); a run of sizes with one winner becomes one entry, and
-ranges meet at the geometric midpoint of the swept sizes on either side. Identical schedules
-(same transfers) are kept once. Every candidate is timed under the charges of the runtime the set is for (``runtime_of``: the
-MSCCL executor by default) with each protocol it offers; every entry carries the protocol its
-schedule was fastest with over most of its range, and the table times it under that protocol.
+messages, then the earlier candidate), unless NCCL itself is faster: where NCCL's pick (the
+table's ``nccl`` baseline, ``backends.cost.nccl``) beats every candidate, the size goes to a
+native entry naming NCCL's algorithm and protocol (``Entry.native``; the table's winner is
+``nccl``), so no size of the set is slower than NCCL. A run of sizes with one winner (for
+NCCL: one algorithm and protocol) becomes one entry, and ranges meet at the geometric midpoint
+of the swept sizes on either side. Identical schedules
+(same transfers) are kept once. Every candidate is timed under the charges of the runtime the
+set is for (``runtime_of``: the MSCCL executor by default) with each protocol it offers; a run
+of sizes with one winner and one protocol (the one its schedule is fastest with there) is an
+entry, so each entry runs its protocol and the table times it under that protocol.
 
 Reproducible. The budget (``time_budget``, in seconds of work on the reference machine the
 simulator's effort constants were measured on) bounds the optional candidates (2 and 3),
@@ -34,7 +39,9 @@ Target. With ``target`` ``msccl`` or ``rccl``, a schedule that the MSCCL export 
 that runtime's limits (``msccl.unfit``: written, read back and verified as ``ccl emit msccl``
 writes it) is never chosen: the winners are checked, an unfit one is left out with its reason
 and the sizes it won go to the next fastest, so every entry of the set exports for the target.
-``torch`` runs every Program; the set records its target.
+``torch`` runs every Program; the set records its target. Native entries are NCCL's (the msccl
+executor and torch fall back to it); a set for ``rccl`` gets none, since RCCL's own choice is
+not the NCCL pick the table measures.
 """
 
 from __future__ import annotations
@@ -42,19 +49,21 @@ from __future__ import annotations
 import math
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import solvers as registry
 from backends.cost.nccl import baselines
+from backends.cost.nccl import pick as nccl_pick
 from backends.cost.runtime import DEFAULT_RUNTIME
 from solvers.bounds import lower_bound
 
 from ..core import interrupt, limits, validate
 from ..core.collective import builtin, check_size
 from ..core.errors import BackendError, InputError, Interrupted
-from ..core.schedule_set import Entry, ScheduleSet
+from ..core.report import Baseline
+from ..core.schedule_set import Entry, ScheduleSet, native_label
 from ..core.topology import Topology
 from ..core.units import format_size, parse_size, parse_sizes
 from . import cache as result_cache
@@ -158,11 +167,15 @@ def with_lane_variants(planned: Sequence[tuple[str, int | None]], topology: Topo
     return out
 
 
-def boundaries(sizes: Sequence[int], winners: Sequence[int]) -> list[tuple[int, int | None, int]]:
+W = TypeVar("W", bound=Hashable)
+NCCL_WINS = -1  # a size's winner when NCCL's own pick beats every candidate (``_winners``)
+
+
+def boundaries(sizes: Sequence[int], winners: Sequence[W]) -> list[tuple[int, int | None, W]]:
     """Runs of one winner over the sorted sizes as (min_bytes, max_bytes, winner), covering
     every size from 0 up; adjacent runs meet at the geometric midpoint of the sizes between
     them."""
-    runs: list[tuple[int, int | None, int]] = []
+    runs: list[tuple[int, int | None, W]] = []
     lo = 0
     for k, w in enumerate(winners):
         last = k == len(winners) - 1
@@ -219,16 +232,20 @@ def tune(
     cache: bool = True,
     target: str | None = None,
     deadline: float | None = None,
+    native: bool = True,
 ) -> TuneResult:
     """A schedule set for ``kind`` on ``topology`` (see module docstring). ``time_budget``:
     the work budget of the optional candidates, in seconds of the reference machine;
     ``deadline``: a wall-clock stop (the set is then incomplete and not cached); ``target``:
-    the runtime every entry must export for (``TARGETS``). ``progress(message, fraction)`` is
+    the runtime every entry must export for (``TARGETS``); ``native``: sizes where NCCL's own
+    pick is faster go to NCCL (False: every size to a schedule of ours, for callers that must
+    simulate it, such as concurrent groups). ``progress(message, fraction)`` is
     told what runs and how far along the budget or the plan is. With ``cache``, an identical
     earlier request is answered from the result cache (``ccl.compiler.cache``)."""
     start = time.perf_counter()
     _check_arguments(topology, kind, sizes, solvers, chunks, time_budget, channels, fuse, options, progress, cache,
                      target, deadline)
+    validate.flag(native, "native")
     sweep = parse_sizes(sizes) if isinstance(sizes, str) else sorted(set(parse_size(s) for s in sizes or ()))
     if not sweep:
         sweep = parse_sizes(DEFAULT_SIZES)
@@ -246,7 +263,8 @@ def tune(
     todo = with_lane_variants(planned, topology, chunks)
     asked = {"sizes": [format_size(s) for s in sweep], "solvers": [label_of(*item, chunks) for item in todo],
              "chunks": chunks, "work_budget_s": time_budget, "channels": channels, "fuse": fuse,
-             "options": {k: v for k, v in options}, "target": target, "runtime": runtime_of(target)}
+             "options": {k: v for k, v in options}, "target": target, "native": native,
+             "runtime": runtime_of(target)}
     key = None
     if cache:  # the deadline is not part of the key: only complete sets are stored
         key = result_cache.key("schedule-set", topology=topology, collective=collective, asked=asked)
@@ -268,9 +286,12 @@ def tune(
             raise Interrupted(f"stopped by Ctrl-C before any schedule of {kind} on {topology.name} was timed")
         reasons = "; ".join(f"{c.label}: {c.error}" for c in candidates if c.error)
         raise InputError(f"no schedule for {kind} on {topology.name}: {reasons}")
-    winners = _winners(sweep, timed, target, channels, fuse, say)
+    models = [baselines(kind, topology, size) for size in sweep]
+    natives = [None if target == "rccl" or not native else _nccl_time(m) for m in models]
+    winners = _winners(sweep, timed, natives, target, channels, fuse, say)
     complete = not stopped and not any(c.cut for c in candidates)
-    result = _schedule_set(topology, collective, kind, sweep, candidates, timed, winners, asked, target, complete)
+    result = _schedule_set(topology, collective, kind, sweep, candidates, timed, winners, models, asked, target,
+                           complete)
     timings = {c.label: c.seconds for c in candidates if c.seconds is not None}
     if stopped:
         raise Interrupted(f"stopped by Ctrl-C; the set holds the {len(timed)} schedule(s) timed so far",
@@ -281,11 +302,18 @@ def tune(
     return TuneResult(result, time.perf_counter() - start, False, timings)
 
 
-def _winners(sweep: list[int], timed: list[Candidate], target: str | None, channels: int, fuse: bool,
-             say: Callable[[str, float | None], None]) -> list[int]:
+def _nccl_time(models: list[Baseline]) -> float | None:
+    """The time of NCCL's pick among a size's baselines (None: NCCL has no such collective)."""
+    return next((b.time_us for b in models if b.name == "nccl"), None)
+
+
+def _winners(sweep: list[int], timed: list[Candidate], natives: list[float | None], target: str | None,
+             channels: int, fuse: bool, say: Callable[[str, float | None], None]) -> list[int]:
     """Per swept size, the index in ``timed`` of the fastest candidate (ties: fewer messages,
-    then the earlier candidate) among those that export for ``target``: the winners are
-    checked (``msccl.unfit``), an unfit one is marked and left out, until every winner fits."""
+    then the earlier candidate) among those that export for ``target``, or ``NCCL_WINS`` where
+    NCCL's pick (``natives``, its time per size; None: not an option) is faster still: the
+    winners are checked (``msccl.unfit``), an unfit one is marked and left out, until every
+    winner fits."""
     checked: set[int] = set()
     while True:
         fits = [j for j, c in enumerate(timed) if c.unfit is None]
@@ -294,9 +322,11 @@ def _winners(sweep: list[int], timed: list[Candidate], target: str | None, chann
             raise BackendError(f"no schedule tried exports for {target}: {reasons}")
         winners = [min(fits, key=lambda j: (round(timed[j].times_us[i], 6), timed[j].messages, j))
                    for i in range(len(sweep))]
+        winners = [NCCL_WINS if natives[i] is not None and round(natives[i], 6) < round(timed[w].times_us[i], 6)
+                   else w for i, w in enumerate(winners)]
         if target not in ("msccl", "rccl"):
             return winners
-        todo = [j for j in dict.fromkeys(winners) if j not in checked]
+        todo = [j for j in dict.fromkeys(winners) if j != NCCL_WINS and j not in checked]
         if not todo:
             return winners
         for j in todo:
@@ -313,45 +343,45 @@ def runtime_of(target: str | None) -> str:
     return {"rccl": "rccl", "torch": "torch-nccl"}.get(target or "", DEFAULT_RUNTIME)
 
 
-def range_protocol(cand: Candidate, sweep: list[int], lo: int, hi: int | None) -> str:
-    """The protocol an entry runs its range with: the one under which its schedule was fastest
-    at most of the range's swept sizes (ties: the larger sizes' protocol)."""
-    votes: dict[str, tuple[int, int]] = {}
-    for x, p in zip(sweep, cand.protocols):
-        if x >= lo and (hi is None or x < hi):
-            count, top = votes.get(p, (0, 0))
-            votes[p] = (count + 1, max(top, x))
-    return max(votes, key=lambda p: votes[p]) if votes else "Simple"
-
-
 def _schedule_set(topology: Topology, collective: Any, kind: str, sweep: list[int], candidates: list[Candidate],
-                  timed: list[Candidate], winners: list[int], asked: dict[str, Any], target: str | None,
-                  complete: bool) -> ScheduleSet:
-    """The set of the timed candidates: the winners per swept size, runs of one winner as
-    entries (each with its protocol), and the table against the bound and NCCL's models."""
-    runs = boundaries(sweep, winners)
+                  timed: list[Candidate], winners: list[int], models: list[list[Baseline]], asked: dict[str, Any],
+                  target: str | None, complete: bool) -> ScheduleSet:
+    """The set of the timed candidates: the winners per swept size (NCCL's pick where it won),
+    runs of one winner as entries (each with its protocol), and the table against the bound and
+    NCCL's models (``models``: the baselines per swept size)."""
+    picks = [nccl_pick(kind, topology, size) if w == NCCL_WINS else None for size, w in zip(sweep, winners)]
+    # a run of sizes with one winner and one protocol is an entry: NCCL's (its algorithm and
+    # protocol) or a schedule of ours with the protocol it is fastest with at each of those sizes
+    keys: list[Hashable] = [("ours", w, timed[w].protocols[i]) if c is None else ("nccl", c.algorithm, c.protocol)
+                            for i, (w, c) in enumerate(zip(winners, picks))]
     entries = []
-    for lo, hi, w in runs:
+    for lo, hi, key in boundaries(sweep, keys):
+        if key[0] == "nccl":  # NCCL itself: one algorithm and protocol of NCCL's over the run
+            _, algorithm, proto = key
+            entries.append(Entry(None, lo, hi, native_label(algorithm, proto), None, proto, native=algorithm))
+            continue
+        _, w, proto = key
         cand = timed[w]
         assert cand.algorithm is not None
-        entries.append(Entry(cand.algorithm, lo, hi, cand.label, None, range_protocol(cand, sweep, lo, hi)))
+        entries.append(Entry(cand.algorithm, lo, hi, cand.label, None, proto))
     starts = [e.min_bytes for e in entries]
     templates = [c for c in timed if not c.optional]
     table = []
     for i, size in enumerate(sweep):
-        cand = timed[winners[i]]
+        native = winners[i] == NCCL_WINS
+        nccl_us = _nccl_time(models[i])
+        time_us = nccl_us if native and nccl_us is not None else timed[winners[i]].times_us[i]
         b = lower_bound(topology, collective, size)
         entry = bisect_right(starts, size) - 1
-        proto = entries[entry].protocol
-        us = cand.times_by[proto][i] if proto in cand.times_by else cand.times_us[i]  # under the entry's protocol
-        row: dict[str, Any] = {"size": size, "winner": cand.label, "entry": entry, "protocol": proto,
-                               "time_us": round(us, 3), "bound_us": round(b.bound_us, 3),
-                               "bound_ratio": round(us / b.bound_us, 4) if b.bound_us > 0 else None}
+        row: dict[str, Any] = {"size": size, "winner": "nccl" if native else timed[winners[i]].label,
+                               "entry": entry, "protocol": entries[entry].protocol,
+                               "time_us": round(time_us, 3), "bound_us": round(b.bound_us, 3),
+                               "bound_ratio": round(time_us / b.bound_us, 4) if b.bound_us > 0 else None}
         if templates:
             best_t = min(templates, key=lambda c: c.times_us[i])
             row["best_template"] = best_t.label
             row["best_template_us"] = round(best_t.times_us[i], 3)
-        for model in baselines(kind, topology, size):
+        for model in models[i]:
             row[f"{model.name}_us"] = round(model.time_us, 3)
         table.append(row)
     name = f"{kind}-{topology.name}-auto"

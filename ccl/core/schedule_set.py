@@ -14,11 +14,18 @@ and the MSCCL export writes it (``proto=``). A set records the runtime it was tu
 candidate it planned (``complete``: False when a wall-clock stop cut it short; such a set
 depends on the machine's speed and is not cached).
 
+An entry may be NCCL itself (``native``: the name of NCCL's algorithm, with its protocol): the
+tuner gives a size to NCCL where NCCL's own pick, under the calibrated model, beats every
+schedule it tried, so a set is never slower than NCCL at a swept size. Such an entry has no
+algorithm; consumers leave its sizes to the runtime (no MSCCL file: the runtimes fall back to
+NCCL outside the files' ranges; torch's own collective in the drop-in executor).
+
 The file (``"format": "ccl-schedule-set"``) stores the topology and collective once; each
-entry holds its algorithm without them. Files are deterministic except the timing fields
+entry holds its algorithm without them (a native entry holds ``"native"`` instead). Files are deterministic except the timing fields
 (``synthesis_seconds``). Files written before entries carried a protocol, and sets a target
 and completeness, are read as protocol None (the exporter then applies the rule), target None
-and complete; readers that predate those fields ignore them.
+and complete; files without ``native`` entries are read as before (readers that predate native
+entries refuse a file holding one).
 """
 
 from __future__ import annotations
@@ -54,23 +61,35 @@ from .verify import verify
 SET_FORMAT = "ccl-schedule-set"
 SET_VERSION = 1
 PROTOCOLS = ("LL", "LL128", "Simple")  # NCCL's protocols, as MSCCL files spell them
+NATIVE = "NCCL"  # the runtime a native entry leaves its sizes to
 
 
 @dataclass(frozen=True)
 class Entry:
     """One schedule of a set and the sizes it serves: ``min_bytes <= size < max_bytes``. Its
-    collective is the set's, maybe with another chunk factor."""
+    collective is the set's, maybe with another chunk factor. A native entry (``native``: the
+    name of NCCL's algorithm there, e.g. "NVLS"; ``algorithm`` None; ``protocol`` NCCL's) leaves
+    its sizes to NCCL itself: NCCL's own pick was faster than every schedule tried."""
 
-    algorithm: Algorithm
+    algorithm: Algorithm | None
     min_bytes: int
     max_bytes: int | None
-    label: str  # the candidate it came from, e.g. "packing@64MiB" or "ring"
+    label: str  # the candidate it came from, e.g. "packing@64MiB" or "ring"; "NCCL NVLS/Simple" when native
     synthesis_seconds: float | None = None
     protocol: str | None = None  # LL, LL128 or Simple (None: not recorded, the exporter's rule applies)
+    native: str | None = None  # NCCL's algorithm when NCCL itself serves these sizes (then no algorithm)
 
     def __post_init__(self) -> None:
-        validate.instance(self.algorithm, Algorithm, "schedule set entry: algorithm")
         validate.name(self.label, "schedule set entry: label")
+        if self.native is None:
+            validate.instance(self.algorithm, Algorithm, "schedule set entry: algorithm")
+        else:
+            validate.name(self.native, f"schedule set entry {self.label!r}: native", empty=False)
+            if self.algorithm is not None:
+                raise InputError(f"schedule set entry {self.label!r}: a native entry ({NATIVE} {self.native}) has "
+                                 "no algorithm")
+            if self.protocol is None:
+                raise InputError(f"schedule set entry {self.label!r}: a native entry names NCCL's protocol")
         validate.number(self.min_bytes, f"schedule set entry {self.label!r}: min_bytes", least=0)
         if self.max_bytes is not None:
             validate.number(self.max_bytes, f"schedule set entry {self.label!r}: max_bytes", least=0)
@@ -80,12 +99,39 @@ class Entry:
             raise InputError(f"schedule set entry {self.label!r}: protocol {self.protocol!r} is not one of "
                              f"{', '.join(PROTOCOLS)}")
 
+    @property
+    def is_native(self) -> bool:
+        """NCCL itself serves these sizes (no algorithm of ours)."""
+        return self.native is not None
+
+    @property
+    def served_by(self) -> str:
+        """What serves the entry's sizes, in words: its label, or NCCL's choice ("NCCL
+        NVLS/Simple, native")."""
+        return f"{native_label(str(self.native), str(self.protocol))}, native" if self.is_native else self.label
+
     def serves(self, size: float) -> bool:
         return self.min_bytes <= size and (self.max_bytes is None or size < self.max_bytes)
 
     def range_text(self) -> str:
         hi = "" if self.max_bytes is None else format_size(self.max_bytes)
         return f"[{format_size(self.min_bytes)}, {hi or 'no limit'})"
+
+    def summary(self) -> dict[str, Any]:
+        """The entry's fields a report shows (a native entry: NCCL's algorithm, no schedule)."""
+        alg = self.algorithm
+        out: dict[str, Any] = {"label": self.label, "solver": None if alg is None else alg.solver,
+                               "min_bytes": self.min_bytes, "max_bytes": self.max_bytes, "protocol": self.protocol,
+                               "transfers": None if alg is None else len(alg.transfers),
+                               "steps": None if alg is None else alg.n_steps}
+        if alg is None:
+            out["native"] = native_label(str(self.native), str(self.protocol))
+        return out
+
+
+def native_label(algorithm: str, protocol: str) -> str:
+    """The label of a native entry: "NCCL NVLS/Simple"."""
+    return f"{NATIVE} {algorithm}/{protocol}"
 
 
 @dataclass(frozen=True)
@@ -125,9 +171,9 @@ class ScheduleSet:
         limits.SET_ENTRIES.check(len(self.entries), f"schedule set {self.name!r} has too many entries")
         lo = 0
         for k, e in enumerate(self.entries):
-            c = e.algorithm.collective
-            if (e.algorithm.topology != self.topology or c.kind != self.collective.kind
-                    or c.root != self.collective.root or c.n_ranks != self.collective.n_ranks):
+            c = None if e.algorithm is None else e.algorithm.collective  # None: native, the set's collective
+            if c is not None and (e.algorithm.topology != self.topology or c.kind != self.collective.kind
+                                  or c.root != self.collective.root or c.n_ranks != self.collective.n_ranks):
                 raise InputError(f"schedule set {self.name!r}: entry {k} ({e.label}) is for another topology or "
                                  "collective than the set")
             if e.min_bytes != lo:
@@ -154,12 +200,15 @@ class ScheduleSet:
     def index(self, size: float) -> int:
         return self.entries.index(self.pick(size))
 
+    @property
+    def schedules(self) -> tuple[Entry, ...]:
+        """The entries that hold a schedule of ours (not native)."""
+        return tuple(e for e in self.entries if e.algorithm is not None)
+
     def summary(self) -> dict[str, Any]:
         return {"name": self.name, "collective": self.collective.kind, "topology": self.topology.name,
                 "n_ranks": self.topology.n_ranks, "target": self.target, "complete": self.complete,
-                "entries": [{"label": e.label, "solver": e.algorithm.solver, "min_bytes": e.min_bytes,
-                             "max_bytes": e.max_bytes, "protocol": e.protocol, "transfers": len(e.algorithm.transfers),
-                             "steps": e.algorithm.n_steps} for e in self.entries]}
+                "entries": [e.summary() for e in self.entries]}
 
 
 # ---------------------------------------------------------------------- files
@@ -176,16 +225,21 @@ def set_to_json(sset: ScheduleSet) -> dict[str, Any]:
         "candidates": list(sset.candidates),
         "collective": collective_to_json(sset.collective),
         "topology": topology_to_json(sset.topology),
-        "entries": [
-            {"label": e.label, "min_bytes": e.min_bytes, "max_bytes": e.max_bytes, "protocol": e.protocol,
-             "synthesis_seconds": None if e.synthesis_seconds is None else round(e.synthesis_seconds, 3),
-             "algorithm": {"format": "ccl-algorithm", "version": FORMAT_VERSION, "name": e.algorithm.name,
-                           "solver": e.algorithm.solver, "collective": collective_to_json(e.algorithm.collective),
-                           "rounds": None if e.algorithm.rounds is None else list(e.algorithm.rounds),
-                           "transfer_fields": TRANSFER_FIELDS, "transfers": TransferRows(e.algorithm.transfers)}}
-            for e in sset.entries
-        ],
+        "entries": [_entry_to_json(e) for e in sset.entries],
     }
+
+
+def _entry_to_json(e: Entry) -> dict[str, Any]:
+    out: dict[str, Any] = {"label": e.label, "min_bytes": e.min_bytes, "max_bytes": e.max_bytes,
+                           "protocol": e.protocol,
+                           "synthesis_seconds": None if e.synthesis_seconds is None else round(e.synthesis_seconds, 3)}
+    if e.algorithm is None:
+        return {**out, "native": e.native}
+    alg = e.algorithm
+    return {**out, "algorithm": {"format": "ccl-algorithm", "version": FORMAT_VERSION, "name": alg.name,
+                                 "solver": alg.solver, "collective": collective_to_json(alg.collective),
+                                 "rounds": None if alg.rounds is None else list(alg.rounds),
+                                 "transfer_fields": TRANSFER_FIELDS, "transfers": TransferRows(alg.transfers)}}
 
 
 def set_from_json(data: dict[str, Any]) -> ScheduleSet:
@@ -203,13 +257,20 @@ def set_from_json(data: dict[str, Any]) -> ScheduleSet:
     for k, e in enumerate(data["entries"]):
         if not isinstance(e, dict):
             raise InputError(f"entry {k}: expected an object")
-        try:
-            own = e["algorithm"]
-            shared = collective if not isinstance(own, dict) or "collective" not in own else None
-            alg = algorithm_from_json({"collective": data["collective"], **own, "topology": data["topology"]},
-                                      topology=topology, collective=shared)
-        except CclError as exc:
-            raise InputError(f"entry {k}: {exc.message}") from None
+        native = e.get("native")
+        alg = None
+        if native is not None:
+            if not isinstance(native, str) or e.get("algorithm") is not None:
+                raise InputError(f"entry {k}: native must name NCCL's algorithm (text), and a native entry has no "
+                                 "algorithm")
+        else:
+            try:
+                own = e["algorithm"]
+                shared = collective if not isinstance(own, dict) or "collective" not in own else None
+                alg = algorithm_from_json({"collective": data["collective"], **own, "topology": data["topology"]},
+                                          topology=topology, collective=shared)
+            except CclError as exc:
+                raise InputError(f"entry {k}: {exc.message}") from None
         lo, hi = e["min_bytes"], e.get("max_bytes")
         if type(lo) is not int or (hi is not None and type(hi) is not int):
             raise InputError(f"entry {k}: min_bytes and max_bytes must be whole numbers of bytes (max_bytes null: "
@@ -219,8 +280,11 @@ def set_from_json(data: dict[str, Any]) -> ScheduleSet:
         if proto is not None and proto not in PROTOCOLS:
             raise InputError(f"entry {k}: protocol {validate.show(proto)} is not one of {', '.join(PROTOCOLS)} "
                              "(or null)")
-        entries.append(Entry(alg, lo, hi, str(e.get("label", alg.solver)),
-                             None if seconds is None else float(seconds), proto))
+        label = e.get("label", alg.solver if alg is not None else native_label(native, str(proto)))
+        try:
+            entries.append(Entry(alg, lo, hi, str(label), None if seconds is None else float(seconds), proto, native))
+        except InputError as exc:
+            raise InputError(f"entry {k}: {exc.message}") from None
     options = data.get("options") or {}
     target, complete = data.get("target"), data.get("complete", True)
     if target is not None and not isinstance(target, str) or not isinstance(complete, bool):
@@ -253,10 +317,13 @@ def load_set(path: str | os.PathLike[str]) -> ScheduleSet:
 
 def verify_set(sset: ScheduleSet, *, in_place: bool = False) -> list[Any]:
     """Verify every entry (``ccl.verify``); VerificationError names the entry. Returns the
-    VerificationResults in entry order."""
+    VerificationResults in entry order (None for a native entry: NCCL's own, no schedule)."""
 
     out = []
     for k, e in enumerate(sset.entries):
+        if e.algorithm is None:  # native: NCCL's own collective, nothing of ours to verify
+            out.append(None)
+            continue
         try:
             out.append(verify(e.algorithm, in_place=in_place))
         except VerificationError as exc:

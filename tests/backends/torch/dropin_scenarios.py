@@ -140,3 +140,42 @@ def ddp(rank: int, n: int, steps: int = 3) -> dict:
     diff = max((a - b).abs().max().item() for a, b in zip(plain.parameters(), ours.parameters()))
     moved = max((a - b).abs().max().item() for a, b in zip(model().parameters(), ours.module.parameters()))
     return {"max_diff": diff, "moved": moved, "entries_run": sorted(comm._executors)}
+
+
+def native_entries(rank: int, n: int) -> dict:
+    """Sets whose upper range is left to NCCL (a native entry, as the tuner writes where NCCL's
+    pick wins): calls there run torch.distributed's own collective, calls below the schedule;
+    both give torch's result."""
+    from backends.torch.dropin import Native
+
+    problems: list[str] = []
+    gen = torch.Generator().manual_seed(7 + rank)
+    split = 1024  # bytes: float32 tensors of 256 elements and more go to NCCL's entry
+    served: dict[str, list[str]] = {}
+    for kind in ("allreduce", "allgather", "broadcast"):
+        ours = ccl.synthesize(ccl.problem(f"ring:{n}", kind, solver="ring")).algorithm
+        sset = ScheduleSet(f"{kind}-{n}-native", ours.topology, ours.collective,
+                           (Entry(ours, 0, split, "ring"),
+                            Entry(None, split, None, "NCCL Ring/Simple", protocol="Simple", native="Ring")))
+        comm = ccl.torch.executor(sset, timeout=TIMEOUT)
+        for count in (16, 4096):  # 64 bytes (the ring) and 16 KiB (NCCL's)
+            data = torch.randn(count, generator=gen)
+            if kind == "allreduce":
+                mine, ref = data.clone(), data.clone()
+                comm.all_reduce(mine, async_op=True).wait()
+                dist.all_reduce(ref)
+            elif kind == "allgather":
+                mine, ref = torch.empty(count * n), torch.empty(count * n)
+                comm.all_gather_into_tensor(mine, data)
+                dist.all_gather_into_tensor(ref, data)
+            else:
+                mine, ref = data.clone(), data.clone()
+                comm.broadcast(mine, src=0)
+                dist.broadcast(ref, src=0)
+            if not _close(mine, ref):
+                problems.append(f"rank {rank}: {kind} of {count} elements differs from torch")
+        served[kind] = [type(comm._executors[k]).__name__ for k in sorted(comm._executors)]
+        if not isinstance(comm.executor_for(4096 * 4), Native):
+            problems.append(f"rank {rank}: {kind}: a size of NCCL's entry is not served by torch's collective")
+    dist.barrier()
+    return {"problems": problems, "served": served}

@@ -56,3 +56,10 @@ def test_import_ccl_does_not_import_torch() -> None:
     code = ("import sys, ccl; assert 'torch' not in sys.modules; import ccl.torch; "
             "assert 'torch' not in sys.modules; ccl.torch.Work; assert 'torch' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_set_entry_left_to_nccl_runs_torchs_own_collective() -> None:
+    [rows] = run_jobs(2, [Call(f"{SCENARIOS}:native_entries")], timeout=60)
+    for row in rows:
+        assert row["problems"] == [], row["problems"]
+        assert row["served"] == {kind: ["Executor", "Native"] for kind in ("allreduce", "allgather", "broadcast")}
