@@ -46,6 +46,17 @@ def test_json_rows_consistent(run):
     for k, r in enumerate(case["rows"]):
         assert r["bound_ratio"] >= 1
         assert r["bound_ratio"] == pytest.approx(r["time_us"] / r["bound_us"], rel=1e-3)
+        # NCCL's pick is named and the ratio to it is its time over ours, never below 1: the set
+        # is NCCL itself where NCCL's pick beats every candidate
+        assert r["nccl_pick"].split("/")[1] in ("LL", "LL128", "Simple")
+        assert r["vs_nccl"] == pytest.approx(r["nccl_us"] / r["time_us"], rel=1e-3) and r["vs_nccl"] >= 1
+        assert r["vs_nccl_ring"] == pytest.approx(r["nccl_ring_us"] / r["time_us"], rel=1e-3)  # Ring applies
+        assert r["vs_best_template"] == pytest.approx(r["best_template_us"] / r["time_us"], rel=1e-3)
+        if r["native"]:
+            assert (r["winner"], r["solver"], r["vs_nccl"]) == ("nccl", None, 1.0)
+            assert r["time_us"] == r["nccl_us"] <= min(c["times_us"][k] for c in case["candidates"]
+                                                      if c.get("times_us"))
+            continue
         winner = by_label[r["winner"]]
         assert winner["times_us"][k] == r["time_us"]  # the table's time is the winner's
         assert r["solver"] == winner["solver"]
@@ -53,13 +64,12 @@ def test_json_rows_consistent(run):
         # the winner is the fastest candidate at the size
         assert r["time_us"] <= min(c["times_us"][k] for c in case["candidates"] if c.get("times_us"))
         assert r["vs_best_template"] >= 1
-        assert r["vs_best_template"] == pytest.approx(r["best_template_us"] / r["time_us"], rel=1e-3)
-        for model in ("nccl_ring", "nccl_tree"):  # both apply to allreduce
-            assert r[f"vs_{model}"] == pytest.approx(r[f"{model}_us"] / r["time_us"], rel=1e-3)
-        assert r["nccl_p2p_us"] is None and r["vs_nccl_p2p"] is None
     h = doc["headline"]
     assert (h["cases"], h["points"], h["failed"]) == (1, 2, [])
     assert sorted(h["sizes"]) == sorted(str(s) for s in SIZES)
+    v = h["vs_nccl"]
+    assert v["points"] == 2 and v["faster"] + v["tied"] + v["slower"] == 2 and v["slower"] == 0
+    assert v["native"] == sum(1 for r in case["rows"] if r["native"])
 
 
 def test_markdown(run):
@@ -77,31 +87,41 @@ def test_markdown(run):
     for line, r in zip(rows, doc["cases"][0]["rows"]):
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert cells[1] == {1024: "1KiB", 1 << 20: "1MiB"}[r["size"]]
-        assert cells[2] == f"`{r['winner']}`"
-        assert cells[4] == f"{r['vs_nccl_ring']:.2f}x" and cells[5] == f"{r['vs_nccl_tree']:.2f}x"
-        assert cells[6] == "-"  # no p2p model for allreduce
-        assert cells[9] == f"{r['bound_ratio']:.3f}"
+        assert cells[2] == ("nccl (native)" if r["native"] else f"`{r['winner']}`")
+        assert cells[3] == r["protocol"]
+        assert cells[5] == r["nccl_pick"] and cells[7] == f"{r['vs_nccl']:.2f}x"
+        assert cells[8] == f"{r['vs_nccl_ring']:.2f}x"
+        assert cells[11] == f"{r['bound_ratio']:.3f}"
 
 
 def test_headline_counts():
     case = {"machine": "m", "collective": "allreduce", "error": None, "candidates": [
-        {"label": "a", "solver": "ring", "times_us": [1.0, 2.0]},
+        {"label": "a", "solver": "ring", "times_us": [1.0, 2.0, 3.0]},
         {"label": "q", "solver": "packing", "error": "skipped: the time budget (1 s) was spent"}], "rows": [
-        {"size": 1, "winner": "a", "solver": "ring", "best_template": "a", "bound_ratio": 1.0, "vs_nccl_ring": 2.0,
-         "vs_nccl_tree": 0.5, "vs_nccl_p2p": None},
-        {"size": 2, "winner": "p", "solver": "packing", "best_template": "a", "bound_ratio": 2.0,
-         "vs_nccl_ring": 1.005, "vs_nccl_tree": None, "vs_nccl_p2p": None}]}
-    h = suite.headline({"cases": [case], "gloo": [], "smt": []})
-    assert h["sizes"]["1"]["nccl-ring"]["faster"] == 1 and h["sizes"]["1"]["nccl-tree"]["faster"] == 0
-    assert "nccl-tree" not in h["sizes"]["2"]
-    assert (h["sizes"]["2"]["nccl-ring"]["faster"], h["sizes"]["2"]["nccl-ring"]["tied"]) == (0, 1)
+        {"size": 1, "winner": "p", "native": False, "solver": "packing", "best_template": "a", "bound_ratio": 1.0,
+         "nccl_pick": "Ring/LL", "vs_nccl": 2.0, "vs_nccl_ring": 2.0},
+        {"size": 2, "winner": "a", "native": False, "solver": "ring", "best_template": "a", "bound_ratio": 2.0,
+         "nccl_pick": "Ring/LL", "vs_nccl": 1.005, "vs_nccl_ring": 1.005},
+        {"size": 4, "winner": "nccl", "native": True, "solver": None, "best_template": "a", "bound_ratio": 0.5,
+         "nccl_pick": "NVLS/Simple", "vs_nccl": 1.0, "vs_nccl_ring": 1.5}]}
+    model = {"rows": 10, "median_error": 0.104, "worst_error": 1.0756, "worst_row": "x-4KiB"}
+    h = suite.headline({"cases": [case], "gloo": [], "smt": [], "model": model})
+    v = h["vs_nccl"]
+    assert (v["points"], v["faster"], v["tied"], v["native"], v["slower"]) == (3, 1, 2, 1, 0)
+    assert v["geomean"] == pytest.approx((2.0 * 1.005) ** (1 / 3), rel=1e-3)
+    assert v["worst"] == [1.0, "m", "allreduce", 4] and v["best"] == [2.0, "m", "allreduce", 1]
+    assert h["sizes"]["4"]["vs_nccl"]["native"] == 1 and h["sizes"]["1"]["vs_nccl"]["faster"] == 1
+    assert [p["size"] for p in h["not_faster"][0]["points"]] == [2, 4]
+    assert h["below_bound"] == [["m", "allreduce", 4, 0.5]]
     assert h["skipped"] == [["m", "allreduce", ["q"]]]
     assert h["worst_bound"] == [2.0, "m", "allreduce", 2]
-    assert h["geomean_bound_all"] == pytest.approx(2 ** 0.5, rel=1e-3)
     assert h["synthesized_wins"] == 1
     text = suite.headline_text(h)
-    assert "faster than NCCL's ring model by 1% or more in 1 of 1 cases" in text
-    assert "within 1% in 1 more" in text and "m allreduce: q" in text
+    assert "faster by 1% or more at 1 of 3 points and ties at 2 (1 where the set's entry is NCCL itself" in text
+    assert "slower at none" in text and "worst 1.00x (m allreduce, 4B); best 2.00x (m allreduce, 1B)" in text
+    assert "m allreduce at 2B (1.005x vs Ring/LL); 4B (native NVLS/Simple)" in text
+    assert "median error is 10.4% and its worst 107.6% (x-4KiB)" in text
+    assert "m allreduce: q" in text
 
 
 def test_options_parse(tmp_path, monkeypatch):

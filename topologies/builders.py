@@ -145,11 +145,12 @@ def hgx_b200(n_nodes: int = 1, *, fabric: str | None = None, nic_bandwidth: floa
 
 def gb200_nvl72(n_racks: int = 1, *, fabric: str | None = None, nic_bandwidth: float | None = None,
                 oversubscription: float | None = None, nodes_per_leaf: int | None = None,
-                sharp: bool | None = None) -> Topology:
+                sharp: bool | None = None, net_latency: float | None = None) -> Topology:
     """GB200 NVL72 racks: 72 Blackwell GPUs on one NVLink5 domain (900 GB/s per GPU, NVLink
     SHARP), one 400 Gb/s NIC per GPU; racks joined by ``fabric`` as nodes."""
     return _cluster("gb200_nvl72", n_racks, fabric, nic_bandwidth, oversubscription, nodes_per_leaf,
-                    count="racks", sharp=None if sharp is None else flag(sharp, "gb200_nvl72: sharp"))
+                    count="racks", sharp=None if sharp is None else flag(sharp, "gb200_nvl72: sharp"),
+                    net_latency=microseconds(net_latency, "gb200_nvl72: net_latency"))
 
 
 def mi300x(gpus: int | None = None) -> Topology:

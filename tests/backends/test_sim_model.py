@@ -20,11 +20,21 @@ from ccl import (
     Transfer,
     verify,
 )
-from ccl.compiler import simulate, simulation
+from ccl.compiler import simulate as driver_simulate
+from ccl.compiler import simulation as driver_simulation
 from ccl.core.collective import builtin, custom
 from ccl.core.lower import lower
 
 REL = 1e-9
+
+
+def simulate(*args, **options):
+    """The links' physics alone (no runtime's charges): the closed forms below are the links'."""
+    return driver_simulate(*args, runtime="physics", **options)
+
+
+def simulation(*args, **options):
+    return driver_simulation(*args, runtime="physics", **options)
 
 
 def template(topo: Topology, kind: str, solver: str = "ring", chunks: int = 1, root: int | None = None) -> Algorithm:

@@ -41,7 +41,7 @@ def test_check_reports_requests_and_unavailable_solvers(capsys):
     assert rows["allgather-dgx1-ring"]["solver_available"] is True
     assert rows["dgx1-allgather-pareto"]["solver"] == "smt"
     code, out, _ = run(capsys, "check", ROOT / "topologies" / "machines.ccl")
-    assert code == 0 and "dgx_h100(nodes, fabric, nic_bandwidth, oversubscription, nodes_per_leaf): dgx-h100, 8 ranks" in out
+    assert code == 0 and "dgx_h100(nodes, fabric, nic_bandwidth, oversubscription, nodes_per_leaf, gpus, sharp, net_latency): dgx-h100, 8 ranks" in out
 
 
 def test_check_writes_one_hand_written_schedule_for_ccl_verify(capsys, tmp_path):

@@ -8,6 +8,7 @@ import pytest
 import ccl
 import solvers
 import topologies as T
+from backends.cost.runtime import DEFAULT_RUNTIME, charges, default_protocol
 from backends.sim import simulate as physics
 from ccl import InputError, Problem, Request
 from ccl import compiler as driver
@@ -42,8 +43,10 @@ def test_a_cost_aware_solver_refuses_to_run_without_a_judge():
 
 def test_the_default_judge_times_the_lowered_program():
     alg = driver.synthesize(ccl.problem("dgx1", "allgather", solver="multi-ring")).algorithm
-    judge = driver.SimulationJudge()
-    assert judge.time_us(alg, 2**26) == physics(ccl.lower(alg), 2**26).time_us
+    judge = driver.SimulationJudge()  # the default runtime's charges, the protocol the size would use
+    charged = charges(DEFAULT_RUNTIME, default_protocol(2**26), alg.topology)
+    assert judge.time_us(alg, 2**26) == physics(ccl.lower(alg), 2**26, runtime=charged).time_us
+    assert driver.SimulationJudge(runtime="physics").time_us(alg, 2**26) == physics(ccl.lower(alg), 2**26).time_us
 
 
 def test_the_default_judge_says_what_its_last_judgement_cost():
@@ -77,8 +80,11 @@ def test_the_simulator_is_physics_and_the_driver_adds_bound_and_baselines():
     bare = physics(program, 2**24)
     assert bare.bound_binding == "not computed" and bare.bound_us == 0 and bare.baselines == ()
     assert "lower bound not computed" in bare.text()
-    full = driver.simulate(result, 2**24)
+    full = driver.simulate(result, 2**24, runtime="physics")
     assert full.time_us == bare.time_us and full.bound_us > 0 and full.bound_ratio >= 1
+    charged = driver.simulate(result, 2**24)  # the default runtime: the fastest of its protocols, named
+    assert charged.time_us > bare.time_us and charged.runtime.startswith(DEFAULT_RUNTIME + "/")
+    assert charged.time_us == min(driver.simulate(result, 2**24, protocol=p).time_us for p in ("LL", "LL128", "Simple"))
     assert full.baselines[0].name == "nccl" and "NCCL Ring/" in full.baselines[0].detail  # NCCL's pick, named
     assert full.synthesis_seconds is not None
     assert (full.messages, full.ops) == (program.n_messages, program.n_ops)
@@ -103,7 +109,7 @@ def test_public_functions_go_through_the_driver():
 def test_compare_rows_are_the_driver_simulations_of_each_program():
     [comparison] = driver.compare(T.ring(6), "allreduce", [2**22])
     rows = {r.name: r for r in comparison.rows}
-    assert {"ring", "lower bound", "nccl-ring"} <= set(rows)
+    assert {"ring", "lower bound", "nccl"} <= set(rows) and comparison.reference.name == "nccl"
     ring = driver.synthesize(Problem(T.ring(6), builtin("allreduce", 6), Request("ring")))
     assert rows["ring"].time_us == pytest.approx(driver.simulate(ring, 2**22).time_us, rel=1e-12)
     assert rows["ring"].messages == driver.program(ring).n_messages

@@ -72,7 +72,9 @@ def test_sendrecv_is_a_verified_schedule() -> None:
 
 
 def test_tensor_parallel_inside_the_node_first_for_a_transformer(capsys) -> None:
-    assert main(["place", "-t", "dgx-h100:4", "--plan", "tp=8,dp=4", *SMALL_MODEL, "--json"]) == 0
+    # a 1.3B model: TP's many mid-sized allreduces dominate (with SMALL_MODEL's fewer, larger
+    # ones the calibrated model finds tp8 in the node and tp4 dp2 within 0.1% of each other)
+    assert main(["place", "-t", "dgx-h100:4", "--plan", "tp=8,dp=4", "--model", "1.3B", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     best = data["placements"][0]
     assert best["intra"] == {"tp": 8, "dp": 1}, best["placement"]

@@ -73,6 +73,7 @@ def test_plan_orders_templates_then_size_aware_then_named_search():
 
 
 def test_set_is_verified_covers_every_size_and_picks_the_table_winner(ring4_allreduce):
+    from backends.cost.runtime import charges
     from backends.sim import simulate
     from ccl.compiler import program
 
@@ -84,8 +85,11 @@ def test_set_is_verified_covers_every_size_and_picks_the_table_winner(ring4_allr
     for row in sset.table:
         entry = sset.pick(row["size"])
         assert entry.label == row["winner"] and sset.entries[row["entry"]] is entry
-        # the table's time is the simulator's time of the schedule serving that size
-        again = simulate(program(entry.algorithm, check=False), row["size"]).time_us
+        # the table's time is the simulator's time of the schedule serving that size, charged for
+        # the runtime the set is for (the MSCCL executor) under the entry's protocol
+        assert entry.protocol == row["protocol"]
+        again = simulate(program(entry.algorithm, check=False), row["size"],
+                         runtime=charges("msccl", entry.protocol, sset.topology)).time_us
         assert again == pytest.approx(row["time_us"], abs=2e-3)
         assert row["bound_ratio"] >= 1 - 1e-9
         # no candidate is faster at that size than the winner

@@ -19,7 +19,7 @@ from .conftest import GOLDEN, ROOT, check_golden
 
 LIB = ROOT / "topologies"
 FILES = ("basic", "machines")
-PYTHON_NAMES = {"n_nodes": "nodes"}  # a Python parameter spelled apart from its definition's
+PYTHON_NAMES = {"n_nodes": "nodes", "n_racks": "racks"}  # a Python parameter spelled apart from its definition's
 
 
 @pytest.fixture(scope="module")

@@ -52,7 +52,7 @@ def test_dgx1_bandwidth_bound_is_seven_chunks_over_six_lanes():
     # reaches it exists; the ring (one lane per GPU) is 6x off
     ring = solvers.synthesize(Problem(T.dgx1(), builtin("allgather", 8), Request("ring")))
     # (the simulator runs the lowered Program; the driver adds this bound to its report)
-    report = compiler.simulate(ring, M, baselines=False)
+    report = compiler.simulate(ring, M, baselines=False, runtime="physics")
     assert report.bound_us == pytest.approx(bound.bound_us, rel=1e-12) and report.bound_binding == "bandwidth"
     assert report.bound_ratio == pytest.approx(6.0, rel=0.01)
 
@@ -81,7 +81,7 @@ def test_reducescatter_plus_allgather_is_not_a_bound_on_a_star():
             transfers.append(Transfer(j + 1, 0, "output", j, leaf, "output", j))
     alg = Algorithm("star-pipeline", coll, topo, tuple(transfers))
     verify(alg)
-    time = compiler.simulate(alg, M, bound=False, baselines=False).time_us
+    time = compiler.simulate(alg, M, bound=False, baselines=False, runtime="physics").time_us
     rs_ag = lower_bound(topo, builtin("reducescatter", n), M).bandwidth_us + \
         lower_bound(topo, builtin("allgather", n), M).bandwidth_us
     bound = lower_bound(topo, builtin("allreduce", n), M)
@@ -253,7 +253,7 @@ def test_the_onset_bound_is_met_by_one_message_a_side(alpha):
     exactly the cut bound shifted by the link's latency."""
     topo = T.line(2, bandwidth=10.0, latency=alpha)
     alg = solvers.synthesize(Problem(topo, builtin("allgather", 2), Request("ring")))
-    time = compiler.simulate(alg, M, bound=False, baselines=False).time_us
+    time = compiler.simulate(alg, M, bound=False, baselines=False, runtime="physics").time_us
     bound = lower_bound(topo, builtin("allgather", 2), M)
     assert bound.bound_us == pytest.approx(alpha + (M / 2) / 10e3, rel=1e-12)
     assert time == pytest.approx(bound.bound_us, rel=1e-9)

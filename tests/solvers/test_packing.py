@@ -27,7 +27,7 @@ from solvers.packing.flows import FlowGraph, capacities
 from solvers.packing.plan import _packable, plan
 from solvers.packing.trees import pack_trees
 
-JUDGE = compiler.SimulationJudge()
+JUDGE = compiler.SimulationJudge(runtime="physics")  # the links alone: properties checked against bounds
 KINDS = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce")
 
 
@@ -184,14 +184,14 @@ def test_the_size_picks_the_pipeline_from_the_judge():
     assert "packed" in {t["construction"] for t in tried} <= {"packed", "shallow"}  # shallow may be pruned
     best = min(tried, key=lambda t: t["time_us"])
     assert tuple(solution.details[f] for f in fields) == tuple(best[f] for f in fields)
-    assert compiler.simulate(solution.algorithm, 1 << 28, bound=False, baselines=False).time_us == \
+    assert compiler.simulate(solution.algorithm, 1 << 28, bound=False, baselines=False, runtime="physics").time_us == \
         pytest.approx(best["time_us"], rel=1e-6)
 
 
 def test_packing_allgather_on_a_switch_is_near_the_bound_at_large_sizes():
     topo = T.build("switch:8")
     solution = synth(topo, "allgather", size=1 << 30)
-    report = compiler.simulate(solution.algorithm, 1 << 30)
+    report = compiler.simulate(solution.algorithm, 1 << 30, runtime="physics")
     assert report.bound_ratio < 1.05
 
 
@@ -224,9 +224,9 @@ def test_cli_synthesize_verify_simulate(tmp_path, capsys):
     assert details["reduce_phase"]["meets_bound"] and details["broadcast_phase"]["meets_bound"]
     assert main(["verify", str(out)]) == 0
     capsys.readouterr()
-    assert main(["simulate", str(out), "--size", "64MiB", "--json"]) == 0
+    assert main(["simulate", str(out), "--size", "64MiB", "--json", "--runtime", "physics"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["bound_ratio"] < 1.15
+    assert report["bound_ratio"] < 1.15 and report["runtime"] == ""  # the links alone, as the bound sees them
 
 
 # ---------------------------------------------------------------- identical nodes, stitched
@@ -381,7 +381,7 @@ def test_the_depth_bounded_milp_starts_at_the_roots_eccentricity() -> None:
     assert _depth_key(list(phase.trees))[0] == 6 and phase.achieved == pytest.approx(phase.optimal)
     solution = synth(topo, "broadcast", size=1 << 26)
     assert verify(solution.algorithm).transfers == len(solution.algorithm.transfers)
-    assert compiler.simulate(solution.algorithm, 1 << 26).bound_ratio < 1.2  # 1.165 (1.238 11 deep)
+    assert compiler.simulate(solution.algorithm, 1 << 26, runtime="physics").bound_ratio < 1.2  # 1.165 (1.238 11 deep)
 
 
 @pytest.mark.parametrize("spec", CLUSTERS)
@@ -422,7 +422,7 @@ def test_stitched_trees_meet_the_bound_when_the_nics_bind(kind: str) -> None:
 def test_stitched_allgather_simulates_near_the_bound() -> None:
     topo = T.build("dgx-h100:6")
     solution = synth(topo, "allgather", size=1 << 30)
-    report = compiler.simulate(solution.algorithm, 1 << 30)
+    report = compiler.simulate(solution.algorithm, 1 << 30, runtime="physics")
     assert report.bound_ratio < 1.07  # 1.063 with a pair's messages posted in list order
     assert verify(solution.algorithm).transfers == len(solution.algorithm.transfers)
 
@@ -508,7 +508,7 @@ def test_leaves_first_serves_the_roots_leaf_children_in_one_message() -> None:
     problem = Problem(topo, builtin("allgather", 16), Request("packing"))
     packing = plan(topo, "allgather", None)
     times = [compiler.simulate(build(problem, packing, 64, Shape(16, lead=lead)), 1 << 30, bound=False,
-                               baselines=False).time_us for lead in (False, True)]
+                               baselines=False, runtime="physics").time_us for lead in (False, True)]
     assert times[1] < times[0] / 1.1
 
 
@@ -635,9 +635,9 @@ def test_routes_relieve_the_root_at_large_sizes(spec, kind, most):
     topo = T.build(spec)
     solution = synth(topo, kind, size=1 << 28)
     assert solution.details["construction"] == "flow" and solution.details["meets_bound"] in (True, False)
-    assert compiler.simulate(solution.algorithm, 1 << 28).bound_ratio < most
+    assert compiler.simulate(solution.algorithm, 1 << 28, runtime="physics").bound_ratio < most
     direct = solvers.synthesize(Problem(topo, builtin(kind, topo.n_ranks, 0), Request("direct")))
-    assert compiler.simulate(direct, 1 << 28).bound_ratio > 1.4
+    assert compiler.simulate(direct, 1 << 28, runtime="physics").bound_ratio > 1.4
 
 
 # ---------------------------------------------------------------------- rooted trees over every rail
@@ -795,7 +795,7 @@ def test_rail_trees_win_the_rooted_collectives_across_nodes() -> None:
     topo = T.build("dgx2:2")
     solution = synth(topo, "reduce", root=0, size=1 << 30)
     assert solution.details["reduce_phase"]["construction"].startswith("rails")
-    assert compiler.simulate(solution.algorithm, 1 << 30).bound_ratio < 1.10
+    assert compiler.simulate(solution.algorithm, 1 << 30, runtime="physics").bound_ratio < 1.10
 
 
 def test_slot_counts_split_evenly_over_the_lanes_of_every_link() -> None:
@@ -835,7 +835,7 @@ def test_lowered_messages_fill_every_lane_equally_on_amd8() -> None:
     for (step, a, b), counts in sizes.items():
         lanes = topo.link(a, b).lanes
         assert len(counts) % lanes == 0 and len(set(counts)) == 1, (step, a, b, counts)
-    report = compiler.simulate(solution.algorithm, 1 << 26)
+    report = compiler.simulate(solution.algorithm, 1 << 26, runtime="physics")
     assert report.bound_ratio < 1.1
 
 
@@ -857,7 +857,7 @@ def test_two_hop_trees_from_the_lp() -> None:
     solution = synth(topo, "broadcast", size=1 << 26)
     assert solution.details["broadcast_phase"]["construction"] == "two-hop"
     assert verify(solution.algorithm).transfers == len(solution.algorithm.transfers)
-    assert compiler.simulate(solution.algorithm, 1 << 26).bound_ratio < 1.04
+    assert compiler.simulate(solution.algorithm, 1 << 26, runtime="physics").bound_ratio < 1.04
     reduce = synth(topo, "reduce", size=1 << 26)
     assert verify(reduce.algorithm).transfers == len(reduce.algorithm.transfers)
     assert two_hop_phase(T.build("dgx1"), False, list(range(8)), 1.0, True) is None
@@ -1014,7 +1014,7 @@ def test_small_allreduces_across_nodes_cross_the_fabric_once() -> None:
     assert verify(solution.algorithm).transfers == len(solution.algorithm.transfers)
     assert solution.details["reduce_phase"]["construction"] == "exchange"
     doubling = solvers.solve(Problem(topo, builtin("allreduce", 16), Request("recursive-doubling")))
-    ours, theirs = (compiler.simulate(s.algorithm, 1 << 16, bound=False, baselines=False).time_us
+    ours, theirs = (compiler.simulate(s.algorithm, 1 << 16, bound=False, baselines=False, runtime="physics").time_us
                     for s in (solution, doubling))
     assert ours < theirs / 1.3
 
@@ -1143,14 +1143,14 @@ def test_the_search_ramps_gently_where_the_bottleneck_is_fed_only_a_little_faste
 
     def time_us(shape: Shape) -> float:
         alg = build(problem, rails, slot_count(rails, pieces(problem), topo.n_ranks, shape), shape)
-        return compiler.simulate(alg, 64 << 20, bound=False, baselines=False).time_us
+        return compiler.simulate(alg, 64 << 20, bound=False, baselines=False, runtime="physics").time_us
 
     gentle = time_us(Shape(9, ramp=2, own=0.8))
     assert gentle < time_us(Shape(12, ramp=1, own=0.8)) and gentle < time_us(Shape(9, own=0.8))
     result = compiler.synthesize(problem)
     tried = result.details["pipeline_candidates"]
     assert min(tried, key=lambda c: c["time_us"])["construction"] == "rails-shallow-turns"
-    assert compiler.simulate(result.algorithm, 64 << 20, bound=False, baselines=False).time_us < 0.97 * gentle
+    assert compiler.simulate(result.algorithm, 64 << 20, bound=False, baselines=False, runtime="physics").time_us < 0.97 * gentle
     verify(result.algorithm)
 
 
@@ -1171,7 +1171,7 @@ def test_a_reduce_is_the_time_reverse_of_the_broadcast_on_trees_of_mixed_depth()
         shape = Shape(18, coalesce=True)
         alg = build(problem, packing, slot_count(packing, pieces(problem), topo.n_ranks, shape, stage_lanes(problem)), shape)
         verify(alg)
-        times[kind] = compiler.simulate(alg, 64 << 20, bound=False, baselines=False).time_us
+        times[kind] = compiler.simulate(alg, 64 << 20, bound=False, baselines=False, runtime="physics").time_us
     assert times["reduce"] == pytest.approx(times["broadcast"], rel=1e-3)
 
 
@@ -1272,7 +1272,7 @@ def test_turned_reduce_sends_the_roots_own_part_up_a_cycle_of_turns_late(monkeyp
     def timed() -> float:
         alg = build(p, turned, slots, shape)
         verify(alg)
-        return compiler.simulate(alg, 64 << 20, bound=False, baselines=False).time_us
+        return compiler.simulate(alg, 64 << 20, bound=False, baselines=False, runtime="physics").time_us
 
     late = timed()
     monkeypatch.setattr(S, "OWN_LAG", 0)
@@ -1300,7 +1300,7 @@ def test_turned_rail_chains_schedule_verifies_and_beats_the_plain_chains_at_64Mi
     if spec == "dgx-h100:2":
         def best(pk) -> float:
             return min(compiler.simulate(build(p, pk, slot_count(pk, pieces(p), n, Shape(s)), Shape(s)), 64 << 20,
-                                         bound=False, baselines=False).time_us for s in (8, 12))
+                                         bound=False, baselines=False, runtime="physics").time_us for s in (8, 12))
         assert best(turned) < 0.97 * best(plain)
 
 

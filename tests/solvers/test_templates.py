@@ -204,14 +204,15 @@ def simulated_us(spec: str, solver: str, size: int) -> tuple[float, float]:
 
     topo = T.build(spec)
     algorithm = solvers.synthesize(Problem(topo, builtin("allreduce", topo.n_ranks), Request(solver)))
-    report = simulate(algorithm, size)
+    report = simulate(algorithm, size, runtime="physics")
     return report.time_us, report.bound_ratio
 
 
 def test_pipelining_overlaps_the_nvlink_and_nic_phases():
-    flat, _ = simulated_us("dgx-h100:2", "hierarchical", 256 << 20)
-    piped, ratio = simulated_us("dgx-h100:2", "hierarchical-pipelined", 256 << 20)
-    assert piped < 0.7 * flat and ratio < 1.15  # 1.10x the bound, hierarchical 1.77x
+    # dgx-a100 (no NVLS): dgx-h100's NVSwitches reduce, and its bound counts that
+    flat, _ = simulated_us("dgx-a100:2", "hierarchical", 256 << 20)
+    piped, ratio = simulated_us("dgx-a100:2", "hierarchical-pipelined", 256 << 20)
+    assert piped < 0.7 * flat and ratio < 1.2  # 1.18x the bound, hierarchical 1.89x
 
 
 @pytest.mark.parametrize(("spec", "solver"), [("torus:4x4", "torus-2d"), ("torus:4x4x4", "blueconnect")])
