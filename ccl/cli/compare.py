@@ -140,19 +140,22 @@ def _sweep_table(results: list) -> tuple[list[dict[str, Any]], str]:
                "bound_ratio": time_us / bound if time_us and bound > 0 else None,
                "reference": ref.name if ref else None, "reference_us": ref.time_us if ref else None,
                "speedup_vs_reference": ref.time_us / time_us if ref and ref.time_us and time_us else None,
-               "schedules": {r.name: r.time_us for r in c.rows if r.source == "schedule"}}
+               "schedules": {r.name: r.time_us for r in c.rows if r.source == "schedule"},
+               "nccl_pick": pick_name(ref), "runtime": best.report.runtime if best and best.report else None}
         rows.append(row)
         cells.append(size_cells(row) + [row["best"] or "-", fixed(time_us), fixed(row["algbw_GBps"]),
                                         fixed(row["busbw_GBps"]), fixed(row["bound_us"]),
                                         fixed(row["bound_ratio"], 3), fixed(row["reference_us"]),
-                                        fixed(row["speedup_vs_reference"])])
+                                        fixed(row["speedup_vs_reference"]), row["nccl_pick"] or "-",
+                                        row["runtime"] or "-"])
         times = row["schedules"]
         matrix.append(size_cells(row)[:1]
                       + [("-" if times.get(n) is None or bound <= 0 else f"{times[n] / bound:.3f}")
                          + ("*" if best and n == best.name else " ") for n in schedules])
     columns = SIZE_COLUMNS + (("best", "(schedule)", "<"), ("time", "(us)", ">"), ("algbw", "(GB/s)", ">"),
                               ("busbw", "(GB/s)", ">"), ("bound", "(us)", ">"), ("/bound", "", ">"),
-                              (reference or "nccl", "(us)", ">"), ("speedup", "(x)", ">"))
+                              (reference or "nccl", "(us)", ">"), ("speedup", "(x)", ">"),
+                              ("NCCL's pick", "", "<"), ("ours on", "(runtime)", "<"))
     head = (f"{first.collective} on {first.topology} ({first.n_ranks} ranks), {first.mode} mode, chunks "
             f"{first.chunks}, {len(results)} sizes (size: {SIZE_MEANING.get(first.collective, '')})")
     lines = [head] + table(columns, cells)
@@ -162,6 +165,13 @@ def _sweep_table(results: list) -> tuple[list[dict[str, Any]], str]:
     lines += [f"  n/a {name}: {error}" for name, error in failed]
     lines += [f"  left out {name}: {why}" for name, why in dict.fromkeys(x for c in results for x in c.left_out)]
     return rows, "\n".join(lines)
+
+
+def pick_name(ref: Any) -> str | None:
+    """NCCL's algorithm and protocol from the ``nccl`` baseline's detail ("NVLS/Simple")."""
+    if ref is None or ref.name != "nccl" or not ref.detail.startswith("NCCL "):
+        return None
+    return ref.detail[len("NCCL "):].split(" ", 1)[0]
 
 
 def _planned(results: list, folder: str) -> list[tuple[dict[str, Any], Any]]:
