@@ -7,10 +7,12 @@ For each schedule: the Program simulated as it is, then exported for the target 
 executor, fused receive-reduce steps; ``rccl``: plain steps only, 64 threadblocks), the file read
 back by the importer (threadblocks in order, eager connections) and that Program simulated on the
 same machine at the same size; the table gives both times, their ratio (what the threadblock
-layout costs, as far as the simulator can tell), the bound, NCCL's ring model, the export time and
+layout costs, as far as the simulator can tell), the bound, NCCL's pick (the algorithm and protocol
+NCCL 2.30's rules choose, named; NCCL's ring beside it), the export time and
 the file's shape (channels, threadblocks, longest threadblock, nops, fused steps). Then the
 published RCCL files shipped with the tests (tests/data/msccl-xml) timed on amd8 at
-their own largest size against the bound and NCCL's models. Writes benchmarks/results/msccl.json
+their own largest size against the bound and NCCL's pick. Every time is the calibrated cost
+model's (docs/costmodel.md). Writes benchmarks/results/msccl.json
 and .md.
 """
 
@@ -49,11 +51,19 @@ CASES = [  # topology, collective, solver, size
 QUICK = [CASES[0], CASES[3], CASES[7]]
 
 
-def _nccl_ring(report) -> float | None:
-    for b in report.baselines:
-        if b.name == "nccl-ring":
-            return b.time_us
-    return None
+def _nccl(report) -> tuple[str | None, float | None, float | None]:
+    """(NCCL's pick as "algorithm/protocol", its time, NCCL's ring time) from a report's
+    baselines; the ring is the pick itself where the pick is Ring."""
+    by_name = {b.name: b for b in report.baselines or ()}
+    pick = by_name.get("nccl")
+    name = pick.detail.split(" (")[0].removeprefix("NCCL ") if pick else None
+    ring = by_name.get("nccl-ring")
+    ring_us = ring.time_us if ring else pick.time_us if pick and name and name.startswith("Ring/") else None
+    return name, pick.time_us if pick else None, ring_us
+
+
+def _over(a: float | None, b: float) -> float | None:
+    return None if a is None else round(a / b, 3)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,18 +92,19 @@ def main(argv: list[str] | None = None) -> int:
             seconds = time.perf_counter() - start
             again = interpret.read_program(model.parse(text), program.topology)
             timed = compiler.simulate(again.program, size)
-            ring = _nccl_ring(timed)
+            pick, nccl_us, ring = _nccl(timed)
             row = {"machine": topo, "collective": kind, "solver": solver, "size": size_text, "target": target,
                    "program_us": round(base.time_us, 2), "xml_us": round(timed.time_us, 2),
                    "xml_over_program": round(timed.time_us / base.time_us, 3),
                    "xml_over_bound": round(timed.time_us / timed.bound_us, 3),
-                   "nccl_ring_over_xml": None if ring is None else round(ring / timed.time_us, 3),
+                   "nccl_pick": pick, "nccl_over_xml": _over(nccl_us, timed.time_us),
+                   "nccl_ring_over_xml": _over(ring, timed.time_us),
                    "export_s": round(seconds, 2), "bytes": len(text.encode()),
                    **{k: summary[k] for k in ("nchannels", "threadblocks", "max_steps", "nops", "fused")}}
             rows.append(row)
             print(f"{topo:<11} {kind:<13} {solver:<22} {size_text:>6} {target:<5} program {base.time_us:>9.1f} us "
                   f"xml {timed.time_us:>9.1f} us  x{row['xml_over_program']:.3f}  /bound {row['xml_over_bound']:.3f}  "
-                  f"ring/xml {row['nccl_ring_over_xml']}  {seconds:.1f}s  ch {summary['nchannels']} "
+                  f"nccl({pick})/xml {row['nccl_over_xml']}  {seconds:.1f}s  ch {summary['nchannels']} "
                   f"tb {summary['threadblocks']} steps {summary['max_steps']}", flush=True)
     published = []
     folder = Path(args.published)
@@ -104,34 +115,36 @@ def main(argv: list[str] | None = None) -> int:
         algo = imported.algo
         size = algo.max_bytes or (64 << 20)
         report = compiler.simulate(imported.program, size)
-        ring = _nccl_ring(report)
+        pick, nccl_us, ring = _nccl(report)
         published.append({"file": path.name, "coll": algo.coll, "size": format_size(size),
                           "xml_us": round(report.time_us, 2), "xml_over_bound": round(report.time_us / report.bound_us, 3),
-                          "nccl_ring_over_xml": None if ring is None else round(ring / report.time_us, 3)})
+                          "nccl_pick": pick, "nccl_over_xml": _over(nccl_us, report.time_us),
+                          "nccl_ring_over_xml": _over(ring, report.time_us)})
         print(f"{path.name:<45} {algo.coll:<10} {format_size(size):>8} {report.time_us:>9.2f} us "
-              f"/bound {published[-1]['xml_over_bound']:.3f} ring/xml {published[-1]['nccl_ring_over_xml']}", flush=True)
+              f"/bound {published[-1]['xml_over_bound']:.3f} nccl({pick})/xml {published[-1]['nccl_over_xml']}", flush=True)
     write_text_atomic(args.output + ".json", json.dumps({"exported": rows, "published": published}, indent=1) + "\n")
     lines = ["# MSCCL XML export (`python benchmarks/msccl.py`)", "",
              "program / xml: simulated time of the Program and of the exported file read back (threadblocks in "
-             "order); xml/program is what the threadblock layout costs; ring/xml > 1: the file is faster than "
-             "NCCL's ring model.", "",
-             "| machine | collective | solver | size | target | program | xml | xml/program | xml/bound | ring/xml "
-             "| export s | channels | tbs | max steps | nops | fused |", "|" + "---|" * 16]
+             "order); xml/program is what the threadblock layout costs; NCCL pick: the algorithm/protocol NCCL "
+             "2.30's rules choose; nccl/xml > 1: the file is faster than NCCL's pick; ring/xml: NCCL's Ring alone "
+             "(secondary). All times are the calibrated cost model's (docs/costmodel.md).", "",
+             "| machine | collective | solver | size | target | program | xml | xml/program | xml/bound | NCCL pick "
+             "| nccl/xml | ring/xml | export s | channels | tbs | max steps | nops | fused |", "|" + "---|" * 18]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['machine']} | {r['collective']} | {r['solver']} | {r['size']} | {r['target']} | "
-                         f"{r['program_us']} us | does not fit: {r['error']} |" + " |" * 10)
+                         f"{r['program_us']} us | does not fit: {r['error']} |" + " |" * 12)
             continue
         lines.append(f"| {r['machine']} | {r['collective']} | {r['solver']} | {r['size']} | {r['target']} | "
                      f"{r['program_us']} us | {r['xml_us']} us | {r['xml_over_program']} | {r['xml_over_bound']} | "
-                     f"{r['nccl_ring_over_xml']} | {r['export_s']} | {r['nchannels']} | {r['threadblocks']} | "
+                     f"{r['nccl_pick'] or '-'} | {r['nccl_over_xml']} | {r['nccl_ring_over_xml']} | {r['export_s']} | {r['nchannels']} | {r['threadblocks']} | "
                      f"{r['max_steps']} | {r['nops']} | {r['fused']} |")
     if published:
         lines += ["", "Published RCCL files on amd8 at their largest size (maxBytes; 64 MiB when unlimited):", "",
-                  "| file | coll | size | time | /bound | ring/xml |", "|---|---|---|---|---|---|"]
+                  "| file | coll | size | time | /bound | NCCL pick | nccl/xml | ring/xml |", "|" + "---|" * 8]
         for p in published:
             lines.append(f"| {p['file']} | {p['coll']} | {p['size']} | {p['xml_us']} us | {p['xml_over_bound']} | "
-                         f"{p['nccl_ring_over_xml']} |")
+                         f"{p['nccl_pick'] or '-'} | {p['nccl_over_xml']} | {p['nccl_ring_over_xml']} |")
     write_text_atomic(args.output + ".md", "\n".join(lines) + "\n")
     return 0
 

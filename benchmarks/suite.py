@@ -2,11 +2,17 @@
 
 For every machine and collective of the suite, the tuner (``ccl.compiler.tuner.tune``, what
 ``ccl synthesize --solver auto`` runs) tries every applicable solver within a time budget and
-keeps the fastest simulated schedule per size. Each (machine, collective) runs in a fresh
-process, whose peak resident memory is recorded. Per size the results show the winner's
-simulated time and label, the ratios to NCCL's ring, tree and p2p models (model time / ours:
-above 1 we are faster), to the best template (its time / ours) and to the lower bound (ours /
-bound), the winner's synthesis time and the tuner's wall time for the case. Two more sections:
+keeps the fastest simulated schedule per size, or NCCL itself where NCCL's pick is faster than
+every candidate (a native entry). Every time is priced by the calibrated cost model
+(``docs/costmodel.md``): ours for the MSCCL executor with the protocol the tuner chose, NCCL's
+pick (``backends.cost.nccl``) as NCCL 2.30 would run it. Each (machine, collective) runs in a
+fresh process, whose peak resident memory is recorded. Per size the results show the winner's
+time and label, NCCL's pick (its algorithm and protocol) and the ratio to it (its time / ours:
+above 1 we are faster; 1 exactly where the entry is NCCL itself), the ratio to NCCL's ring as
+secondary information, to the best template (its time / ours) and to the lower bound (ours /
+bound), the winner's synthesis time and the tuner's wall time for the case. The headline
+quotes the model's error on measurements it was not fitted on (``results/validate.json``,
+written by ``python benchmarks/validate.py``). Two more sections:
 
 * gloo runs: the winning schedule for a size executed on local gloo processes (CPU), checked
   against torch's collective and timed next to it (``ccl.compiler.runtimes.run_local_sizes``);
@@ -47,7 +53,10 @@ MACHINES = ("dgx1", "amd8", "ndv2:2", "dgx2:2", "dgx-a100:4", "dgx-h100:2", "tor
 COLLECTIVES = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast")
 SIZES = (KiB, 64 * KiB, MiB, 64 * MiB, GiB)
 ROOTED = ("broadcast", "reduce", "gather", "scatter")  # run with root 0
-MODELS = ("nccl-ring", "nccl-tree", "nccl-p2p")  # NCCL cost models the tuner's table may hold
+PICK = "nccl"  # the table's baseline: NCCL's pick (its fastest enabled algorithm and protocol)
+SECONDARY = "nccl-ring"  # shown beside it: NCCL's ring (the pick itself where the pick is Ring)
+NATIVE = "nccl (native)"  # the schedule column where the set's entry is NCCL itself
+VALIDATION = os.path.join(HERE, "results", "validate.json")  # the cost model's error (validate.py)
 TIE = 0.01  # speedups within 1% of 1 count as ties in the headline
 DEFAULT_BUDGET = 30.0  # tuner seconds per case
 CASE_TIMEOUT = 1800.0  # a case still running after this is stopped and reported
@@ -168,29 +177,41 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 
 # ------------------------------------------------------------------ tuned cases
-def case_rows(table: Sequence[dict[str, Any]], candidates: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per swept size: the tuner's winner and its ratios to the models, the best template and
-    the bound, from a schedule set's ``table`` and ``candidates``."""
+def case_rows(table: Sequence[dict[str, Any]], candidates: Sequence[dict[str, Any]],
+              picks: dict[int, str] | None = None) -> list[dict[str, Any]]:
+    """Per swept size: the tuner's winner and its ratios to NCCL's pick, to NCCL's ring, the
+    best template and the bound, from a schedule set's ``table`` and ``candidates``;
+    ``picks``: per size NCCL's pick as "algorithm/protocol" ("NVLS/Simple")."""
     by_label = {c["label"]: c for c in candidates}
+    picks = picks or {}
     rows = []
     for row in table:
         t = row["time_us"]
-        winner = by_label.get(row["winner"], {})
-        out = {"size": row["size"], "winner": row["winner"], "solver": winner.get("solver"), "time_us": t,
-               "bound_us": row["bound_us"], "bound_ratio": row["bound_ratio"],
+        native = row["winner"] == PICK
+        winner = {} if native else by_label.get(row["winner"], {})
+        pick = picks.get(row["size"])
+        nccl_us = row.get(f"{PICK}_us")
+        # NCCL's ring: a runner-up of its own, or the pick itself when the pick is Ring
+        ring_us = row.get(f"{SECONDARY}_us")
+        if ring_us is None and pick and pick.split("/")[0] == "Ring":
+            ring_us = nccl_us
+        out = {"size": row["size"], "winner": row["winner"], "native": native, "solver": winner.get("solver"),
+               "protocol": row.get("protocol"), "time_us": t, "bound_us": row["bound_us"],
+               "bound_ratio": row["bound_ratio"],
                "best_template": row.get("best_template"), "best_template_us": row.get("best_template_us"),
                "vs_best_template": ratio(row.get("best_template_us"), t),
-               "winner_synthesis_s": winner.get("synthesis_seconds")}
-        for model in MODELS:
-            key = model.replace("-", "_")
-            out[f"{key}_us"] = row.get(f"{model}_us")
-            out[f"vs_{key}"] = ratio(row.get(f"{model}_us"), t)
+               "winner_synthesis_s": winner.get("synthesis_seconds"),
+               "nccl_pick": pick, "nccl_us": nccl_us, "vs_nccl": 1.0 if native and nccl_us else ratio(nccl_us, t),
+               "nccl_ring_us": ring_us, "vs_nccl_ring": ratio(ring_us, t),
+               "nccl_runners_up": {k[:-3]: v for k, v in row.items()
+                                   if k.startswith(f"{PICK}-") and k.endswith("_us")}}
         rows.append(out)
     return plain(rows)
 
 
 def _tune_case(machine: str, kind: str, sizes: tuple[int, ...], budget: float, keep_set: bool,
                verbose: bool) -> dict[str, Any]:
+    from backends.cost.nccl import pick as nccl_pick
     from ccl.compiler import load_topology
     from ccl.compiler.tuner import tune
     from ccl.core.errors import CclError
@@ -213,12 +234,17 @@ def _tune_case(machine: str, kind: str, sizes: tuple[int, ...], budget: float, k
     # report takes each candidate's synthesis seconds from the tuner's timings
     candidates = [{**c, "synthesis_seconds": round(result.timings[c["label"]], 3) if c["label"] in result.timings
                    else None} for c in sset.candidates]
+    picks = {}
+    for row in sset.table:
+        choice = nccl_pick(kind, topology, row["size"])
+        if choice is not None:
+            picks[row["size"]] = f"{choice.algorithm}/{choice.protocol}"
     out = {
         "ranks": topology.n_ranks, "nodes": topology.n_nodes, "root": sset.collective.root,
         "tuner_s": round(result.seconds, 3), "peak_MiB": peak_mib(), "error": None,
         "entries": [{"label": e.label, "min_bytes": e.min_bytes, "max_bytes": e.max_bytes, "native": e.is_native}
                     for e in sset.entries],
-        "rows": case_rows(sset.table, candidates), "candidates": plain(candidates),
+        "rows": case_rows(sset.table, candidates, picks), "candidates": plain(candidates),
     }
     if keep_set:
         out["set"] = sset
@@ -299,18 +325,17 @@ def plot_name(machine: str, kind: str) -> str:
 
 
 def plot_case(case: dict[str, Any], path: str) -> None:
-    """Time against size: every candidate the tuner timed, NCCL's models and the bound."""
+    """Time against size: every candidate the tuner timed, NCCL's pick and ring, and the bound."""
     from backends.sim.plots import plot_sizes
     from ccl.core.report import bus_factor
 
     rows = case["rows"]
     sizes = [r["size"] for r in rows]
     curves = {c["label"]: list(zip(sizes, c["times_us"])) for c in case["candidates"] if c.get("times_us")}
-    for model in MODELS:
-        key = model.replace("-", "_")
-        points = [(r["size"], r[f"{key}_us"]) for r in rows if r.get(f"{key}_us")]
+    for name, key in (("NCCL's pick", "nccl_us"), ("NCCL ring", "nccl_ring_us")):
+        points = [(r["size"], r[key]) for r in rows if r.get(key)]
         if points:
-            curves[f"{model} (model)"] = points
+            curves[f"{name} (model)"] = points
     bound = [(r["size"], r["bound_us"]) for r in rows if r["bound_us"]]
     plot_sizes(curves, bound, path, title=f"{case['collective']} on {case['machine']} ({case['ranks']} ranks): "
                "simulated time of every candidate", bus_factor=bus_factor(case["collective"], case["ranks"]))
@@ -371,9 +396,9 @@ def run_suite(config: Config, out: str = HERE, *, gloo: bool = True, smt: bool =
             f"{', '.join(format_size(s) for s in g.sizes)} on local gloo processes")
         gloo_rows.extend(run_gloo(config, g, sset))
     doc = {
-        "format": "ccl-benchmark-suite", "version": 1, "command": config.command, "meta": meta(),
-        "config": config.to_json(), "total_s": None, "headline": {}, "cases": cases, "gloo": gloo_rows,
-        "smt": smt_rows,
+        "format": "ccl-benchmark-suite", "version": 2, "command": config.command, "meta": meta(),
+        "config": config.to_json(), "model": model_error(), "total_s": None, "headline": {}, "cases": cases,
+        "gloo": gloo_rows, "smt": smt_rows,
     }
     if config.plots:
         os.makedirs(paths.plots, exist_ok=True)
@@ -384,19 +409,39 @@ def run_suite(config: Config, out: str = HERE, *, gloo: bool = True, smt: bool =
                 except Exception as exc:  # a plot must not lose the results
                     say(f"    plot of {case['machine']} {case['collective']} failed: {exc}")
     doc["total_s"] = round(time.perf_counter() - start, 1)
-    doc["headline"] = headline(doc)
+    try:
+        doc["headline"] = headline(doc)
+    except Exception:  # keep the run's data: the JSON is written before the error is raised
+        write(doc, paths, config, md=False)
+        raise
     write(doc, paths, config)
     say(f"wrote {paths.md} and {paths.json} in {doc['total_s']:.0f} s")
     return doc
 
 
-def write(doc: dict[str, Any], paths: Paths, config: Config) -> None:
+def model_error(path: str = VALIDATION) -> dict[str, Any] | None:
+    """The cost model's error on the measurements its fit never saw (``validate.py``'s
+    ``validate`` block: rows, median and worst relative error, the worst row); None without
+    the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            v = json.load(f)["validate"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return {"source": "benchmarks/results/validate.json", "rows": v["rows"],
+            "median_error": round(v["median_error"], 4), "worst_error": round(v["worst_error"], 4),
+            "worst_row": v["worst_row"]}
+
+
+def write(doc: dict[str, Any], paths: Paths, config: Config, md: bool = True) -> None:
     os.makedirs(os.path.dirname(paths.json), exist_ok=True)
     os.makedirs(os.path.dirname(paths.md) or ".", exist_ok=True)
     text = json.dumps(doc, indent=1) + "\n"
     with open(paths.json + ".tmp", "w") as f:
         f.write(text)
     os.replace(paths.json + ".tmp", paths.json)
+    if not md:
+        return
     md = markdown(doc, paths, config)
     with open(paths.md + ".tmp", "w") as f:
         f.write(md)
@@ -408,28 +453,42 @@ def geomean(xs: Sequence[float]) -> float | None:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
+def where(x: Sequence[Any]) -> list[Any]:
+    """[ratio, machine, collective, size] of a point, the ratio rounded as the md prints it."""
+    return [round(x[0], 4), *x[1:]]
+
+
+def versus(points: Sequence[tuple[dict[str, Any], dict[str, Any]]], key: str) -> dict[str, Any] | None:
+    """How the points compare with one baseline (``key``: a row's ratio field, its time over
+    ours): how many are faster by 1% or more, tie (NCCL's own entry, or within 1%) or are
+    slower by more than 1%; the geometric mean, worst and best ratio."""
+    have = sorted(((r[key], c["machine"], c["collective"], r["size"]) for c, r in points if r.get(key)),
+                  key=lambda x: (x[0], x[1], x[2], x[3]))
+    if not have:
+        return None
+    native = {(c["machine"], c["collective"], r["size"]) for c, r in points if r.get("native")}
+    ties = [x for x in have if 1 - TIE < x[0] < 1 + TIE]
+    return {"points": len(have), "faster": sum(1 for x in have if x[0] >= 1 + TIE), "tied": len(ties),
+            "native": sum(1 for x in ties if tuple(x[1:]) in native),
+            "slower": sum(1 for x in have if x[0] <= 1 - TIE),
+            "geomean": round(geomean([x[0] for x in have]), 4), "worst": where(have[0]), "best": where(have[-1])}
+
+
 def headline(doc: dict[str, Any]) -> dict[str, Any]:
-    """Numbers the md's headline paragraph states, computed from the cases: per headline size
-    (the two largest of the sweep) how many cases beat each NCCL model and by how much, the
-    geometric mean ratio to the bound, and the worst case overall."""
+    """Numbers the md's headline paragraph states, computed from the cases: over every (case,
+    size) point and per size, how the tuned set compares with NCCL's pick (faster by 1% or
+    more, tied, slower; geometric mean, worst, best), the points it only ties (each with NCCL's
+    pick, native or not), NCCL's ring as secondary, the ratio to the bound, and the cost model's
+    validation error the ratios stand on."""
     points = [(c, r) for c in doc["cases"] for r in c["rows"]]
-    sizes = sorted({r["size"] for _, r in points})[-2:]
     out: dict[str, Any] = {"cases": len(doc["cases"]), "failed": [f"{c['machine']} {c['collective']}"
                                                                     for c in doc["cases"] if c["error"]],
-                           "points": len(points), "sizes": {}}
-    for size in sizes:
+                           "points": len(points), "model": doc.get("model"),
+                           "vs_nccl": versus(points, "vs_nccl"), "vs_nccl_ring": versus(points, "vs_nccl_ring"),
+                           "no_nccl": sum(1 for _, r in points if not r.get("vs_nccl")), "sizes": {}}
+    for size in sorted({r["size"] for _, r in points}):
         at = [(c, r) for c, r in points if r["size"] == size]
-        entry: dict[str, Any] = {}
-        for model in MODELS:
-            key = f"vs_{model.replace('-', '_')}"
-            have = sorted(((r[key], c["machine"], c["collective"]) for c, r in at if r[key]),
-                          key=lambda x: (x[0], x[1], x[2]))
-            if not have:
-                continue
-            entry[model] = {"cases": len(have), "faster": sum(1 for x in have if x[0] >= 1 + TIE),
-                            "tied": sum(1 for x in have if 1 - TIE < x[0] < 1 + TIE),
-                            "geomean": round(geomean([x[0] for x in have]), 3),
-                            "min": list(have[0]), "max": list(have[-1])}
+        entry: dict[str, Any] = {"cases": len(at), "vs_nccl": versus(at, "vs_nccl")}
         ratios = sorted(((r["bound_ratio"], c["machine"], c["collective"]) for c, r in at if r["bound_ratio"]),
                         key=lambda x: (-x[0], x[1], x[2]))
         if ratios:
@@ -437,8 +496,16 @@ def headline(doc: dict[str, Any]) -> dict[str, Any]:
                               "within_1_1": sum(1 for x in ratios if x[0] <= 1.1), "cases": len(ratios)}
         entry["synthesized_wins"] = sum(1 for _, r in at if r["solver"] and r["best_template"]
                                         and r["winner"] != r["best_template"])
-        entry["cases_at_size"] = len(at)
         out["sizes"][str(size)] = entry
+    # the points where the set is not faster than NCCL's pick by 1% or more, per case
+    ties: dict[tuple[str, str], dict[str, Any]] = {}
+    for c, r in points:
+        if r.get("vs_nccl") and r["vs_nccl"] < 1 + TIE:
+            t = ties.setdefault((c["machine"], c["collective"]), {"machine": c["machine"], "collective": c["collective"],
+                                                                  "points": []})
+            t["points"].append({"size": r["size"], "vs_nccl": r["vs_nccl"], "native": bool(r.get("native")),
+                                "nccl_pick": r.get("nccl_pick")})
+    out["not_faster"] = list(ties.values())
     worst = sorted(((r["bound_ratio"], c["machine"], c["collective"], r["size"]) for c, r in points
                     if r["bound_ratio"]), key=lambda x: (-x[0], x[1], x[2], x[3]))
     out["skipped"] = [[c["machine"], c["collective"], [k["label"] for k in c["candidates"]
@@ -446,6 +513,9 @@ def headline(doc: dict[str, Any]) -> dict[str, Any]:
                       for c in doc["cases"]]
     out["skipped"] = [x for x in out["skipped"] if x[2]]
     out["worst_bound"] = list(worst[0]) if worst else None
+    # a time below the bound can only be a model's (NCCL's pick priced analytically): name them
+    out["below_bound"] = [[x[1], x[2], x[3], x[0]] for x in sorted(worst, key=lambda x: (x[1], x[2], x[3]))
+                          if x[0] < 1]
     out["geomean_bound_all"] = round(geomean([x[0] for x in worst]), 3) if worst else None
     out["synthesized_wins"] = sum(1 for _, r in points if r["solver"] and r["best_template"]  # not NCCL's own
                                   and r["winner"] != r["best_template"])
@@ -457,37 +527,88 @@ def headline(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def point_text(x: Sequence[Any]) -> str:
+    """"2.31x (dgx1 allgather, 1KiB)"."""
+    from ccl.core.units import format_size
+
+    return f"{x[0]:.2f}x ({x[1]} {x[2]}, {format_size(x[3])})"
+
+
+def model_text(model: dict[str, Any] | None) -> str:
+    """The sentence on what the ratios stand on: the calibrated model and its validation error."""
+    said = ("Every time here is simulated under the calibrated cost model (docs/costmodel.md): ours for the "
+            "MSCCL executor with the protocol the tuner chose, NCCL's pick as NCCL 2.30 would run it, so every "
+            "ratio is a ratio of two modelled times, not a measurement")
+    if not model:
+        return said + "; no validation of the model was found (run `python benchmarks/validate.py`)."
+    return (said + f"; on the {model['rows']} published measurements its fit never saw, the model's median "
+            f"error is {model['median_error']:.1%} and its worst {model['worst_error']:.1%} "
+            f"({model['worst_row']}).")
+
+
+def ties_text(ties: Sequence[dict[str, Any]]) -> str:
+    """"dgx-h100:2 allreduce at 64MiB, 1GiB (native NVLSTree/Simple)"; per case."""
+    from ccl.core.units import format_size
+
+    out = []
+    for t in ties:
+        groups: dict[str, list[str]] = {}
+        for p in t["points"]:
+            how = f"native {p['nccl_pick']}" if p["native"] else f"{p['vs_nccl']:.3f}x vs {p['nccl_pick']}"
+            groups.setdefault(how, []).append(format_size(p["size"]))
+        out.append(f"{t['machine']} {t['collective']} at " + "; ".join(f"{', '.join(sizes)} ({how})"
+                                                                         for how, sizes in groups.items()))
+    return "; ".join(out)
+
+
 def headline_text(h: dict[str, Any]) -> str:
     from ccl.core.units import format_size
 
     parts = [f"{h['cases']} cases (machine x collective), {h['points']} (case, size) points"
-             + (f"; {len(h['failed'])} case(s) failed: {', '.join(h['failed'])}" if h["failed"] else "") + "."]
+             + (f"; {len(h['failed'])} case(s) failed: {', '.join(h['failed'])}" if h["failed"] else "") + ".",
+             model_text(h.get("model"))]
+    v = h.get("vs_nccl")
+    if v:
+        parts.append(
+            f"Against NCCL's pick (the algorithm and protocol NCCL 2.30's rules choose for the machine, collective "
+            f"and size: the `NCCL pick` column) the tuned set is faster by 1% or more at {v['faster']} of "
+            f"{v['points']} points and ties at {v['tied']} ({v['native']} where the set's entry is NCCL itself, "
+            f"because NCCL's pick beat every schedule of ours, {v['tied'] - v['native']} within 1%)"
+            + (f"; it is slower by more than 1% at {v['slower']}" if v["slower"] else "; it is slower at none")
+            + f". Geometric mean {v['geomean']:.2f}x; worst {point_text(v['worst'])}; best {point_text(v['best'])}.")
+        if h["no_nccl"]:
+            parts.append(f"NCCL has no pick at {h['no_nccl']} point(s).")
+    by_size = []
     for size, e in sorted(h["sizes"].items(), key=lambda kv: int(kv[0])):
-        said = []
-        for model in MODELS:
-            m = e.get(model)
-            if not m:
-                continue
-            spread = (f"{m['min'][0]:.2f}x, {m['min'][1]} {m['min'][2]}" if m["cases"] == 1 else
-                      f"geometric mean {m['geomean']:.2f}x, worst {m['min'][0]:.2f}x on {m['min'][1]} "
-                      f"{m['min'][2]}, best {m['max'][0]:.2f}x on {m['max'][1]} {m['max'][2]}")
-            tied = f", within 1% in {m['tied']} more" if m["tied"] else ""
-            said.append(f"than NCCL's {model[5:]} model by 1% or more in {m['faster']} of {m['cases']} cases"
-                        f"{tied} ({spread})")
-        text = f"At {format_size(int(size))} the tuned schedule is faster " + "; ".join(said) if said else \
-            f"At {format_size(int(size))} no NCCL model applies"
+        s = e.get("vs_nccl")
+        if s:
+            by_size.append(f"at {format_size(int(size))} faster at {s['faster']} of {s['points']}, tied at "
+                           f"{s['tied']} ({s['native']} native), geometric mean {s['geomean']:.2f}x")
+    if by_size:
+        parts.append("By size: " + "; ".join(by_size) + ".")
+    if h.get("not_faster"):
+        parts.append("Where the set only ties NCCL's pick: " + ties_text(h["not_faster"]) + ".")
+    ring = h.get("vs_nccl_ring")
+    if ring:
+        parts.append(f"Secondary, against NCCL's Ring alone: faster at {ring['faster']} of {ring['points']} points, "
+                     f"geometric mean {ring['geomean']:.2f}x.")
+    for size, e in sorted(h["sizes"].items(), key=lambda kv: int(kv[0]))[-2:]:
         b = e.get("bound")
         if b:
-            text += (f". It is on geometric mean {b['geomean']:.3f}x the lower bound (within 10% in "
-                     f"{b['within_1_1']} of {b['cases']} cases; furthest: {b['worst'][1]} {b['worst'][2]}, "
-                     f"{b['worst'][0]:.3f}x), and a synthesized schedule, not a template, wins "
-                     f"{e['synthesized_wins']} of {e['cases_at_size']} cases")
-        parts.append(text + ".")
+            parts.append(f"At {format_size(int(size))} the set is on geometric mean {b['geomean']:.3f}x the lower "
+                         f"bound (within 10% in {b['within_1_1']} of {b['cases']} cases; furthest: {b['worst'][1]} "
+                         f"{b['worst'][2]}, {b['worst'][0]:.3f}x), and a synthesized schedule, not a template, wins "
+                         f"{e['synthesized_wins']} of {e['cases']} cases.")
     if h["worst_bound"]:
         r, m, k, size = h["worst_bound"]
         parts.append(f"Over all sizes the geometric mean ratio to the bound is {h['geomean_bound_all']:.3f}x; the "
                      f"furthest from it is {m} {k} at {format_size(size)} ({r:.3f}x). Synthesized schedules win "
                      f"{h['synthesized_wins']} of {h['points']} points.")
+    if h.get("below_bound"):
+        parts.append(f"At {len(h['below_bound'])} point(s) the time (NCCL's pick, priced by its analytic model) is "
+                     "below the lower bound, which no schedule can be: "
+                     + ", ".join(f"{m} {k} at {format_size(size)} ({r:.3f}x)" for m, k, size, r in h["below_bound"])
+                     + "; there the NCCL model is optimistic and the tie is NCCL's favour, not a measured fact.")
     if h["skipped"]:
         parts.append(f"The time budget cut candidates in {len(h['skipped'])} case(s) ("
                      + "; ".join(f"{m} {k}: {', '.join(labels)}" for m, k, labels in h["skipped"])
@@ -514,6 +635,11 @@ def fmt_us(t: float | None) -> str:
     if t is None:
         return "-"
     return f"{t / 1e3:.3f} ms" if t >= 1e3 else f"{t:.2f} us"
+
+
+def schedule_cell(row: dict[str, Any]) -> str:
+    """The md's schedule cell: the winner's label, or ``nccl (native)`` where NCCL runs the size."""
+    return NATIVE if row.get("native") else f"`{row['winner']}`"
 
 
 def markdown(doc: dict[str, Any], paths: Paths, config: Config) -> str:
@@ -546,20 +672,27 @@ def markdown(doc: dict[str, Any], paths: Paths, config: Config) -> str:
         f"For each machine and collective the tuner (`ccl synthesize --solver auto`) tried every applicable "
         f"solver within a budget of {config.time_budget:g} s per case (templates always; tree packing at "
         "anchor sizes; the exact solver on machines of up to 8 ranks), simulated each schedule at every size "
-        "and kept the fastest per size. Columns:",
+        "for the MSCCL executor under each protocol, and kept the fastest per size, or NCCL itself where "
+        "NCCL's pick was faster than every schedule. All times are the calibrated cost model's "
+        "(docs/costmodel.md)."
+        + (f" The default budget is {DEFAULT_BUDGET:g} s; this run cut it to {config.time_budget:g} s to keep "
+           "its time down on a loaded machine, so candidates the budget cut are named under their machine."
+           if config.time_budget < DEFAULT_BUDGET else "") + " Columns:",
         "",
-        "* **time**: the simulated time of the fastest schedule; **schedule**: the candidate it came from "
-        "(`packing@64MiB`: tree packing synthesized for 64 MiB; `smt`: the exact solver; other names are "
-        "templates);",
-        "* **vs nccl-ring / -tree / -p2p**: NCCL's cost model for that algorithm over ours (above 1: ours is "
-        "faster; `-` where the model does not apply to the collective);",
+        "* **schedule**: the candidate the set runs at the size (`packing@64MiB`: tree packing synthesized for "
+        f"64 MiB; `smt`: the exact solver; other names are templates; `{NATIVE}`: the set leaves the size to "
+        "NCCL); **proto**: the protocol it runs with; **time**: its simulated time;",
+        "* **NCCL pick**: the algorithm/protocol NCCL 2.30's rules pick for the machine, collective and size, "
+        "**NCCL us** its modelled time, **vs nccl**: that time over ours (above 1: ours is faster; 1.00x where "
+        "the set's entry is NCCL itself); **vs nccl-ring**: NCCL's Ring alone over ours (secondary: NCCL would "
+        "not run Ring where its pick is another algorithm; `-` where Ring does not apply);",
         "* **vs template**: the best template's time over ours (1.00: a template won), **best template** names "
         "it; **/ bound**: ours over the lower bound (1.00 is optimal);",
         "* **synth s**: the winning candidate's synthesis time; **tuner s**: the tuner's wall time for the whole "
         "case (all candidates, all sizes); **peak MiB**: the resident memory peak of the case's process.",
         "",
     ]
-    header = ("collective", "size", "schedule", "time", "vs nccl-ring", "vs nccl-tree", "vs nccl-p2p",
+    header = ("collective", "size", "schedule", "proto", "time", "NCCL pick", "NCCL us", "vs nccl", "vs nccl-ring",
               "vs template", "best template", "/ bound", "synth s", "tuner s", "peak MiB")
     for machine in dict.fromkeys(c["machine"] for c in doc["cases"]):
         cases = [c for c in doc["cases"] if c["machine"] == machine]
@@ -581,9 +714,10 @@ def markdown(doc: dict[str, Any], paths: Paths, config: Config) -> str:
                 continue
             for r in c["rows"]:
                 lines.append("| " + " | ".join([
-                    c["collective"], format_size(r["size"]), f"`{r['winner']}`", fmt_us(r["time_us"]),
-                    fmt(r["vs_nccl_ring"], ".2f", "x"), fmt(r["vs_nccl_tree"], ".2f", "x"),
-                    fmt(r["vs_nccl_p2p"], ".2f", "x"), fmt(r["vs_best_template"], ".2f", "x"),
+                    c["collective"], format_size(r["size"]), schedule_cell(r), r.get("protocol") or "-",
+                    fmt_us(r["time_us"]), r.get("nccl_pick") or "-", fmt_us(r.get("nccl_us")),
+                    fmt(r.get("vs_nccl"), ".2f", "x"), fmt(r.get("vs_nccl_ring"), ".2f", "x"),
+                    fmt(r["vs_best_template"], ".2f", "x"),
                     f"`{r['best_template']}`" if r["best_template"] else "-", fmt(r["bound_ratio"], ".3f"),
                     fmt(r["winner_synthesis_s"], ".2f"), fmt(c["tuner_s"], ".1f"), fmt(c["peak_MiB"], ".0f"),
                 ]) + " |")

@@ -101,7 +101,8 @@ def test_a_tuned_set_exports_files_right_in_place(tmp_path, capsys):
     from ccl.cli import main
 
     sset = tmp_path / "set.json"
-    assert main(["synthesize", "-t", "ring:4", "-c", "alltoall", "-o", str(sset)]) == 0
+    # --no-native: on a ring of 4 NCCL's own alltoall wins every size, and this is about our files
+    assert main(["synthesize", "-t", "ring:4", "-c", "alltoall", "--no-native", "-o", str(sset)]) == 0
     out = tmp_path / "xml"
     assert main(["emit", "msccl", str(sset), "-o", str(out), "--target", "rccl"]) == 0
     capsys.readouterr()
