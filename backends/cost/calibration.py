@@ -31,12 +31,18 @@ One set of parameters prices every schedule alike, the project's and NCCL's own 
 
 Each parameter carries where its value comes from: fitted by ``python benchmarks/validate.py
 --fit`` on the measurements it names, or a prior (a vendor constant, a published figure) where
-no measurement constrains it. The file is versioned; code reads it through ``calibration()``.
+no measurement constrains it. The file is versioned; code reads it through ``calibration()``,
+which takes the file ``CCL_CALIBRATION`` names instead when the variable is set (a calibration
+fitted to a user's own machine by ``ccl probe --nccl-tests``, ``backends.cost.fit``); the
+shipped one stays at hand as ``shipped()``.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
+import stat
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -50,6 +56,8 @@ LINK_CLASSES = ("nvlink", "pcie", "net")
 DATA = Path(__file__).with_name("data")
 CALIBRATION_FILE = DATA / "calibration.json"
 FORMAT = "ccl-cost-calibration"
+ENVIRONMENT = "CCL_CALIBRATION"  # names a calibration file every command uses instead of the shipped one
+MAX_FILE_BYTES = 1 << 20  # a calibration is a few KiB: a larger file is not one
 
 
 @dataclass(frozen=True)
@@ -159,14 +167,63 @@ def from_json(data: Any, where: str = "calibration") -> Calibration:
                         *cal.protocol_efficiency.items()]:
         if not 0 < value <= 1:
             raise InputError(f"{where}: efficiency {name} must be in (0, 1], got {value!r}")
+    # times, scales and sizes: finite and not negative (a file may come from a user's own fit)
+    for name, value in [("nvls_latency_us", cal.nvls_latency_us), ("ll_cap_scale", cal.ll_cap_scale),
+                        ("fill_us", cal.fill_us), ("fill_bytes", cal.fill_bytes),
+                        ("graph_launch_share", cal.graph_launch_share),
+                        *(("launch_us." + k, v) for k, v in cal.launch_us.items()),
+                        *(("hop_us." + c + "." + k, v) for c, p in cal.hop_us.items() for k, v in p.items()),
+                        *(("latency_scale." + k, v) for k, v in cal.latency_scale.items()),
+                        *(("call_us." + k, v) for k, v in cal.call_us.items()),
+                        *(("fabric_latency_us." + k, v) for k, v in cal.fabric_latency_us.items())]:
+        if not (math.isfinite(value) and value >= 0):
+            raise InputError(f"{where}: {name} must be a finite number, not negative, got {value!r}")
     return cal
 
 
 @lru_cache(maxsize=1)
-def calibration() -> Calibration:
+def shipped() -> Calibration:
     """The shipped calibration (``data/calibration.json``)."""
     with open(CALIBRATION_FILE, encoding="utf-8") as fh:
         return from_json(json.load(fh), str(CALIBRATION_FILE))
+
+
+def calibration() -> Calibration:
+    """The calibration every price uses: the file ``CCL_CALIBRATION`` names when it is set
+    (InputError naming the file when it cannot be read or is not a calibration), else the
+    shipped one."""
+    path = os.environ.get(ENVIRONMENT, "")
+    if not path:
+        return shipped()
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{ENVIRONMENT}={path}: cannot read the calibration "
+                         f"({getattr(exc, 'strerror', None) or exc})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"{ENVIRONMENT}={path}: not a regular file (a calibration JSON file is expected)")
+    # keyed on the file's identity and modification: a file rewritten between calls is read again
+    return _load(path, info.st_ino, info.st_mtime_ns, info.st_size)
+
+
+@lru_cache(maxsize=4)
+def _load(path: str, inode: int, mtime_ns: int, size: int) -> Calibration:
+    where = f"{ENVIRONMENT}={path}"
+    if size > MAX_FILE_BYTES:
+        raise InputError(f"{where}: {size} bytes is too large for a cost calibration (at most {MAX_FILE_BYTES})")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read(MAX_FILE_BYTES + 1)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{where}: cannot read the calibration ({getattr(exc, 'strerror', None) or exc})") from None
+    if len(text) > MAX_FILE_BYTES:
+        raise InputError(f"{where}: too large for a cost calibration (at most {MAX_FILE_BYTES} bytes)")
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        line = f":{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
+        raise InputError(f"{where}{line}: invalid JSON ({str(exc).split(':')[0]})") from None
+    return from_json(data, where)
 
 
 @lru_cache(maxsize=4)
