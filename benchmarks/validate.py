@@ -26,19 +26,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
+import re
 import statistics
 import sys
-from dataclasses import dataclass, replace
-from types import MappingProxyType
+from dataclasses import dataclass
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import topologies  # noqa: E402
-from backends.cost import nccl  # noqa: E402
-from backends.cost.calibration import CALIBRATION_FILE, Calibration, calibration  # noqa: E402
+from backends.cost import fit as fit_  # noqa: E402
+from backends.cost.calibration import CALIBRATION_FILE, Calibration, shipped  # noqa: E402
 from backends.cost.machine import Machine  # noqa: E402
 from ccl.core.collective import builtin  # noqa: E402
 from ccl.core.report import bus_factor  # noqa: E402
@@ -69,39 +68,17 @@ NOT_MODELLED = {
 }
 KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce")
 
-# The fitted parameters, as (name, getter, setter bounds): a vector the optimizer moves.
-FITTED = (
-    ("link_efficiency.hopper", 0.4, 1.0), ("link_efficiency.ampere", 0.4, 1.0),
-    ("link_efficiency.blackwell", 0.4, 1.0), ("link_efficiency.cdna3", 0.2, 1.0),
-    ("nvls_efficiency.hopper", 0.3, 1.0), ("nvls_efficiency.blackwell", 0.3, 1.0),
-    ("net_efficiency", 0.3, 1.0),
-    ("launch_us.LL", 2.0, 30.0), ("launch_us.LL128", 2.0, 30.0), ("launch_us.Simple", 2.0, 30.0),
-    ("hop_scale.LL", 0.25, 4.0), ("hop_scale.LL128", 0.25, 4.0), ("hop_scale.Simple", 0.25, 4.0),
-    ("nvls_latency_us", 1.0, 60.0), ("call_us.torch-nccl", 0.0, 200.0), ("call_us.rccl", 0.0, 200.0),
-    ("fill_us", 0.0, 500.0), ("fill_bytes", 2.0**20, 2.0**31), ("ll_cap_scale", 0.3, 10.0),
-    ("graph_launch_share", 0.0, 1.0),
-    ("latency_scale.ampere", 0.3, 5.0), ("latency_scale.blackwell", 0.3, 5.0), ("latency_scale.cdna3", 0.3, 5.0),
-    ("fabric_latency_us.aws-efa", 1.0, 200.0), ("fabric_latency_us.gcp-tcpxo", 1.0, 200.0),
-)
 
 
 @dataclass(frozen=True)
-class Row:
-    id: str
-    group: str
-    spec: str
-    kind: str
-    gpus: int
-    size: float
-    measured_us: float
-    runtime: str
-    forbid: tuple[str, ...]  # NCCL algorithms the run disabled
-    only: str | None  # the algorithm the run forced (NCCL_ALGO)
-    graph: bool  # the run captured its calls in a CUDA/HIP graph (nccl-tests -G)
-    known: str | None  # the algorithm the source says NCCL picked by default
-    protocol: str | None  # and its protocol, when the source says
-    source: str
-    note: str
+class Row(fit_.Row):
+    """A measured call (``backends.cost.fit.Row``) with where it comes from: the library spec
+    of its machine (``{fabric}`` for a fitted network latency), its GPU count and source."""
+
+    spec: str = ""
+    gpus: int = 0
+    source: str = ""
+    note: str = ""
 
 
 def measured_time(row: dict) -> float | None:
@@ -119,6 +96,7 @@ def measured_time(row: dict) -> float | None:
 
 def load_rows(path: str = DATA) -> tuple[list[Row], list[tuple[str, str]]]:
     """The rows the model predicts, and (id, reason) for the ones left out."""
+    cal = shipped()  # builds the machines; a fabric's latency is the calibration's at each price
     with open(path, encoding="utf-8") as fh:
         data = json.load(fh)
     rows, left = [], []
@@ -153,8 +131,12 @@ def load_rows(path: str = DATA) -> tuple[list[Row], list[tuple[str, str]]]:
         graph = " -G 1" in note or "graph mode" in note.lower()
         if graph:
             group += " graph"
-        rows.append(Row(r["id"], group, spec, r["collective"], r["gpus"], float(r["size_bytes"]), t, runtime,
-                        forbid, only, graph, known, protocol, r["source"].get("url") or r["source"].get("repo", ""), r.get("note") or ""))
+        fabric = re.search(r"\{([a-z0-9-]+)\}", spec)
+        rows.append(Row(id=r["id"], group=group, machine=Machine.of(_topology(machine_spec(spec, cal))),
+                        kind=r["collective"], size=float(r["size_bytes"]), measured_us=t, runtime=runtime,
+                        forbid=forbid, only=only, graph=graph, known=known, protocol=protocol,
+                        fabric=fabric.group(1) if fabric else None, spec=spec, gpus=r["gpus"],
+                        source=r["source"].get("url") or r["source"].get("repo", ""), note=note))
     return rows, left
 
 
@@ -197,35 +179,6 @@ def machine_spec(spec: str, cal: Calibration) -> str:
     return spec
 
 
-def predict(row: Row, cal: Calibration) -> tuple[float, str]:
-    """The model's time for the row and the (algorithm, protocol) it picks."""
-    best = min(candidates(row, cal), key=lambda c: c.time_us)
-    return best.time_us + cal.call_us.get(row.runtime, 0.0), best.name
-
-
-def candidates(row: Row, cal: Calibration) -> list[nccl.Choice]:
-    """The priced (algorithm, protocol) pairs the run could have used."""
-    machine = Machine.of(_topology(machine_spec(row.spec, cal)))
-    runtime = "rccl" if row.runtime == "rccl" else "nccl"
-    return [nccl.price(row.kind, machine, a, p, row.size, cal, row.graph)
-            for a, p in nccl.enabled(row.kind, machine, cal, runtime)
-            if a not in row.forbid and (row.only is None or a == row.only)]
-
-
-def pick_miss(row: Row, cal: Calibration, margin: float = 0.03) -> float:
-    """How much slower (log ratio) the model prices the algorithm the source says NCCL picked
-    than the fastest other one, plus ``margin``: 0 when the model picks it by at least the margin
-    (a pick that wins by a hair flips with the next refit)."""
-    if row.known is None:
-        return 0.0
-    found = candidates(row, cal)
-    mine = [c.time_us for c in found if c.algorithm == row.known and (row.protocol is None or c.protocol == row.protocol)]
-    others = [c.time_us for c in found if c.algorithm != row.known]
-    if not mine or not others:
-        return 0.0
-    return max(0.0, math.log(min(mine) / min(others)) + margin)
-
-
 _TOPOLOGIES: dict[str, object] = {}
 
 
@@ -233,70 +186,6 @@ def _topology(spec: str):
     if spec not in _TOPOLOGIES:
         _TOPOLOGIES[spec] = topologies.build(spec)
     return _TOPOLOGIES[spec]
-
-
-# ---------------------------------------------------------------------- fitting
-def vector(cal: Calibration) -> list[float]:
-    prior = calibration()
-    out = []
-    for name, _, _ in FITTED:
-        head, _, key = name.partition(".")
-        if head == "hop_scale":
-            out.append(cal.hop_us["nvlink"][key] / prior.hop_us["nvlink"][key])
-        elif key:
-            out.append(getattr(cal, head)[key])
-        else:
-            out.append(getattr(cal, head))
-    return out
-
-
-def with_vector(base: Calibration, x: list[float]) -> Calibration:
-    """``base`` with the fitted parameters set from ``x`` (hop latencies scale the prior's)."""
-    prior = calibration()
-    fields: dict = {}
-    maps: dict[str, dict] = {}
-    for (name, _, _), value in zip(FITTED, x):
-        head, _, key = name.partition(".")
-        if head == "hop_scale":
-            for cls in prior.hop_us:
-                maps.setdefault("hop_us", {c: dict(p) for c, p in base.hop_us.items()})[cls][key] = \
-                    prior.hop_us[cls][key] * value
-        elif key:
-            maps.setdefault(head, dict(getattr(base, head)))[key] = value
-        else:
-            fields[head] = value
-    for head, value in maps.items():
-        fields[head] = MappingProxyType({k: (MappingProxyType(v) if isinstance(v, dict) else v)
-                                         for k, v in value.items()})
-    return replace(base, **fields)
-
-
-def fit(rows: list[Row], base: Calibration, picks: list[Row] | None = None) -> Calibration:
-    import numpy as np
-    from scipy.optimize import least_squares  # the fit only: importing the rest stays light
-
-    groups: dict[str, int] = {}
-    for r in rows:
-        groups[r.group] = groups.get(r.group, 0) + 1
-    weight = np.array([1.0 / math.sqrt(groups[r.group]) for r in rows])  # squared: each group weighs the same
-    target = np.log([r.measured_us for r in rows])
-
-    picks = [r for r in (rows if picks is None else picks) if r.known is not None]
-
-    def residuals(x: np.ndarray) -> np.ndarray:
-        cal = with_vector(base, list(x))
-        times = weight * (np.log([predict(r, cal)[0] for r in rows]) - target)
-        # the picks the sources report count as much as the times: a model that times well but
-        # picks an algorithm NCCL does not would compare schedules with the wrong baseline
-        missed = 3.0 * np.array([pick_miss(r, cal) for r in picks])
-        return np.concatenate([times, missed])
-
-    lo = [b for _, b, _ in FITTED]
-    hi = [b for _, _, b in FITTED]
-    start = np.clip(vector(base), lo, hi)
-    # a robust loss: a few runs far off any model (a first-call outlier) must not drag the rest
-    result = least_squares(residuals, start, bounds=(lo, hi), x_scale="jac", loss="soft_l1", f_scale=0.1)
-    return with_vector(base, list(result.x))
 
 
 # ---------------------------------------------------------------------- report
@@ -309,7 +198,7 @@ def bound_of(row: Row, cal: Calibration) -> float:
 def evaluate(rows: list[Row], cal: Calibration) -> list[dict]:
     out = []
     for r in rows:
-        time, pick = predict(r, cal)
+        time, pick = fit_.predict(r, cal)
         bound = bound_of(r, cal)
         out.append({"id": r.id, "group": r.group, "size_bytes": r.size, "measured_us": r.measured_us,
                     "predicted_us": time, "ratio": time / r.measured_us, "pick": pick, "known_pick": r.known,
@@ -349,9 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows, left = load_rows(args.data)
     fit_rows, check_rows = split(rows)
-    cal = calibration()
+    cal = shipped()
     if args.fit:
-        cal = fit(fit_rows, cal, picks=rows)  # times of the fitting rows; the picks every source reports
+        cal = fit_.fit(fit_rows, cal, picks=rows)  # times of the fitting rows; the picks every source reports
         _write_calibration(cal, fit_rows)
     fitted, checked = evaluate(fit_rows, cal), evaluate(check_rows, cal)
     result = {"fit": summary(fitted), "validate": summary(checked), "left_out": len(left),
@@ -402,21 +291,11 @@ def _markdown(result: dict) -> list[str]:
 
 
 def _write_calibration(cal: Calibration, rows: list[Row]) -> None:
-    sources = dict(cal.sources)
-    ids = sorted({r.group for r in rows})
-    fitted = f"fitted by `python benchmarks/validate.py --fit` on {len(rows)} rows of benchmarks/data/measurements.json ({len(ids)} groups)"
-    for name, _, _ in FITTED:
-        head = name.partition(".")[0]
-        sources["hop_us" if head == "hop_scale" else head] = fitted
-    cal = replace(cal, sources=MappingProxyType(sources))
-    data = cal.to_json()
-    for group in ("link_efficiency", "nvls_efficiency", "launch_us", "call_us", "fabric_latency_us", "latency_scale"):
-        data["parameters"][group] = {k: round(v, 4) for k, v in data["parameters"][group].items()}
-    data["parameters"]["hop_us"] = {c: {k: round(v, 4) for k, v in p.items()} for c, p in data["parameters"]["hop_us"].items()}
-    for key in ("net_efficiency", "nvls_latency_us", "fill_us", "fill_bytes", "ll_cap_scale", "graph_launch_share"):
-        data["parameters"][key] = round(data["parameters"][key], 4)
+    groups = len({r.group for r in rows})
+    fitted = (f"fitted by `python benchmarks/validate.py --fit` on {len(rows)} rows of "
+              f"benchmarks/data/measurements.json ({groups} groups)")
     with open(CALIBRATION_FILE, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2)
+        json.dump(fit_.to_json(cal, fit_.NAMES, fitted), fh, indent=2)
         fh.write("\n")
 
 
