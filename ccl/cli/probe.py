@@ -3,6 +3,7 @@
     torchrun --nproc-per-node 4 -m ccl.cli probe -o probed.ccl    # every rank of the job
     ccl probe --local 4 -o probed.ccl                              # 4 local gloo processes
     ccl probe --from probe.json -o probed.ccl                      # refit saved measurements
+    ccl probe --nccl-tests ar.txt -t dgx-h100:1 -c allreduce -o cal.json   # fit the cost model
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from typing import Any
 from backends.torch.launch import Call, run_jobs
 from dsl.printer import check_identifier
 
+from ..compiler.calibrate import calibration_file, fit_machine, read_nccl_tests
 from ..compiler.probe import fit, to_ccl
+from ..compiler.stages import load_topology
 from ..core.display import shown
 from ..core.errors import InputError
 from ..core.limits import LOCAL_PROCESSES, read_input_json
@@ -72,7 +75,46 @@ def _measure_here(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any] 
             dist.destroy_process_group()
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """--nccl-tests: fit the cost model's parameters to the runs (``ccl.compiler.calibrate``)."""
+    if not args.topology or not args.collective:
+        raise InputError("--nccl-tests needs -t TOPOLOGY (the machine the runs were on) and -c COLLECTIVE")
+    if args.source is not None or args.local is not None or args.measurements:
+        raise InputError("--nccl-tests fits the cost model to nccl-tests runs: it takes no --from, --local or "
+                         "--measurements")
+    topology = load_topology(args.topology)
+    sweeps = read_nccl_tests(args.nccl_tests, topology, args.collective)
+    with Progress() as progress:
+        progress(f"probe: fitting the cost model to {sum(len(s.runs) for s in sweeps)} runs")
+        fitted, report = fit_machine(sweeps, topology, args.collective)
+    if args.output:
+        body = json.dumps(calibration_file(fitted, report), indent=2) + "\n"
+        write_all([(args.output, lambda fh: fh.write(body))])
+        report["output"] = args.output
+    before, after = report["error"]["before"], report["error"]["after"]
+    prior = "the shipped calibration" if report["prior"] == "shipped" else f"{shown(report['prior'])} (CCL_CALIBRATION)"
+    lines = [f"fitted the cost model to {len(report['rows'])} {args.collective} runs on {shown(topology.name)} "
+             f"({topology.n_ranks} ranks, {report['generation']}, {report['runtime']}); prior: {prior}",
+             f"  {'size':>8} {'measured us':>12} {'before us':>10} {'after us':>10}  file:line"]
+    for r in report["rows"]:
+        lines.append(f"  {format_size(r['size_bytes']):>8} {r['measured_us']:>12.4g} {r['before_us']:>10.4g} "
+                     f"{r['after_us']:>10.4g}  {shown(r['file'])}:{r['line']}")
+    lines.append(f"  error: median {before['median']:.1%} -> {after['median']:.1%}, worst {before['worst']:.1%} -> "
+                 f"{after['worst']:.1%}")
+    moved = [f"{n} {p['before']:.4g} -> {p['after']:.4g}" for n, p in report["parameters"].items()
+             if abs(p["after"] - p["before"]) > 0.01 * abs(p["before"])]
+    lines.append(f"  moved: {', '.join(moved)}" if moved else "  moved: none (the runs agree with the prior)")
+    if args.output:
+        lines.append(f"wrote {shown(args.output)} (use it: CCL_CALIBRATION={shown(args.output)} ccl compare ...)")
+    emit(args, report, "\n".join(lines))
+    return 0
+
+
 def cmd_probe(args: argparse.Namespace) -> int:
+    if args.nccl_tests:
+        return cmd_calibrate(args)
+    if args.topology or args.collective:
+        raise InputError("-t and -c name the machine and collective of --nccl-tests runs; give --nccl-tests FILE")
     check_identifier(args.name, "--name")  # before anything is measured: the name goes into the file
     if args.repeat > MAX_REPEAT:
         raise InputError(f"--repeat {args.repeat}: at most {MAX_REPEAT} timed repetitions per measurement")
@@ -139,8 +181,14 @@ def register(sub: Any) -> None:
                      "others at once, and disjoint transfers at once; fit latency, bandwidth and shared "
                      "bottlenecks; write a .ccl topology. Run it on every rank under torchrun "
                      "(torchrun --nproc-per-node N -m ccl.cli probe -o probed.ccl), or on local processes "
-                     "with --local N")
-    p.add_argument("-o", "--output", help="the .ccl topology to write")
+                     "with --local N. With --nccl-tests FILE... -t TOPOLOGY -c COLLECTIVE: fit the cost model's "
+                     "parameters to nccl-tests runs of that machine and write the calibration (-o), which "
+                     "CCL_CALIBRATION=FILE makes every command use")
+    p.add_argument("-o", "--output", help="the .ccl topology to write (with --nccl-tests: the calibration JSON)")
+    p.add_argument("--nccl-tests", nargs="+", metavar="FILE",
+                   help="fit the cost model's parameters to these nccl-tests outputs instead (with -t and -c)")
+    p.add_argument("--topology", "-t", help="with --nccl-tests: the machine the runs were on (a spec or file)")
+    p.add_argument("--collective", "-c", help="with --nccl-tests: the collective the runs timed")
     p.add_argument("--name", default="probed", help="the topology's name in the file (default probed)")
     p.add_argument("--local", type=positive_int, metavar="N", help="measure N local gloo processes instead")
     p.add_argument("--from", dest="source", metavar="FILE", help="fit measurements saved with --measurements")
@@ -151,4 +199,4 @@ def register(sub: Any) -> None:
     p.add_argument("--backend", default="gloo", choices=("gloo", "nccl"),
                    help="process-group backend under torchrun when none is initialized (default gloo)")
     p.add_argument("--timeout", type=seconds_arg, default=120.0, help="seconds any wait may take (default 120)")
-    declare(p, inputs=("source",), files=("output", "measurements"))
+    declare(p, inputs=("source", "nccl_tests", "topology"), files=("output", "measurements"))
