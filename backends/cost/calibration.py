@@ -39,6 +39,7 @@ shipped one stays at hand as ``shipped()``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -186,6 +187,15 @@ def shipped() -> Calibration:
     """The shipped calibration (``data/calibration.json``)."""
     with open(CALIBRATION_FILE, encoding="utf-8") as fh:
         return from_json(json.load(fh), str(CALIBRATION_FILE))
+
+
+def fingerprint() -> str:
+    """A digest of the calibration in use (the shipped file's bytes, or those of the file
+    ``CCL_CALIBRATION`` names): what a cached result priced with it is keyed on."""
+    calibration()  # a bad CCL_CALIBRATION file is refused here, as everywhere
+    path = os.environ.get(ENVIRONMENT, "") or str(CALIBRATION_FILE)
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read(MAX_FILE_BYTES + 1)).hexdigest()[:16]
 
 
 def calibration() -> Calibration:

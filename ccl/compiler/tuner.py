@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import solvers as registry
+from backends.cost.calibration import fingerprint
 from backends.cost.nccl import baselines
 from backends.cost.nccl import pick as nccl_pick
 from backends.cost.runtime import DEFAULT_RUNTIME
@@ -264,7 +265,7 @@ def tune(
     asked = {"sizes": [format_size(s) for s in sweep], "solvers": [label_of(*item, chunks) for item in todo],
              "chunks": chunks, "work_budget_s": time_budget, "channels": channels, "fuse": fuse,
              "options": {k: v for k, v in options}, "target": target, "native": native,
-             "runtime": runtime_of(target)}
+             "runtime": runtime_of(target), "calibration": fingerprint()}
     key = None
     if cache:  # the deadline is not part of the key: only complete sets are stored
         key = result_cache.key("schedule-set", topology=topology, collective=collective, asked=asked)

@@ -304,3 +304,21 @@ def test_cache_info_and_clear(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("CCL_CACHE_DIR", "off")
     code, out, _ = run(capsys, "cache", "info")
     assert code == 0 and "off" in out
+
+
+def test_a_set_priced_with_another_calibration_is_not_served_from_the_cache(tmp_path, monkeypatch):
+    """The cache key holds the calibration in use (CCL_CALIBRATION): a set tuned under one cost
+    model is never the answer under another."""
+    from backends.cost.calibration import CALIBRATION_FILE
+
+    monkeypatch.setenv("CCL_CACHE_DIR", str(tmp_path / "cache"))
+    topo = load_topology("ring:4")
+    first = tune(topo, "allgather", sizes="1KiB,1MiB", solvers=["ring", "direct"])
+    data = json.loads(CALIBRATION_FILE.read_text())
+    data["parameters"]["launch_us"]["Simple"] *= 2
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps(data))
+    monkeypatch.setenv("CCL_CALIBRATION", str(mine))
+    other = tune(topo, "allgather", sizes="1KiB,1MiB", solvers=["ring", "direct"])
+    assert not other.cached and other.schedule_set.options["calibration"] != first.schedule_set.options["calibration"]
+    assert tune(topo, "allgather", sizes="1KiB,1MiB", solvers=["ring", "direct"]).cached
