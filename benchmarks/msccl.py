@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['machine']} | {r['collective']} | {r['solver']} | {r['size']} | {r['target']} | "
-                         f"{r['program_us']} us | does not fit: {r['error']} |" + " |" * 12)
+                         f"{r['program_us']} us | does not fit: {r['error']} |" + " |" * 11)
             continue
         lines.append(f"| {r['machine']} | {r['collective']} | {r['solver']} | {r['size']} | {r['target']} | "
                      f"{r['program_us']} us | {r['xml_us']} us | {r['xml_over_program']} | {r['xml_over_bound']} | "
