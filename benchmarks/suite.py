@@ -161,6 +161,8 @@ def in_fresh_process(fn: Callable[..., dict[str, Any]], args: tuple, timeout: fl
             return pending.get(timeout)
         except multiprocessing.TimeoutError:
             return {"error": f"stopped: still running after {timeout:g} s"}
+        except Exception as exc:  # the case's own failure (an import error too) is the case's, not the run's
+            return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def peak_mib() -> float:
