@@ -15,7 +15,8 @@ from ccl.core.topology import Topology
 @dataclass(frozen=True)
 class Machine:
     """``intra_GBps``: the least nominal bandwidth a rank has into its node's fabric (links to
-    other ranks and switches of its node, the smaller of in and out); ``net_GBps``: the least
+    other ranks and switches of its node, the smaller of in and out; ``inf`` when no rank has a peer
+    in its node); ``net_GBps``: the least
     nominal network bandwidth of a node (its links leaving it, the smaller of in and out; NCCL
     runs a channel per NIC, so a ring across nodes has all of it), ``inf`` on one node;
     ``net_latency_us``: the least latency between ranks of different nodes. ``nvswitch``: every rank of a node reaches the others through one switch of the
@@ -57,6 +58,8 @@ def _machine(topology: Topology) -> Machine:
     intra = math.inf
     for r in range(n):
         a = topology.node_of[r]
+        if len(topology.node_ranks[a]) == 1:
+            continue  # no peer in its node: its node's fabric carries none of its traffic
         out = sum(x.capacity for x in topology.out_links[r] if on_node(x.dst, a))
         inc = sum(x.capacity for x in topology.in_links[r] if on_node(x.src, a))
         intra = min(intra, out, inc)
@@ -86,5 +89,5 @@ def _machine(topology: Topology) -> Machine:
         net_latency = min((x.latency for x in flat.links if topology.node_of[x.src] != topology.node_of[x.dst]),
                           default=0.0)
     direct = all(topology.link(a, b) is not None for node in topology.node_ranks for a in node for b in node if a != b)
-    return Machine(n, topology.n_nodes, ppn, gen, intra if intra < math.inf else 0.0, net, net_latency, nvswitch,
+    return Machine(n, topology.n_nodes, ppn, gen, intra, net, net_latency, nvswitch,
                    nvls, sharp, direct and ppn > 1)

@@ -125,6 +125,8 @@ def price(kind: str, machine: Machine, algorithm: str, protocol: str, size: floa
     b_n = machine.net_GBps * cal.efficiency("net", gen.name) if nodes > 1 else math.inf
     b_s = machine.intra_GBps * cal.nvls_efficiency.get(gen.name, min(cal.nvls_efficiency.values()))
     bw = min(b_i, b_n)
+    if not bw > 0:  # a rank with no bandwidth to move its bytes (a degenerate machine): never a choice
+        return Choice(algorithm, protocol, math.inf, math.inf, 0.0)
     p = PROTOCOLS.index(protocol)
     scale = cal.latency(gen.name)
     hop_in = cal.hop_us["nvlink"][protocol] * scale
@@ -217,7 +219,7 @@ def choices(kind: str, topology: Topology, size: float, cal: Calibration | None 
     """Every enabled (algorithm, protocol), fastest first (ties: NCCL's algorithm order)."""
     machine = Machine.of(topology)
     out = [price(kind, machine, a, p, size, cal) for a, p in enabled(kind, machine, cal, runtime)]
-    return sorted(out, key=lambda c: c.time_us)
+    return sorted((c for c in out if math.isfinite(c.time_us)), key=lambda c: c.time_us)
 
 
 def pick(kind: str, topology: Topology, size: float, cal: Calibration | None = None) -> Choice | None:
