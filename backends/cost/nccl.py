@@ -237,14 +237,16 @@ def baselines(kind: str, topology: Topology, size: float, cal: Calibration | Non
         return []
     best = found[0]
     out = [Baseline("nccl", best.time_us, f"{best.name} (NCCL {NCCL_VERSION} rules, calibrated model): "
-                                          f"{best.latency_us:.3g} us + size / {best.algbw_GBps:.4g} GB/s")]
+                                          f"{best.latency_us:.3g} us + size / {best.algbw_GBps:.4g} GB/s",
+                    best.algorithm, best.protocol)]
     seen = {best.algorithm}
     for c in found[1:]:
         if c.algorithm in seen:
             continue
         seen.add(c.algorithm)
         out.append(Baseline(f"nccl-{c.algorithm.lower()}", c.time_us,
-                            f"{c.name}: {c.latency_us:.3g} us + size / {c.algbw_GBps:.4g} GB/s"))
+                            f"{c.name}: {c.latency_us:.3g} us + size / {c.algbw_GBps:.4g} GB/s", c.algorithm,
+                            c.protocol))
     return out
 
 

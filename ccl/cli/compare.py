@@ -168,10 +168,10 @@ def _sweep_table(results: list) -> tuple[list[dict[str, Any]], str]:
 
 
 def pick_name(ref: Any) -> str | None:
-    """NCCL's algorithm and protocol from the ``nccl`` baseline's detail ("NVLS/Simple")."""
-    if ref is None or ref.name != "nccl" or not ref.detail.startswith("NCCL "):
+    """NCCL's algorithm and protocol ("NVLS/Simple") when the reference is NCCL's pick."""
+    if ref is None or ref.name != "nccl" or ref.baseline is None:
         return None
-    return ref.detail[len("NCCL "):].split(" ", 1)[0]
+    return f"{ref.baseline.algorithm}/{ref.baseline.protocol}"
 
 
 def _planned(results: list, folder: str) -> list[tuple[dict[str, Any], Any]]:

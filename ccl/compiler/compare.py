@@ -58,6 +58,7 @@ class Row:
     report: Report | None = field(default=None, compare=False, repr=False)
     algorithm: Any = field(default=None, compare=False, repr=False)  # the schedule simulated (an Algorithm)
     synthesis_size: int | None = None  # the size its solver was given (size-specific solvers)
+    baseline: Any = field(default=None, compare=False, repr=False)  # a model's Baseline (NCCL's choice it prices)
 
     def to_json(self, size: float, factor: float, reference: float | None, bound: float) -> dict[str, Any]:
         ok = self.time_us is not None and self.time_us > 0
@@ -308,7 +309,7 @@ def _compare(names, sizes, fixed, build, out, topology, collective, kind, chunks
             rows.append(Row(name, "schedule", rep.time_us, prog.steps, prog.n_messages, seconds,
                             f"{rep.bound_ratio:.3f}x bound", report=rep, algorithm=alg, synthesis_size=given))
         for b in baselines(kind, topology, size):
-            rows.append(Row(b.name, "model", b.time_us, detail=b.detail))
+            rows.append(Row(b.name, "model", b.time_us, detail=b.detail, baseline=b))
         rows.append(Row("lower bound", "bound", bounds.bound_us, steps=bounds.steps,
                         detail=f"{bounds.binding}: {bounds.method}"))
         rows.sort(key=lambda r: (r.error is not None, math.inf if r.time_us is None else r.time_us, r.name))

@@ -56,7 +56,6 @@ from typing import Any, TypeVar
 import solvers as registry
 from backends.cost.calibration import fingerprint
 from backends.cost.nccl import baselines
-from backends.cost.nccl import pick as nccl_pick
 from backends.cost.runtime import DEFAULT_RUNTIME
 from solvers.bounds import lower_bound
 
@@ -303,9 +302,14 @@ def tune(
     return TuneResult(result, time.perf_counter() - start, False, timings)
 
 
+def _nccl(models: list[Baseline]) -> Baseline | None:
+    """NCCL's pick among a size's baselines (None: NCCL has no such collective)."""
+    return next((b for b in models if b.name == "nccl"), None)
+
+
 def _nccl_time(models: list[Baseline]) -> float | None:
-    """The time of NCCL's pick among a size's baselines (None: NCCL has no such collective)."""
-    return next((b.time_us for b in models if b.name == "nccl"), None)
+    pick = _nccl(models)
+    return None if pick is None else pick.time_us
 
 
 def _winners(sweep: list[int], timed: list[Candidate], natives: list[float | None], target: str | None,
@@ -350,7 +354,7 @@ def _schedule_set(topology: Topology, collective: Any, kind: str, sweep: list[in
     """The set of the timed candidates: the winners per swept size (NCCL's pick where it won),
     runs of one winner as entries (each with its protocol), and the table against the bound and
     NCCL's models (``models``: the baselines per swept size)."""
-    picks = [nccl_pick(kind, topology, size) if w == NCCL_WINS else None for size, w in zip(sweep, winners)]
+    picks = [_nccl(m) if w == NCCL_WINS else None for m, w in zip(models, winners)]
     # a run of sizes with one winner and one protocol is an entry: NCCL's (its algorithm and
     # protocol) or a schedule of ours with the protocol it is fastest with at each of those sizes
     keys: list[Hashable] = [("ours", w, timed[w].protocols[i]) if c is None else ("nccl", c.algorithm, c.protocol)

@@ -130,6 +130,8 @@ class Baseline:
     name: str
     time_us: float
     detail: str = ""
+    algorithm: str = ""  # for a model of NCCL: the algorithm and protocol it prices ("NVLS", "Simple")
+    protocol: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "time_us": _num(self.time_us), "detail": self.detail}
